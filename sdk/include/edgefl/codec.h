@@ -1,0 +1,182 @@
+// edgefl/codec.h: compression of model updates under caller-owned memory.
+//
+// Ask, then give (the shape of ZSTD_compressBound / ZSTD_estimateCCtxSize):
+//
+//   edgefl::CodecSpec spec;
+//   if (edgefl::parse_codec_spec("topk:0.01+q4", &spec) != edgefl::Status::kOk) { ... }
+//   size_t ws  = edgefl::workspace_size(spec, n);    // scratch the encoder may use
+//   size_t cap = edgefl::encoded_bound(spec, n);     // largest encoding of n coordinates
+//   size_t written = 0;
+//   edgefl::Status s = edgefl::encode(spec, {update, n}, seed, {ws_buf, ws}, {out_buf, cap}, &written);
+//   ...
+//   s = edgefl::decode_add({bytes, len}, weight, {accumulator, n});   // server: sum += weight * x
+//
+// No function here allocates, throws, or keeps a pointer to its arguments after it returns. All
+// functions are thread-safe for distinct buffers.
+//
+// Spec grammar (README "Codec specs" documents it with examples):
+//
+//   spec       := [ sparsifier '+' ] values  |  sparsifier
+//   (k > n keeps all n; numbers are decimal, e.g. 0.01, 1e-3; hq block is a power of two <= 1024)
+//   sparsifier := 'topk' ':' (FRACTION | 'k=' COUNT) { ',' ('approx' | 'sample=' FRACTION | 'idx=' IDX) }
+//              |  'thresh' ':' ABSVALUE { ',' 'idx=' IDX }
+//              |  'randk' ':' (FRACTION | 'k=' COUNT) { ',' 'unscaled' }
+//   IDX        := 'ef' | 'rice' | 'auto'
+//   values     := 'fp32' | 'fp16' | 'bf16'
+//              |  'q' BITS { ':' | ',' } ('block=' N | 'det' | 'shared=' STEP)     BITS in {1,2,4,8}
+//              |  'hq' BITS [ ':' 'block=' N ]                                    BITS in {1,2,3,4}
+//              |  'qsgd' [ ':' ('s=' LEVELS | 'bucket=' N) {',' ...} ]
+//              |  'tern' [ ':' 'block=' N ]
+//              |  'sign' [ ':' 'block=' N ]
+//
+// A sparsifier alone keeps its values in fp32.
+#ifndef EDGEFL_CODEC_H_
+#define EDGEFL_CODEC_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "edgefl/config.h"
+#include "edgefl/span.h"
+#include "edgefl/status.h"
+
+namespace edgefl {
+
+// Which coordinates are sent. Ids are part of the wire format: never renumber.
+enum class SparsifierKind : uint8_t {
+  kNone = 0,        // dense: every coordinate
+  kTopK = 1,        // exactly k largest |x| (ties broken by lower index), radix select
+  kTopKApprox = 2,  // |x| >= a threshold estimated from a seeded sample; count near k
+  kThreshold = 3,   // |x| >= a fixed threshold
+  kRandomK = 4,     // k coordinates drawn from the shared seed; no index bytes on the wire
+};
+
+// How the sent values are coded. Ids are part of the wire format: never renumber.
+enum class ValueCoderKind : uint8_t {
+  kFp32 = 1,
+  kFp16 = 2,        // IEEE binary16, round to nearest even
+  kBf16 = 3,        // bfloat16, round to nearest even
+  kUniform = 4,     // b-bit uniform per block (min/max) or with a shared step; stochastic by default
+  kQsgd = 5,        // QSGD: s levels of |x| / ||bucket||_2, stochastic (Alistarh et al., NeurIPS 2017)
+  kTernGrad = 6,    // {-1,0,+1} x max|block|, stochastic (Wen et al., NeurIPS 2017)
+  kScaledSign = 7,  // sign x mean|block| (1 bit; biased: pair it with error feedback)
+  kHadamard = 8,    // randomized Hadamard rotation + Lloyd-Max levels + unbiasing scale (EDEN)
+};
+
+// How the indices of a sparse update are coded. Ids are part of the wire format.
+enum class IndexCoding : uint8_t {
+  kNone = 0,       // dense, or random-k (indices regenerated from the seed)
+  kEliasFano = 1,  // 2 + ceil(log2(n/k)) bits per index at most
+  kRice = 2,       // adaptive Golomb-Rice of the gaps: below Elias-Fano on clustered sets
+  kAuto = 255,     // spec only: the cheaper of the two for each update (costs one extra pass)
+};
+
+// A parsed codec spec. Build it with parse_codec_spec(); the fields are public so that tools can
+// display them, but encode() re-validates them.
+struct CodecSpec {
+  SparsifierKind sparsifier = SparsifierKind::kNone;
+  float density = 0.0f;          // fraction of coordinates kept, in (0, 1]; used when k == 0
+  uint32_t k = 0;                // absolute count kept (topk/randk), overrides density
+  float threshold = 0.0f;        // kThreshold: keep |x| >= threshold (> 0)
+  float sample_fraction = 0.0f;  // kTopKApprox: fraction sampled; 0 = choose from k (>= 512 hits)
+  bool randk_unscaled = false;   // kRandomK: send x (true) or x * n / k (false: unbiased)
+  IndexCoding index_coding = IndexCoding::kEliasFano;
+
+  ValueCoderKind values = ValueCoderKind::kFp32;
+  uint8_t bits = 32;         // code width: 32/16 for floats, 1/2/4/8 uniform, 1..4 hadamard
+  uint32_t block = 256;      // coordinates per scale (uniform, tern, sign, hadamard) / bucket (qsgd)
+  bool stochastic = true;    // kUniform: stochastic (unbiased) or nearest rounding
+  float shared_step = 0.0f;  // kUniform: > 0 selects shared-scale mode (code = round(x / step))
+  uint16_t levels = 0;       // kQsgd: s, the number of positive levels (1..32767)
+};
+
+// Parses `text` (NUL-terminated). Fails with kInvalidSpec (and leaves *spec unchanged) on any
+// unknown stage, key, or value out of range.
+[[nodiscard]] Status parse_codec_spec(const char* text, CodecSpec* spec);
+
+// Writes the canonical spelling of `spec` into `buf` (NUL-terminated, truncated to cap).
+// Returns the length the full spelling needs, excluding the NUL.
+size_t format_codec_spec(const CodecSpec& spec, char* buf, size_t cap);
+
+// kOk if `spec` is a valid combination of parameters, kInvalidSpec otherwise.
+[[nodiscard]] Status validate_codec_spec(const CodecSpec& spec);
+
+// Scratch bytes encode() needs for n coordinates (0 is possible). 0 also for an invalid spec:
+// encode() then fails with kInvalidSpec.
+size_t workspace_size(const CodecSpec& spec, size_t n);
+
+// The largest encoding of n coordinates under `spec`, in bytes, header included.
+size_t encoded_bound(const CodecSpec& spec, size_t n);
+
+// Encodes `update` into `out`; `*written` receives its size (0 on failure).
+//  - `seed` drives stochastic rounding, random-k selection, the Hadamard signs and top-k
+//    sampling; the same (spec, update, seed) gives the same bytes on every platform.
+//  - `workspace` must hold workspace_size(spec, n) bytes (any alignment); it is scratch only.
+// Fails: kInvalidSpec; kDimensionTooLarge if n > EDGEFL_MAX_DIMENSION; kNonFiniteInput if any
+// coordinate is NaN or Inf; kValueOutOfRange if a value overflows fp16/bf16 or the shared step
+// makes a code exceed 2^31; kWorkspaceTooSmall; kBufferTooSmall if out.size() < encoded_bound.
+[[nodiscard]] Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed,
+                            Span<uint8_t> workspace, Span<uint8_t> out, size_t* written);
+
+// What an encoding's header says, after the header and the checksum have been verified.
+struct EncodedInfo {
+  uint8_t version = 0;
+  SparsifierKind sparsifier = SparsifierKind::kNone;
+  ValueCoderKind values = ValueCoderKind::kFp32;
+  IndexCoding index_coding = IndexCoding::kNone;
+  uint32_t n = 0;    // dimension
+  uint32_t nnz = 0;  // coordinates carried (n when dense)
+  uint8_t bits = 0;  // code width in bits
+  uint32_t block = 0;
+  uint16_t levels = 0;
+  bool stochastic = false;
+  bool shared_scale = false;
+  bool randk_unscaled = false;
+  float param = 0.0f;  // shared step (kUniform shared) or threshold (kThreshold)
+  uint64_t seed = 0;
+  uint32_t contributions = 0;  // encodings summed into this one (1 for a fresh encoding)
+  size_t header_bytes = 0;
+  size_t index_bytes = 0;
+  size_t value_bytes = 0;
+  size_t total_bytes = 0;  // header + index + value bytes
+  uint32_t checksum = 0;   // CRC32C stored in the header
+};
+
+// Size of the fixed header at the front of every encoding, in bytes.
+constexpr size_t kEncodedHeaderBytes = 52;
+
+// Verifies the header (magic, version, ids, parameter ranges, sizes) and the checksum of
+// `bytes`, and fills `*info`. Does not decode the payload. Never reads outside `bytes`.
+[[nodiscard]] Status inspect(Span<const uint8_t> bytes, EncodedInfo* info);
+
+// Decodes `bytes` into `out` (out.size() must equal the encoded dimension n).
+// Fails on any malformed input with the specific status; `out` is then unchanged.
+[[nodiscard]] Status decode(Span<const uint8_t> bytes, Span<float> out);
+
+// accumulator[i] += weight * decoded[i] for every coordinate the encoding carries, without a
+// dense copy. The whole encoding is validated before the accumulator is touched: on any error
+// the accumulator is unchanged. Fails: as decode(); kInvalidArgument if weight is not finite.
+[[nodiscard]] Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulator);
+
+// True when two encodings of this kind can be added without decoding (shared-scale integer
+// codes, dense or random-k with a shared seed; fp32 values, dense or random-k).
+bool is_summable(const EncodedInfo& info);
+
+// Largest encoding add_encoded() can produce from `a` and `b`.
+size_t add_encoded_bound(const EncodedInfo& a, const EncodedInfo& b);
+
+// Writes the encoding of decode(a) + decode(b) into `out` without decoding to floats where the
+// codes are integers (the sum is then exact). Fails: the statuses of inspect(); kNotSummable;
+// kIncompatible if dimension, sparsifier, seed, k, step or codec differ; kOverflow if a summed
+// code would exceed 31 bits; kBufferTooSmall.
+[[nodiscard]] Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> out,
+                                 size_t* written);
+
+// Short names for the enums ("topk", "q", "elias_fano", ...). Never null.
+const char* sparsifier_name(SparsifierKind kind);
+const char* value_coder_name(ValueCoderKind kind);
+const char* index_coding_name(IndexCoding coding);
+
+}  // namespace edgefl
+
+#endif  // EDGEFL_CODEC_H_

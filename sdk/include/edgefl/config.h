@@ -1,0 +1,31 @@
+// edgefl/config.h: compile-time limits and features of the SDK.
+//
+// To change a default, define it in a header of your own and point EDGEFL_CONFIG_FILE at it
+// (e.g. -DEDGEFL_CONFIG_FILE='"my_edgefl_config.h"'); every option below is only set if unset.
+#ifndef EDGEFL_CONFIG_H_
+#define EDGEFL_CONFIG_H_
+
+#if defined(EDGEFL_CONFIG_FILE)
+#include EDGEFL_CONFIG_FILE
+#endif
+
+// Largest update dimension (number of float32 coordinates) an encoder accepts and a decoder
+// believes. Encodings that claim more are rejected before anything is read.
+#ifndef EDGEFL_MAX_DIMENSION
+#define EDGEFL_MAX_DIMENSION (1u << 30)
+#endif
+
+// Largest quantization block / QSGD bucket, in coordinates. The encoder's workspace holds one
+// block of floats when it quantizes the values of a sparsified update.
+#ifndef EDGEFL_MAX_BLOCK
+#define EDGEFL_MAX_BLOCK 65536u
+#endif
+
+// Define EDGEFL_STRIP_ERROR_STRINGS to compile out status messages (codes remain).
+
+static_assert(EDGEFL_MAX_DIMENSION >= 1 && EDGEFL_MAX_DIMENSION <= (1u << 31),
+              "EDGEFL_MAX_DIMENSION must be in [1, 2^31]");
+static_assert(EDGEFL_MAX_BLOCK >= 256 && EDGEFL_MAX_BLOCK <= (1u << 24),
+              "EDGEFL_MAX_BLOCK must be in [256, 2^24]");
+
+#endif  // EDGEFL_CONFIG_H_

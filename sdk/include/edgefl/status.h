@@ -1,0 +1,59 @@
+// edgefl/status.h: the status codes every edgefl function returns.
+//
+// Contract: a function that returns Status changes none of its outputs' *state* (error-feedback
+// residuals, accumulators, counters) unless it returns Status::kOk. Output byte buffers may hold
+// partial data after an error; the byte count reported is then 0.
+#ifndef EDGEFL_STATUS_H_
+#define EDGEFL_STATUS_H_
+
+#include <stdint.h>
+
+namespace edgefl {
+
+enum class Status : int32_t {
+  kOk = 0,
+  // Caller errors.
+  kInvalidArgument = 1,    // a null pointer, a size that does not match, an impossible parameter
+  kInvalidSpec = 2,        // the codec spec string does not parse or names impossible parameters
+  kBufferTooSmall = 3,     // `out` is smaller than encoded_bound() / the decoded dimension
+  kWorkspaceTooSmall = 4,  // `workspace` is smaller than workspace_size()
+  kNonFiniteInput = 5,     // the update holds NaN or +-Inf; nothing is encoded
+  kValueOutOfRange = 6,    // a finite value the chosen format cannot represent (e.g. > 65504 in fp16)
+  kDimensionTooLarge = 7,  // n exceeds EDGEFL_MAX_DIMENSION
+  // Malformed encodings (untrusted bytes).
+  kTruncated = 20,           // fewer bytes than the header or the header's payload length says
+  kBadMagic = 21,            // not an edgefl encoding
+  kUnsupportedVersion = 22,  // format version this build does not read
+  kUnknownCodec = 23,        // codec or index-coding id this build does not know
+  kBadParameters = 24,       // header parameters out of range or inconsistent with each other
+  kChecksumMismatch = 25,    // CRC32C of header + payload does not match
+  kSizeMismatch = 26,        // payload length differs from what the parameters imply
+  kIndexOutOfRange = 27,     // a decoded index >= n
+  kIndicesNotSorted = 28,    // decoded indices are not strictly increasing
+  kCorruptPayload = 29,      // any other inconsistency inside the payload (bad code, non-finite scale)
+  kDimensionMismatch = 30,   // the accumulator / output length differs from the encoded dimension
+  // Combining encodings.
+  kNotSummable = 40,   // `add` on encodings whose codes cannot be added without decoding
+  kIncompatible = 41,  // `add` on encodings with different dimension, seed, scale or codec
+  kOverflow = 42,      // an integer sum would not fit in 32 bits
+};
+
+// A stable, human-readable name for `s` ("ok", "checksum_mismatch", ...). Never null.
+const char* status_name(Status s);
+
+// One sentence describing `s`. Never null. Returns "" when EDGEFL_STRIP_ERROR_STRINGS is defined.
+const char* status_message(Status s);
+
+inline bool ok(Status s) {
+  return s == Status::kOk;
+}
+
+}  // namespace edgefl
+
+#define EDGEFL_RETURN_IF_ERROR(expr)                                    \
+  do {                                                                  \
+    const ::edgefl::Status edgefl_status_ = (expr);                     \
+    if (edgefl_status_ != ::edgefl::Status::kOk) return edgefl_status_; \
+  } while (0)
+
+#endif  // EDGEFL_STATUS_H_

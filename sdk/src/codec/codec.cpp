@@ -1,0 +1,544 @@
+// Encode, decode, decode-and-add and add of encoded updates (API in edgefl/codec.h, byte layout
+// in format.h).
+#include "edgefl/codec.h"
+
+#include <string.h>
+
+#include "codec/format.h"
+#include "codec/index_coding.h"
+#include "codec/kernels.h"
+#include "codec/select.h"
+#include "codec/values.h"
+#include "core/bitio.h"
+#include "core/rng.h"
+
+namespace edgefl {
+
+namespace {
+
+bool is_sparse(const CodecSpec& s) {
+  return s.sparsifier != SparsifierKind::kNone;
+}
+
+// The k a spec asks for at dimension n: 0 for n = 0, else in [1, n].
+size_t target_k(const CodecSpec& s, size_t n) {
+  if (n == 0) return 0;
+  size_t k = s.k != 0 ? s.k : size_t(double(s.density) * double(n) + 0.5);
+  if (k < 1) k = 1;
+  return k > n ? n : k;
+}
+
+// Approximate top-k: how many coordinates to sample (at most n/16, so the sample stays a small
+// fraction of the update; at least 1024 or n).
+size_t sample_count(const CodecSpec& s, size_t n) {
+  if (n == 0) return 0;
+  const size_t k = target_k(s, n);
+  size_t m = s.sample_fraction > 0.0f ? size_t(double(s.sample_fraction) * double(n))
+                                      : size_t((512.0 * double(n)) / double(k));
+  const size_t cap = n / 16 > 1024 ? n / 16 : 1024;
+  m = m > cap ? cap : m;
+  m = m < 1024 ? 1024 : m;
+  return m > n ? n : m;
+}
+
+// Most coordinates approximate top-k may keep before it falls back to the exact select.
+size_t approx_cap(size_t k, size_t n) {
+  const size_t cap = k + k / 2 + 16;
+  return cap > n ? n : cap;
+}
+
+// Largest nnz an encoding of n coordinates under `s` can carry.
+size_t max_nnz(const CodecSpec& s, size_t n) {
+  switch (s.sparsifier) {
+    case SparsifierKind::kNone:
+    case SparsifierKind::kThreshold: return n;
+    case SparsifierKind::kTopKApprox: return approx_cap(target_k(s, n), n);
+    default: return target_k(s, n);
+  }
+}
+
+values::Params value_params(const CodecSpec& s, uint64_t seed) {
+  values::Params p;
+  p.kind = s.values;
+  p.bits = s.bits;
+  p.block = s.block;
+  p.stochastic = s.stochastic;
+  p.shared = s.values == ValueCoderKind::kUniform && s.shared_step > 0.0f;
+  p.step = s.shared_step;
+  if (s.values == ValueCoderKind::kQsgd) {
+    p.levels = s.levels;
+    p.bits = uint8_t(1 + ceil_log2(uint64_t(s.levels) + 1));
+  }
+  if (p.shared || s.values == ValueCoderKind::kFp32 || s.values == ValueCoderKind::kFp16 ||
+      s.values == ValueCoderKind::kBf16) {
+    p.block = 0;
+  }
+  p.round_key = derive_key(seed, kPurposeRounding);
+  p.sign_key = derive_key(seed, kPurposeHadamardSigns);
+  return p;
+}
+
+// Workspace layout (each part 64-byte aligned inside the caller's bytes).
+struct WorkspaceLayout {
+  size_t histogram = 0;  // bytes
+  size_t sample = 0;
+  size_t group = 0;
+  size_t hadamard = 0;
+  size_t total() const {
+    const size_t parts = histogram + sample + group + hadamard;
+    return parts == 0 ? 0 : parts + 64 * 4;
+  }
+};
+
+WorkspaceLayout layout_for(const CodecSpec& s, size_t n) {
+  WorkspaceLayout w;
+  if (s.values == ValueCoderKind::kHadamard) w.hadamard = size_t(s.block) * sizeof(float);
+  if (!is_sparse(s) || n == 0) return w;
+  if (s.sparsifier == SparsifierKind::kTopK || s.sparsifier == SparsifierKind::kTopKApprox) {
+    w.histogram = select::kHistogramBins * sizeof(uint32_t);
+  }
+  if (s.sparsifier == SparsifierKind::kTopKApprox) w.sample = sample_count(s, n) * sizeof(float);
+  const values::Params p = value_params(s, 0);
+  const size_t group = values::group_size(p);
+  const size_t nnz = max_nnz(s, n);
+  w.group = (group < nnz ? group : nnz) * sizeof(float);
+  return w;
+}
+
+uint8_t* align64(uint8_t* p) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
+}
+
+size_t index_bound(const CodecSpec& s, size_t n, size_t nnz) {
+  switch (s.index_coding) {
+    case IndexCoding::kEliasFano:
+    case IndexCoding::kAuto: return size_t(index_coding::ef_bytes(n, nnz));
+    case IndexCoding::kRice: return size_t(index_coding::rice_bound_bytes(n, nnz));
+    default: return 0;
+  }
+}
+
+// Streams selected values into groups and encodes each group as it fills.
+class GroupSink {
+ public:
+  GroupSink(const values::Params& p, float* buffer, uint32_t group, uint8_t* out, float* scratch, float scale)
+      : p_(p), buffer_(buffer), group_(group), out_(out), scratch_(scratch), scale_(scale) {}
+  void push(float v) {
+    buffer_[fill_++] = v * scale_;
+    if (fill_ == group_) flush();
+  }
+  Status finish() {
+    if (fill_ > 0) flush();
+    return status_;
+  }
+
+ private:
+  void flush() {
+    const Status s = values::encode_group(p_, buffer_, fill_, first_, out_, scratch_);
+    if (s != Status::kOk && status_ == Status::kOk) status_ = s;
+    out_ += values::is_blocked(p_) ? values::group_bytes(p_, fill_) : (uint64_t(fill_) * p_.bits + 7) / 8;
+    first_ += fill_;
+    fill_ = 0;
+  }
+  const values::Params& p_;
+  float* buffer_;
+  uint32_t group_;
+  uint8_t* out_;
+  float* scratch_;
+  float scale_;
+  uint32_t fill_ = 0;
+  uint32_t first_ = 0;
+  Status status_ = Status::kOk;
+};
+
+Status encode_dense(const values::Params& p, const float* x, size_t n, uint8_t* out, float* scratch) {
+  const uint32_t group = values::group_size(p);
+  if (!values::is_blocked(p)) {
+    // One call: the kernels stream the whole vector.
+    return values::encode_group(p, x, uint32_t(n), 0, out, scratch);
+  }
+  for (size_t first = 0; first < n; first += group) {
+    const uint32_t count = uint32_t(n - first < group ? n - first : group);
+    EDGEFL_RETURN_IF_ERROR(values::encode_group(p, x + first, count, uint32_t(first), out, scratch));
+    out += values::group_bytes(p, count);
+  }
+  return Status::kOk;
+}
+
+// Checks the index stream of a verified encoding: nnz strictly increasing indices below n,
+// and no read past the region.
+Status validate_indices(const EncodedInfo& h, const uint8_t* data) {
+  uint64_t prev = 0;
+  bool first = true;
+  auto check = [&](uint64_t idx) -> Status {
+    if (idx >= h.n) return Status::kIndexOutOfRange;
+    if (!first && idx <= prev) return Status::kIndicesNotSorted;
+    first = false;
+    prev = idx;
+    return Status::kOk;
+  };
+  if (h.index_coding == IndexCoding::kEliasFano) {
+    index_coding::EliasFanoReader r(h.n, h.nnz, data);
+    for (uint32_t j = 0; j < h.nnz; ++j) {
+      const uint64_t idx = r.next();
+      if (r.failed()) return Status::kCorruptPayload;
+      EDGEFL_RETURN_IF_ERROR(check(idx));
+    }
+  } else if (h.index_coding == IndexCoding::kRice) {
+    index_coding::RiceReader r(h.n, h.nnz, data, h.index_bytes);
+    for (uint32_t j = 0; j < h.nnz; ++j) {
+      const uint64_t idx = r.next();
+      if (r.failed()) return Status::kCorruptPayload;
+      EDGEFL_RETURN_IF_ERROR(check(idx));
+    }
+    // The stream must end within its last byte: no trailing bytes to smuggle data in.
+    if ((r.bit_position() + 7) / 8 != h.index_bytes) return Status::kSizeMismatch;
+  }
+  return Status::kOk;
+}
+
+values::Params params_from_header(const EncodedInfo& h) {
+  values::Params p;
+  p.kind = h.values;
+  p.bits = h.bits;
+  p.block = h.block;
+  p.levels = h.levels;
+  p.stochastic = h.stochastic;
+  p.shared = h.shared_scale;
+  p.step = h.param;
+  p.sign_key = derive_key(h.seed, kPurposeHadamardSigns);
+  return p;
+}
+
+// Verifies everything (header, checksum, indices, values), then calls sink(index, value) for
+// every carried coordinate in ascending index order.
+template <typename Sink>
+Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Sink&& sink) {
+  EncodedInfo h;
+  EDGEFL_RETURN_IF_ERROR(inspect(bytes, &h));
+  if (h.n != expected_n) return Status::kDimensionMismatch;
+  const uint8_t* index_data = bytes.data() + h.header_bytes;
+  const uint8_t* value_data = index_data + h.index_bytes;
+  EDGEFL_RETURN_IF_ERROR(validate_indices(h, index_data));
+  const values::Params p = params_from_header(h);
+  EDGEFL_RETURN_IF_ERROR(values::validate_region(p, value_data, h.nnz));
+  sink.begin();
+  switch (h.sparsifier) {
+    case SparsifierKind::kNone:
+      values::decode_region(p, value_data, h.nnz, [&](uint64_t pos, float v) { sink(size_t(pos), v); });
+      break;
+    case SparsifierKind::kRandomK: {
+      // Indices come from the seed; decode_region visits values in index order.
+      select::RandomIndexStream gen(h.n, h.nnz, h.seed);
+      values::decode_region(p, value_data, h.nnz, [&](uint64_t, float v) { sink(gen.next(), v); });
+      break;
+    }
+    default:
+      if (h.index_coding == IndexCoding::kEliasFano) {
+        index_coding::EliasFanoReader r(h.n, h.nnz, index_data);
+        values::decode_region(p, value_data, h.nnz, [&](uint64_t, float v) { sink(size_t(r.next()), v); });
+      } else {
+        index_coding::RiceReader r(h.n, h.nnz, index_data, h.index_bytes);
+        values::decode_region(p, value_data, h.nnz, [&](uint64_t, float v) { sink(size_t(r.next()), v); });
+      }
+      break;
+  }
+  return Status::kOk;
+}
+
+}  // namespace
+
+size_t workspace_size(const CodecSpec& spec, size_t n) {
+  if (validate_codec_spec(spec) != Status::kOk) return 0;
+  return layout_for(spec, n).total();
+}
+
+size_t encoded_bound(const CodecSpec& spec, size_t n) {
+  if (validate_codec_spec(spec) != Status::kOk) return 0;
+  const size_t nnz = max_nnz(spec, n);
+  const values::Params p = value_params(spec, 0);
+  return kEncodedHeaderBytes + index_bound(spec, n, nnz) + size_t(values::region_bytes(p, nnz));
+}
+
+Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Span<uint8_t> workspace,
+              Span<uint8_t> out, size_t* written) {
+  if (written == nullptr) return Status::kInvalidArgument;
+  *written = 0;
+  EDGEFL_RETURN_IF_ERROR(validate_codec_spec(spec));
+  const size_t n = update.size();
+  if (n > EDGEFL_MAX_DIMENSION) return Status::kDimensionTooLarge;
+  if (n > 0 && update.data() == nullptr) return Status::kInvalidArgument;
+  const WorkspaceLayout layout = layout_for(spec, n);
+  if (workspace.size() < layout.total() || (layout.total() > 0 && workspace.data() == nullptr)) {
+    return Status::kWorkspaceTooSmall;
+  }
+  const size_t bound = encoded_bound(spec, n);
+  if (out.size() < bound || out.data() == nullptr) return Status::kBufferTooSmall;
+  if (spec.values == ValueCoderKind::kUniform && spec.shared_step > values::kMaxScale / 2147483648.0f) {
+    return Status::kInvalidSpec;
+  }
+
+  // Carve the workspace.
+  uint8_t* cursor = layout.total() ? align64(workspace.data()) : nullptr;
+  auto take = [&](size_t bytes) -> uint8_t* {
+    if (bytes == 0) return nullptr;
+    uint8_t* p = cursor;
+    cursor = align64(cursor + bytes);
+    return p;
+  };
+  uint32_t* histogram = reinterpret_cast<uint32_t*>(take(layout.histogram));
+  float* sample = reinterpret_cast<float*>(take(layout.sample));
+  float* group_buffer = reinterpret_cast<float*>(take(layout.group));
+  float* scratch = reinterpret_cast<float*>(take(layout.hadamard));
+
+  const float* x = update.data();
+  const values::Params p = value_params(spec, seed);
+  const Kernels& kern = kernels();
+
+  EncodedInfo h;
+  h.version = format::kFormatVersion;
+  h.sparsifier = spec.sparsifier;
+  h.values = spec.values;
+  h.n = uint32_t(n);
+  h.bits = p.bits;
+  h.block = p.block;
+  h.levels = p.levels;
+  h.stochastic = spec.values == ValueCoderKind::kQsgd || spec.values == ValueCoderKind::kTernGrad ||
+                 (spec.values == ValueCoderKind::kUniform && spec.stochastic);
+  h.shared_scale = p.shared;
+  h.randk_unscaled = spec.randk_unscaled;
+  h.param = p.shared ? p.step : spec.sparsifier == SparsifierKind::kThreshold ? spec.threshold : 0.0f;
+  h.seed = seed;
+  h.contributions = 1;
+  uint8_t* payload = out.data() + kEncodedHeaderBytes;
+
+  if (!is_sparse(spec)) {
+    if (n > 0 && kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
+    h.index_coding = IndexCoding::kNone;
+    h.nnz = uint32_t(n);
+    h.value_bytes = size_t(values::region_bytes(p, n));
+    if (n > 0) EDGEFL_RETURN_IF_ERROR(encode_dense(p, x, n, payload, scratch));
+  } else {
+    // 1. Decide the set.
+    select::Selection sel;
+    const size_t k = target_k(spec, n);
+    float value_scale = 1.0f;
+    if (n == 0) {
+      sel.rule = select::Selection::Rule::kAll;
+      sel.k = 0;
+    } else if (spec.sparsifier == SparsifierKind::kTopK ||
+               (spec.sparsifier == SparsifierKind::kTopKApprox && k == n)) {
+      if (k == n) {
+        if (kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
+        sel.rule = select::Selection::Rule::kAll;
+      } else {
+        sel.rule = select::Selection::Rule::kAboveWithTies;
+        EDGEFL_RETURN_IF_ERROR(select::radix_select(x, n, k, histogram, &sel.threshold, &sel.ties));
+      }
+      sel.k = k;
+    } else if (spec.sparsifier == SparsifierKind::kTopKApprox) {
+      if (kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
+      // Threshold from a seeded, stratified sample (one draw per stride), then one count pass.
+      const size_t m = sample_count(spec, n);
+      const size_t stride = n / m;
+      SplitMix64 g(seed ^ (uint64_t(kPurposeSampling) << 56));
+      for (size_t j = 0; j < m; ++j) sample[j] = x[j * stride + g.below(uint32_t(stride))];
+      size_t hits = size_t(double(m) * double(k) / double(n) + 0.5);
+      hits = hits < 1 ? 1 : hits > m ? m : hits;
+      size_t ties_unused;
+      EDGEFL_RETURN_IF_ERROR(select::radix_select(sample, m, hits, histogram, &sel.threshold, &ties_unused));
+      sel.k = kern.count_abs_at_least(x, n, sel.threshold);
+      sel.rule = select::Selection::Rule::kAtLeast;
+      if (sel.k > approx_cap(k, n) || sel.k == 0) {
+        // The sample misjudged this update (e.g. many equal magnitudes): select exactly.
+        sel.rule = select::Selection::Rule::kAboveWithTies;
+        EDGEFL_RETURN_IF_ERROR(select::radix_select(x, n, k, histogram, &sel.threshold, &sel.ties));
+        sel.k = k;
+      }
+    } else if (spec.sparsifier == SparsifierKind::kThreshold) {
+      if (kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
+      sel.rule = select::Selection::Rule::kAtLeast;
+      sel.threshold = select::abs_key(spec.threshold);
+      sel.k = kern.count_abs_at_least(x, n, sel.threshold);
+    } else {  // random-k
+      const uint32_t max_bits = kern.max_abs_bits(x, n);
+      if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
+      sel.rule = select::Selection::Rule::kRandom;
+      sel.k = k;
+      sel.seed = seed;
+      if (!spec.randk_unscaled) {
+        value_scale = float(double(n) / double(k));
+        if (double(bits_float(max_bits)) * double(value_scale) > 3.0e38) return Status::kValueOutOfRange;
+      }
+    }
+    h.nnz = uint32_t(sel.k);
+
+    // 2. Index coding and region sizes.
+    IndexCoding coding = spec.sparsifier == SparsifierKind::kRandomK ? IndexCoding::kNone : spec.index_coding;
+    size_t index_bytes = 0;
+    if (coding == IndexCoding::kAuto) {
+      index_coding::RiceCost cost(n, sel.k);
+      sel.for_each(x, n, [&](uint32_t i) { cost.add(i); });
+      coding = cost.bytes() < index_coding::ef_bytes(n, sel.k) ? IndexCoding::kRice : IndexCoding::kEliasFano;
+      index_bytes =
+          coding == IndexCoding::kRice ? size_t(cost.bytes()) : size_t(index_coding::ef_bytes(n, sel.k));
+    } else if (coding == IndexCoding::kEliasFano) {
+      index_bytes = size_t(index_coding::ef_bytes(n, sel.k));
+    } else if (coding == IndexCoding::kRice) {
+      index_bytes = size_t(index_coding::rice_bound_bytes(n, sel.k));  // exact size known at the end
+    }
+    h.index_coding = coding;
+    h.value_bytes = size_t(values::region_bytes(p, sel.k));
+
+    // 3. One pass: indices into the index region, values through the group buffer.
+    // For Rice the values go after the worst-case index region first, then move down.
+    uint8_t* index_out = payload;
+    uint8_t* value_out = payload + index_bytes;
+    GroupSink values_sink(p, group_buffer, values::group_size(p), value_out, scratch, value_scale);
+    if (coding == IndexCoding::kEliasFano) {
+      index_coding::EliasFanoWriter w(n, sel.k, index_out);
+      sel.for_each(x, n, [&](uint32_t i) {
+        w.add(i);
+        values_sink.push(x[i]);
+      });
+      w.finish();
+      if (w.overflowed()) return Status::kBufferTooSmall;  // cannot happen: sizes are exact
+    } else if (coding == IndexCoding::kRice) {
+      index_coding::RiceWriter w(n, sel.k, index_out, index_bytes);
+      sel.for_each(x, n, [&](uint32_t i) {
+        w.add(i);
+        values_sink.push(x[i]);
+      });
+      const size_t used = w.finish();
+      if (w.overflowed()) return Status::kBufferTooSmall;
+      if (used < index_bytes) {
+        memmove(payload + used, value_out, h.value_bytes);
+        index_bytes = used;
+      }
+    } else {
+      sel.for_each(x, n, [&](uint32_t i) { values_sink.push(x[i]); });
+    }
+    EDGEFL_RETURN_IF_ERROR(values_sink.finish());
+    h.index_bytes = index_bytes;
+  }
+
+  h.header_bytes = kEncodedHeaderBytes;
+  h.total_bytes = kEncodedHeaderBytes + h.index_bytes + h.value_bytes;
+  format::write_header(h, out.data());
+  store_le32(out.data() + format::kChecksumOffset, format::compute_checksum(out.data(), h.total_bytes));
+  *written = h.total_bytes;
+  return Status::kOk;
+}
+
+Status inspect(Span<const uint8_t> bytes, EncodedInfo* info) {
+  if (info == nullptr || (bytes.size() > 0 && bytes.data() == nullptr)) return Status::kInvalidArgument;
+  EncodedInfo h;
+  EDGEFL_RETURN_IF_ERROR(format::read_header(bytes, &h));
+  if (format::compute_checksum(bytes.data(), h.total_bytes) != h.checksum) return Status::kChecksumMismatch;
+  *info = h;
+  return Status::kOk;
+}
+
+Status decode(Span<const uint8_t> bytes, Span<float> out) {
+  if (out.size() > 0 && out.data() == nullptr) return Status::kInvalidArgument;
+  struct DenseSink {
+    Span<float> out;
+    void begin() { memset(out.data(), 0, out.size() * sizeof(float)); }
+    void operator()(size_t i, float v) { out[i] = v; }
+  } sink{out};
+  return decode_with(bytes, out.size(), sink);
+}
+
+Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulator) {
+  if (!(weight >= -3.0e38f && weight <= 3.0e38f)) return Status::kInvalidArgument;
+  if (accumulator.size() > 0 && accumulator.data() == nullptr) return Status::kInvalidArgument;
+  struct AddSink {
+    float* acc;
+    float w;
+    void begin() {}
+    void operator()(size_t i, float v) { acc[i] += w * v; }
+  } sink{accumulator.data(), weight};
+  return decode_with(bytes, accumulator.size(), sink);
+}
+
+bool is_summable(const EncodedInfo& info) {
+  const bool support =
+      info.sparsifier == SparsifierKind::kNone || info.sparsifier == SparsifierKind::kRandomK;
+  const bool ints = info.values == ValueCoderKind::kUniform && info.shared_scale;
+  return support && (ints || info.values == ValueCoderKind::kFp32);
+}
+
+size_t add_encoded_bound(const EncodedInfo& a, const EncodedInfo& b) {
+  (void)b;
+  // At most 32-bit codes (or fp32 values) for every carried coordinate.
+  return kEncodedHeaderBytes + size_t(a.nnz) * 4;
+}
+
+Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> out, size_t* written) {
+  if (written == nullptr) return Status::kInvalidArgument;
+  *written = 0;
+  EncodedInfo ha, hb;
+  EDGEFL_RETURN_IF_ERROR(inspect(a, &ha));
+  EDGEFL_RETURN_IF_ERROR(inspect(b, &hb));
+  if (!is_summable(ha) || !is_summable(hb)) return Status::kNotSummable;
+  if (ha.n != hb.n || ha.sparsifier != hb.sparsifier || ha.values != hb.values || ha.nnz != hb.nnz ||
+      ha.shared_scale != hb.shared_scale || ha.randk_unscaled != hb.randk_unscaled) {
+    return Status::kIncompatible;
+  }
+  if (ha.sparsifier == SparsifierKind::kRandomK && ha.seed != hb.seed) return Status::kIncompatible;
+  if (ha.shared_scale && memcmp(&ha.param, &hb.param, 4) != 0) return Status::kIncompatible;
+  if (uint64_t(ha.contributions) + hb.contributions > 0xFFFFFFFFull) return Status::kOverflow;
+  const values::Params pa = params_from_header(ha), pb = params_from_header(hb);
+  const uint8_t* va = a.data() + ha.header_bytes;  // no index region for summable encodings
+  const uint8_t* vb = b.data() + hb.header_bytes;
+  EDGEFL_RETURN_IF_ERROR(values::validate_region(pa, va, ha.nnz));
+  EDGEFL_RETURN_IF_ERROR(values::validate_region(pb, vb, hb.nnz));
+
+  EncodedInfo h = ha;
+  h.contributions = ha.contributions + hb.contributions;
+  h.stochastic = ha.stochastic || hb.stochastic;
+  uint8_t* payload = out.data() + kEncodedHeaderBytes;
+  if (ha.values == ValueCoderKind::kFp32) {
+    h.value_bytes = size_t(ha.nnz) * 4;
+    if (out.size() < kEncodedHeaderBytes + h.value_bytes) return Status::kBufferTooSmall;
+    for (uint32_t i = 0; i < ha.nnz; ++i) {
+      float x, y;
+      memcpy(&x, va + 4 * size_t(i), 4);
+      memcpy(&y, vb + 4 * size_t(i), 4);
+      const float s = x + y;
+      if (is_nonfinite_bits(float_bits(s))) return Status::kOverflow;
+      memcpy(payload + 4 * size_t(i), &s, 4);
+    }
+  } else {
+    // Integer codes: find the width of the largest |sum|, then write the sums at that width.
+    BitReader ra(va, ha.value_bytes), rb(vb, hb.value_bytes);
+    const unsigned sa = 64 - ha.bits, sb = 64 - hb.bits;
+    int64_t max_abs = 0;
+    for (uint32_t i = 0; i < ha.nnz; ++i) {
+      const int64_t s = (int64_t(ra.get(ha.bits) << sa) >> sa) + (int64_t(rb.get(hb.bits) << sb) >> sb);
+      const int64_t m = s < 0 ? -s : s;
+      max_abs = m > max_abs ? m : max_abs;
+    }
+    if (max_abs > 2147483647) return Status::kOverflow;
+    unsigned width = 2;
+    while (width < 32 && max_abs > (int64_t(1) << (width - 1)) - 1) ++width;
+    h.bits = uint8_t(width);
+    h.value_bytes = (size_t(ha.nnz) * width + 7) / 8;
+    if (out.size() < kEncodedHeaderBytes + h.value_bytes) return Status::kBufferTooSmall;
+    BitReader ra2(va, ha.value_bytes), rb2(vb, hb.value_bytes);
+    BitWriter w(payload, h.value_bytes);
+    for (uint32_t i = 0; i < ha.nnz; ++i) {
+      const int64_t s = (int64_t(ra2.get(ha.bits) << sa) >> sa) + (int64_t(rb2.get(hb.bits) << sb) >> sb);
+      w.put(uint64_t(s), width);
+    }
+    w.finish();
+  }
+  h.index_bytes = 0;
+  h.total_bytes = kEncodedHeaderBytes + h.value_bytes;
+  format::write_header(h, out.data());
+  store_le32(out.data() + format::kChecksumOffset, format::compute_checksum(out.data(), h.total_bytes));
+  *written = h.total_bytes;
+  return Status::kOk;
+}
+
+}  // namespace edgefl

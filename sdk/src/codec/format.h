@@ -1,0 +1,74 @@
+// Internal: the byte layout of an encoded update (format version 1), and its header codec.
+//
+// Every encoding is a fixed 52-byte header followed by the index region and the value region.
+// All integers are little-endian; floats are IEEE binary32, little-endian.
+//
+//  offset size field
+//   0      4   magic "EFLU" (0x45 0x46 0x4C 0x55)
+//   4      1   format version (kFormatVersion = 1)
+//   5      1   sparsifier      (SparsifierKind)
+//   6      1   value coder     (ValueCoderKind)
+//   7      1   index coding    (IndexCoding; kNone for dense and random-k)
+//   8      4   n               dimension, 0 <= n <= EDGEFL_MAX_DIMENSION
+//  12      4   nnz             coordinates carried, <= n (== n when dense)
+//  16      1   bits            code width: 32 fp32, 16 fp16/bf16, 1..32 uniform, 1..4 hadamard,
+//                              1+ceil(log2(s+1)) qsgd, 2 terngrad, 1 sign
+//  17      1   flags           bit0 stochastic, bit1 shared-scale, bit2 random-k unscaled; others 0
+//  18      2   levels          qsgd s; 0 otherwise
+//  20      4   block           coordinates per scale / bucket; 0 for fp32/fp16/bf16 and shared-scale
+//  24      4   param (f32)     shared step (uniform, shared-scale) or threshold; 0 otherwise
+//  28      8   seed            random-k selection and Hadamard signs; informational otherwise
+//  36      4   contributions   encodings summed into this one, >= 1
+//  40      4   index bytes     size of the index region
+//  44      4   value bytes     size of the value region
+//  48      4   checksum        CRC32C of bytes [0, 48) followed by the payload
+//  52          index region, then value region
+//
+// Index region: Elias-Fano (lower bits, L = floor(log2(n/nnz)), k*L bits LSB-first, padded to a
+// byte; then the upper bits, unary, nnz + (n >> L) bits) or adaptive Rice (see index_coding.h).
+//
+// Value region, one group per block of `block` carried values (the last may be short):
+//   fp32/fp16/bf16 : the values, no blocks.
+//   uniform        : f32 min, f32 step, then ceil(count * bits / 8) bytes of codes (LSB-first);
+//                    value = min + code * step. Shared-scale: no per-block data; codes are
+//                    two's-complement `bits`-wide integers for the whole region; value = code*step.
+//   qsgd           : f32 ||bucket||_2 / s, then ceil(count * bits / 8) bytes: per code, the level
+//                    in bits-1 low bits and the sign in the top bit.
+//   terngrad       : f32 max|x|, then ceil(count / 5) bytes, 5 base-3 digits per byte (<= 242).
+//   sign           : f32 mean|x|, then ceil(count / 8) bytes, bit set = negative.
+//   hadamard       : blocks are padded to a power of two P; f32 scale, then ceil(P * bits / 8)
+//                    bytes of codes (Lloyd-Max centroid indices).
+#ifndef EDGEFL_SRC_CODEC_FORMAT_H_
+#define EDGEFL_SRC_CODEC_FORMAT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "edgefl/codec.h"
+
+namespace edgefl {
+namespace format {
+
+constexpr uint8_t kFormatVersion = 1;
+constexpr uint8_t kMagic[4] = {'E', 'F', 'L', 'U'};
+constexpr size_t kHeaderBytes = kEncodedHeaderBytes;
+constexpr size_t kChecksumOffset = 48;
+
+constexpr uint8_t kFlagStochastic = 1u << 0;
+constexpr uint8_t kFlagSharedScale = 1u << 1;
+constexpr uint8_t kFlagRandkUnscaled = 1u << 2;
+constexpr uint8_t kKnownFlags = kFlagStochastic | kFlagSharedScale | kFlagRandkUnscaled;
+
+// Writes the header for `info` (checksum field left 0) into `out` (kHeaderBytes bytes).
+void write_header(const EncodedInfo& info, uint8_t* out);
+
+// Parses and range-checks the header of `bytes` (no checksum, no payload). Fills `info`.
+Status read_header(Span<const uint8_t> bytes, EncodedInfo* info);
+
+// CRC32C over header (with the checksum field as stored) [0, 48) and the payload.
+uint32_t compute_checksum(const uint8_t* encoding, size_t total_bytes);
+
+}  // namespace format
+}  // namespace edgefl
+
+#endif  // EDGEFL_SRC_CODEC_FORMAT_H_

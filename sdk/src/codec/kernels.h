@@ -1,0 +1,43 @@
+// Internal: the hot loops of the codecs, behind one table of function pointers (the ggml shape).
+// kernels_ref() is the portable scalar reference and always built; an ISA table (AVX2 on x86-64)
+// must give bit-identical results, and tests/sdk/kernels_test.cpp compares them. kernels() picks
+// the best table once (EDGEFL_KERNELS=ref forces the reference).
+#ifndef EDGEFL_SRC_CODEC_KERNELS_H_
+#define EDGEFL_SRC_CODEC_KERNELS_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+namespace edgefl {
+
+struct Kernels {
+  const char* name;
+  // Largest |x| as IEEE bits (0x7F800000 or above means a NaN or Inf is present).
+  uint32_t (*max_abs_bits)(const float* x, size_t n);
+  // Smallest and largest value of finite x[0..n), n >= 1; a zero result is +0.
+  void (*min_max)(const float* x, size_t n, float* lo, float* hi);
+  // x -> fp16 / bf16 little-endian, round to nearest even. Finite input. False (output
+  // unspecified) if a value rounds to Inf.
+  bool (*to_fp16)(const float* x, size_t n, uint8_t* out);
+  bool (*to_bf16)(const float* x, size_t n, uint8_t* out);
+  // code = min(trunc((x - lo) * inv + u), 2^bits - 1), u = unit_float(hash32(key, first + i))
+  // if stochastic, else 0.5; packed LSB-first, ceil(n * bits / 8) bytes. bits in {1, 2, 4, 8}.
+  void (*quantize_uniform)(const float* x, uint32_t n, float lo, float inv, unsigned bits, bool stochastic,
+                           uint32_t key, uint32_t first, uint8_t* out);
+  // code = clamp(floor(x * inv + u), -limit, limit), two's complement, `bits` wide, packed
+  // LSB-first. bits in {2, 4, 8}.
+  void (*quantize_shared)(const float* x, uint32_t n, float inv, int32_t limit, unsigned bits,
+                          bool stochastic, uint32_t key, uint32_t first, uint8_t* out);
+  // Number of i with (bits of |x[i]|) >= key_threshold.
+  size_t (*count_abs_at_least)(const float* x, size_t n, uint32_t key_threshold);
+};
+
+const Kernels& kernels_ref();
+// The AVX2 table, or nullptr when it was not built.
+const Kernels* kernels_avx2();
+// The table used by the codecs, chosen once from the CPU's features.
+const Kernels& kernels();
+
+}  // namespace edgefl
+
+#endif  // EDGEFL_SRC_CODEC_KERNELS_H_

@@ -1,0 +1,251 @@
+// AVX2 + F16C kernels. Compiled with -mavx2 -mf16c for this file only and used only when the CPU
+// has them (kernels()). Each must give the bytes of its twin in kernels_ref.cpp: same float
+// operations in the same order (no FMA), same hash per lane.
+#include <immintrin.h>
+#include <string.h>
+
+#include "codec/kernels.h"
+#include "core/half.h"
+#include "core/rng.h"
+
+namespace edgefl {
+
+namespace {
+
+inline __m256i hash32_x8(__m256i key, __m256i index) {
+  __m256i x = _mm256_xor_si256(index, key);
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7FEB352D));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(int(0x846CA68Bu)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  return x;
+}
+
+// unit_float(hash32(key, first + i .. first + i + 7)).
+inline __m256 uniforms_x8(__m256i key, uint32_t first) {
+  const __m256i index =
+      _mm256_add_epi32(_mm256_set1_epi32(int(first)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i h = _mm256_srli_epi32(hash32_x8(key, index), 8);
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(h), _mm256_set1_ps(1.0f / 16777216.0f));
+}
+
+// No namespace-scope vector constants: their initialisers would run AVX2 code at start-up on
+// any CPU. Each kernel builds its constants locally.
+inline __m256i abs_mask() {
+  return _mm256_set1_epi32(0x7FFFFFFF);
+}
+
+uint32_t max_abs_bits_avx2(const float* x, size_t n) {
+  __m256i m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i a =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask());
+    const __m256i b =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8)), abs_mask());
+    m0 = _mm256_max_epu32(m0, a);
+    m1 = _mm256_max_epu32(m1, b);
+  }
+  m0 = _mm256_max_epu32(m0, m1);
+  uint32_t lanes[8];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), m0);
+  uint32_t m = 0;
+  for (uint32_t v : lanes) m = v > m ? v : m;
+  for (; i < n; ++i) {
+    const uint32_t a = float_bits(x[i]) & 0x7FFFFFFFu;
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+void min_max_avx2(const float* x, size_t n, float* lo, float* hi) {
+  float a = x[0], b = x[0];
+  size_t i = 0;
+  if (n >= 8) {
+    __m256 vlo = _mm256_loadu_ps(x), vhi = vlo;
+    for (i = 8; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_loadu_ps(x + i);
+      vlo = _mm256_min_ps(vlo, v);
+      vhi = _mm256_max_ps(vhi, v);
+    }
+    float l[8], h[8];
+    _mm256_storeu_ps(l, vlo);
+    _mm256_storeu_ps(h, vhi);
+    a = l[0];
+    b = h[0];
+    for (int j = 1; j < 8; ++j) {
+      a = l[j] < a ? l[j] : a;
+      b = h[j] > b ? h[j] : b;
+    }
+  }
+  for (; i < n; ++i) {
+    a = x[i] < a ? x[i] : a;
+    b = x[i] > b ? x[i] : b;
+  }
+  *lo = a + 0.0f;
+  *hi = b + 0.0f;
+}
+
+bool to_fp16_avx2(const float* x, size_t n, uint8_t* out) {
+  __m256i worst = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    worst = _mm256_max_epu32(worst, _mm256_and_si256(_mm256_castps_si256(v), abs_mask()));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  uint32_t lanes[8];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), worst);
+  bool ok = true;
+  for (uint32_t v : lanes) ok &= v < kFp16OverflowBits;
+  for (; i < n; ++i) {
+    ok &= (float_bits(x[i]) & 0x7FFFFFFFu) < kFp16OverflowBits;
+    const uint16_t h = float_to_fp16(x[i]);
+    memcpy(out + 2 * i, &h, 2);
+  }
+  return ok;
+}
+
+bool to_bf16_avx2(const float* x, size_t n, uint8_t* out) {
+  __m256i worst = _mm256_setzero_si256();
+  const __m256i round_base = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8));
+    worst = _mm256_max_epu32(worst, _mm256_and_si256(u0, abs_mask()));
+    worst = _mm256_max_epu32(worst, _mm256_and_si256(u1, abs_mask()));
+    u0 = _mm256_srli_epi32(
+        _mm256_add_epi32(u0, _mm256_add_epi32(round_base, _mm256_and_si256(_mm256_srli_epi32(u0, 16), one))),
+        16);
+    u1 = _mm256_srli_epi32(
+        _mm256_add_epi32(u1, _mm256_add_epi32(round_base, _mm256_and_si256(_mm256_srli_epi32(u1, 16), one))),
+        16);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(u0, u1), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i), packed);
+  }
+  uint32_t lanes[8];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), worst);
+  bool ok = true;
+  for (uint32_t v : lanes) ok &= v < kBf16OverflowBits;
+  for (; i < n; ++i) {
+    ok &= (float_bits(x[i]) & 0x7FFFFFFFu) < kBf16OverflowBits;
+    const uint16_t h = float_to_bf16(x[i]);
+    memcpy(out + 2 * i, &h, 2);
+  }
+  return ok;
+}
+
+// Packs 32 codes (one per byte, in order, each < 2^bits) into 32 * bits / 8 bytes, LSB-first.
+inline void pack32(__m256i codes, unsigned bits, uint8_t* out) {
+  switch (bits) {
+    case 8: _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), codes); return;
+    case 4: {
+      // Pairs (c0 + 16 c1) as 16-bit lanes, then back to bytes.
+      const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_set1_epi16(0x1001));
+      const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(pairs, pairs), 0xD8);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(bytes));
+      return;
+    }
+    case 2: {
+      const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_set1_epi16(0x0401));  // c0 + 4 c1
+      const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(pairs, pairs), 0xD8);
+      const __m256i quads = _mm256_maddubs_epi16(bytes, _mm256_set1_epi16(0x1001));  // + 16 (c2 + 4 c3)
+      const __m256i packed = _mm256_packus_epi16(quads, quads);
+      uint64_t word = uint64_t(_mm256_extract_epi64(packed, 0));
+      memcpy(out, &word, 8);
+      return;
+    }
+    default: {  // 1
+      const uint32_t mask = uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(codes, 7)));
+      memcpy(out, &mask, 4);
+      return;
+    }
+  }
+}
+
+// Eight epi32 codes x4 -> 32 bytes in order.
+inline __m256i narrow32(__m256i c0, __m256i c1, __m256i c2, __m256i c3) {
+  const __m256i w01 = _mm256_packus_epi32(c0, c1);  // lanes interleaved by 128-bit halves
+  const __m256i w23 = _mm256_packus_epi32(c2, c3);
+  const __m256i b = _mm256_packus_epi16(w01, w23);
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+void quantize_uniform_avx2(const float* x, uint32_t n, float lo, float inv, unsigned bits, bool stochastic,
+                           uint32_t key, uint32_t first, uint8_t* out) {
+  const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), half = _mm256_set1_ps(0.5f);
+  const __m256i vmax = _mm256_set1_epi32(int((1u << bits) - 1));
+  const __m256i vkey = _mm256_set1_epi32(int(key));
+  uint32_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i c[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256 u = stochastic ? uniforms_x8(vkey, first + i + 8 * j) : half;
+      const __m256 t =
+          _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * j), vlo), vinv), u);
+      c[j] = _mm256_min_epi32(_mm256_cvttps_epi32(t), vmax);
+    }
+    pack32(narrow32(c[0], c[1], c[2], c[3]), bits, out + i * bits / 8);
+  }
+  if (i < n)
+    kernels_ref().quantize_uniform(x + i, n - i, lo, inv, bits, stochastic, key, first + i,
+                                   out + i * bits / 8);
+}
+
+void quantize_shared_avx2(const float* x, uint32_t n, float inv, int32_t limit, unsigned bits,
+                          bool stochastic, uint32_t key, uint32_t first, uint8_t* out) {
+  const __m256 vinv = _mm256_set1_ps(inv), half = _mm256_set1_ps(0.5f);
+  const __m256 flo = _mm256_set1_ps(-float(limit)), fhi = _mm256_set1_ps(float(limit) + 1.0f);
+  const __m256i vlim = _mm256_set1_epi32(limit), vneg = _mm256_set1_epi32(-limit);
+  const __m256i mask = _mm256_set1_epi32(int((1u << bits) - 1));
+  const __m256i vkey = _mm256_set1_epi32(int(key));
+  uint32_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i c[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256 u = stochastic ? uniforms_x8(vkey, first + i + 8 * j) : half;
+      __m256 t = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), vinv), u);
+      t = _mm256_min_ps(_mm256_max_ps(t, flo), fhi);
+      __m256i q = _mm256_cvttps_epi32(_mm256_floor_ps(t));
+      q = _mm256_max_epi32(_mm256_min_epi32(q, vlim), vneg);
+      c[j] = _mm256_and_si256(q, mask);
+    }
+    pack32(narrow32(c[0], c[1], c[2], c[3]), bits, out + i * bits / 8);
+  }
+  if (i < n)
+    kernels_ref().quantize_shared(x + i, n - i, inv, limit, bits, stochastic, key, first + i,
+                                  out + i * bits / 8);
+}
+
+size_t count_abs_at_least_avx2(const float* x, size_t n, uint32_t key_threshold) {
+  // key >= T  <=>  key > T - 1 (signed compare is safe: keys and T are below 2^31).
+  const __m256i t = _mm256_set1_epi32(int(key_threshold) - 1);
+  __m256i acc = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i k =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask());
+    acc = _mm256_sub_epi32(acc, _mm256_cmpgt_epi32(k, t));  // -(-1) per hit
+  }
+  uint32_t lanes[8];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), acc);
+  size_t count = 0;
+  for (uint32_t v : lanes) count += v;
+  for (; i < n; ++i) count += (float_bits(x[i]) & 0x7FFFFFFFu) >= key_threshold ? 1 : 0;
+  return count;
+}
+
+constexpr Kernels kAvx2 = {
+    "avx2",       max_abs_bits_avx2,     min_max_avx2,         to_fp16_avx2,
+    to_bf16_avx2, quantize_uniform_avx2, quantize_shared_avx2, count_abs_at_least_avx2,
+};
+
+}  // namespace
+
+const Kernels* kernels_avx2() {
+  return &kAvx2;
+}
+
+}  // namespace edgefl

@@ -1,0 +1,118 @@
+// Scalar reference kernels: the oracle every ISA table is tested against.
+#include <string.h>
+
+#include "codec/kernels.h"
+#include "core/cpu.h"
+#include "core/half.h"
+#include "core/rng.h"
+
+namespace edgefl {
+
+namespace {
+
+uint32_t max_abs_bits_ref(const float* x, size_t n) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t a = float_bits(x[i]) & 0x7FFFFFFFu;
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+void min_max_ref(const float* x, size_t n, float* lo, float* hi) {
+  float a = x[0], b = x[0];
+  for (size_t i = 1; i < n; ++i) {
+    a = x[i] < a ? x[i] : a;
+    b = x[i] > b ? x[i] : b;
+  }
+  *lo = a + 0.0f;  // -0 -> +0, as in every table
+  *hi = b + 0.0f;
+}
+
+bool to_fp16_ref(const float* x, size_t n, uint8_t* out) {
+  bool ok = true;
+  for (size_t i = 0; i < n; ++i) {
+    ok &= (float_bits(x[i]) & 0x7FFFFFFFu) < kFp16OverflowBits;
+    const uint16_t h = float_to_fp16(x[i]);
+    out[2 * i] = uint8_t(h);
+    out[2 * i + 1] = uint8_t(h >> 8);
+  }
+  return ok;
+}
+
+bool to_bf16_ref(const float* x, size_t n, uint8_t* out) {
+  bool ok = true;
+  for (size_t i = 0; i < n; ++i) {
+    ok &= (float_bits(x[i]) & 0x7FFFFFFFu) < kBf16OverflowBits;
+    const uint16_t h = float_to_bf16(x[i]);
+    out[2 * i] = uint8_t(h);
+    out[2 * i + 1] = uint8_t(h >> 8);
+  }
+  return ok;
+}
+
+void quantize_uniform_ref(const float* x, uint32_t n, float lo, float inv, unsigned bits, bool stochastic,
+                          uint32_t key, uint32_t first, uint8_t* out) {
+  const uint32_t max_code = (1u << bits) - 1;
+  const unsigned per_byte = 8 / bits;
+  memset(out, 0, (size_t(n) * bits + 7) / 8);
+  for (uint32_t i = 0; i < n; ++i) {
+    const float u = stochastic ? unit_float(hash32(key, first + i)) : 0.5f;
+    const float t = (x[i] - lo) * inv + u;
+    uint32_t c = uint32_t(t);
+    c = c > max_code ? max_code : c;
+    out[i / per_byte] = uint8_t(out[i / per_byte] | (c << ((i % per_byte) * bits)));
+  }
+}
+
+void quantize_shared_ref(const float* x, uint32_t n, float inv, int32_t limit, unsigned bits, bool stochastic,
+                         uint32_t key, uint32_t first, uint8_t* out) {
+  const unsigned per_byte = 8 / bits;
+  const uint32_t mask = (1u << bits) - 1;
+  memset(out, 0, (size_t(n) * bits + 7) / 8);
+  const float flimit = float(limit);
+  for (uint32_t i = 0; i < n; ++i) {
+    const float u = stochastic ? unit_float(hash32(key, first + i)) : 0.5f;
+    float t = x[i] * inv + u;
+    // Clamp in float first (no overflow in the conversion), then floor.
+    t = t < -flimit ? -flimit : t;
+    t = t > flimit + 1.0f ? flimit + 1.0f : t;
+    int32_t c = int32_t(t);
+    if (float(c) > t) --c;  // floor
+    c = c > limit ? limit : c;
+    c = c < -limit ? -limit : c;
+    out[i / per_byte] = uint8_t(out[i / per_byte] | ((uint32_t(c) & mask) << ((i % per_byte) * bits)));
+  }
+}
+
+size_t count_abs_at_least_ref(const float* x, size_t n, uint32_t key_threshold) {
+  size_t count = 0;
+  for (size_t i = 0; i < n; ++i) count += (float_bits(x[i]) & 0x7FFFFFFFu) >= key_threshold ? 1 : 0;
+  return count;
+}
+
+constexpr Kernels kRef = {
+    "ref",       max_abs_bits_ref,     min_max_ref,         to_fp16_ref,
+    to_bf16_ref, quantize_uniform_ref, quantize_shared_ref, count_abs_at_least_ref,
+};
+
+}  // namespace
+
+const Kernels& kernels_ref() {
+  return kRef;
+}
+
+#if !defined(EDGEFL_HAVE_AVX2_KERNELS)
+const Kernels* kernels_avx2() {
+  return nullptr;
+}
+#endif
+
+const Kernels& kernels() {
+#if defined(EDGEFL_HAVE_AVX2_KERNELS) && !defined(EDGEFL_KERNELS_REF)
+  if (cpu_features().avx2) return *kernels_avx2();
+#endif
+  return kRef;
+}
+
+}  // namespace edgefl

@@ -1,0 +1,615 @@
+// Parsing, validation and canonical formatting of codec specs (grammar in edgefl/codec.h).
+// Freestanding: no strtod/printf (newlib's strtod allocates); numbers are parsed and printed here.
+#include <string.h>
+
+#include "core/bitio.h"
+#include "edgefl/codec.h"
+
+namespace edgefl {
+
+namespace {
+
+constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                             1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+struct Cursor {
+  const char* p;
+  const char* end;
+  bool at_end() const { return p == end; }
+  bool match(const char* word) {
+    const size_t len = strlen(word);
+    if (size_t(end - p) < len || memcmp(p, word, len) != 0) return false;
+    p += len;
+    return true;
+  }
+};
+
+// Decimal number: [0-9]+ [. [0-9]*] [e [+-] [0-9]+], or .[0-9]+. Rejects signs, inf, nan.
+bool parse_number(const char* begin, const char* end, double* out) {
+  const char* p = begin;
+  uint64_t mantissa = 0;
+  int digits = 0, exp10 = 0, significant = 0;
+  bool any = false;
+  while (p < end && *p >= '0' && *p <= '9') {
+    any = true;
+    if (significant < 19) {
+      mantissa = mantissa * 10 + uint64_t(*p - '0');
+      if (mantissa != 0) ++significant;
+    } else {
+      ++exp10;
+    }
+    ++p;
+    ++digits;
+  }
+  if (p < end && *p == '.') {
+    ++p;
+    while (p < end && *p >= '0' && *p <= '9') {
+      any = true;
+      if (significant < 19) {
+        mantissa = mantissa * 10 + uint64_t(*p - '0');
+        if (mantissa != 0) ++significant;
+        --exp10;
+      }
+      ++p;
+    }
+  }
+  if (!any) return false;
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    ++p;
+    bool negative = false;
+    if (p < end && (*p == '+' || *p == '-')) negative = (*p++ == '-');
+    int e = 0;
+    bool exp_digits = false;
+    while (p < end && *p >= '0' && *p <= '9') {
+      exp_digits = true;
+      if (e < 1000) e = e * 10 + (*p - '0');
+      ++p;
+    }
+    if (!exp_digits) return false;
+    exp10 += negative ? -e : e;
+  }
+  if (p != end) return false;
+  (void)digits;
+  double v = double(mantissa);
+  if (mantissa == 0) {
+    *out = 0.0;
+    return true;
+  }
+  if (exp10 < -60 || exp10 > 60) return false;  // no codec parameter lives out there
+  while (exp10 > 22) {
+    v *= 1e22;
+    exp10 -= 22;
+  }
+  while (exp10 < -22) {
+    v /= 1e22;
+    exp10 += 22;
+  }
+  v = exp10 >= 0 ? v * kPow10[exp10] : v / kPow10[-exp10];
+  *out = v;
+  return true;
+}
+
+bool parse_uint(const char* begin, const char* end, uint32_t* out) {
+  if (begin == end) return false;
+  uint64_t v = 0;
+  for (const char* p = begin; p < end; ++p) {
+    if (*p < '0' || *p > '9') return false;
+    v = v * 10 + uint64_t(*p - '0');
+    if (v > 0xFFFFFFFFull) return false;
+  }
+  *out = uint32_t(v);
+  return true;
+}
+
+bool parse_float(const char* begin, const char* end, float* out) {
+  double v;
+  if (!parse_number(begin, end, &v)) return false;
+  if (!(v <= 3.0e38)) return false;
+  *out = float(v);
+  return true;
+}
+
+// One argument of a stage: key=value, a bare flag, or a positional number (key empty).
+struct Arg {
+  const char* key;
+  size_t key_len;
+  const char* value;
+  size_t value_len;
+  bool key_is(const char* k) const { return strlen(k) == key_len && memcmp(key, k, key_len) == 0; }
+  const char* value_end() const { return value + value_len; }
+};
+
+bool split_arg(const char* begin, const char* end, Arg* arg) {
+  if (begin == end) return false;
+  const char* eq = static_cast<const char*>(memchr(begin, '=', size_t(end - begin)));
+  if (eq != nullptr) {
+    if (eq == begin || eq + 1 == end) return false;
+    *arg = Arg{begin, size_t(eq - begin), eq + 1, size_t(end - eq - 1)};
+  } else if ((*begin >= '0' && *begin <= '9') || *begin == '.') {
+    *arg = Arg{begin, 0, begin, size_t(end - begin)};
+  } else {
+    *arg = Arg{begin, size_t(end - begin), end, 0};
+  }
+  return true;
+}
+
+bool is_power_of_two(uint32_t v) {
+  return v != 0 && (v & (v - 1)) == 0;
+}
+
+// Applies one argument of a sparsifier stage.
+bool apply_sparsifier_arg(const Arg& a, bool first, CodecSpec* s) {
+  if (a.key_len == 0) {  // positional: density or threshold
+    if (!first) return false;
+    float v;
+    if (!parse_float(a.value, a.value_end(), &v)) return false;
+    if (s->sparsifier == SparsifierKind::kThreshold) {
+      s->threshold = v;
+    } else {
+      s->density = v;
+    }
+    return true;
+  }
+  if (a.key_is("k") && a.value_len > 0 && s->sparsifier != SparsifierKind::kThreshold) {
+    return parse_uint(a.value, a.value_end(), &s->k) && s->k > 0;
+  }
+  if (a.key_is("approx") && a.value_len == 0 && s->sparsifier == SparsifierKind::kTopK) {
+    s->sparsifier = SparsifierKind::kTopKApprox;
+    return true;
+  }
+  if (a.key_is("sample") && a.value_len > 0 &&
+      (s->sparsifier == SparsifierKind::kTopK || s->sparsifier == SparsifierKind::kTopKApprox)) {
+    return parse_float(a.value, a.value_end(), &s->sample_fraction);
+  }
+  if (a.key_is("unscaled") && a.value_len == 0 && s->sparsifier == SparsifierKind::kRandomK) {
+    s->randk_unscaled = true;
+    return true;
+  }
+  if (a.key_is("idx") && a.value_len > 0 && s->sparsifier != SparsifierKind::kRandomK) {
+    Cursor c{a.value, a.value_end()};
+    if (c.match("ef") && c.at_end()) {
+      s->index_coding = IndexCoding::kEliasFano;
+    } else if (Cursor c2{a.value, a.value_end()}; c2.match("rice") && c2.at_end()) {
+      s->index_coding = IndexCoding::kRice;
+    } else if (Cursor c3{a.value, a.value_end()}; c3.match("auto") && c3.at_end()) {
+      s->index_coding = IndexCoding::kAuto;
+    } else {
+      return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+bool apply_value_arg(const Arg& a, CodecSpec* s) {
+  if (a.key_is("block") && a.value_len > 0 && s->values != ValueCoderKind::kQsgd &&
+      s->values != ValueCoderKind::kFp32 && s->values != ValueCoderKind::kFp16 &&
+      s->values != ValueCoderKind::kBf16) {
+    return parse_uint(a.value, a.value_end(), &s->block);
+  }
+  if (a.key_is("bucket") && a.value_len > 0 && s->values == ValueCoderKind::kQsgd) {
+    return parse_uint(a.value, a.value_end(), &s->block);
+  }
+  if (a.key_is("s") && a.value_len > 0 && s->values == ValueCoderKind::kQsgd) {
+    uint32_t levels;
+    if (!parse_uint(a.value, a.value_end(), &levels) || levels > 32767) return false;
+    s->levels = uint16_t(levels);
+    return true;
+  }
+  if (a.key_is("det") && a.value_len == 0 && s->values == ValueCoderKind::kUniform) {
+    s->stochastic = false;
+    return true;
+  }
+  if (a.key_is("shared") && a.value_len > 0 && s->values == ValueCoderKind::kUniform) {
+    return parse_float(a.value, a.value_end(), &s->shared_step);
+  }
+  return false;
+}
+
+// Parses the stage name; returns false if it is not a value coder.
+bool parse_value_name(const char* begin, const char* end, CodecSpec* s) {
+  const size_t len = size_t(end - begin);
+  auto is = [&](const char* w) { return strlen(w) == len && memcmp(begin, w, len) == 0; };
+  if (is("fp32")) {
+    s->values = ValueCoderKind::kFp32;
+    s->bits = 32;
+    s->block = 0;
+    return true;
+  }
+  if (is("fp16")) {
+    s->values = ValueCoderKind::kFp16;
+    s->bits = 16;
+    s->block = 0;
+    return true;
+  }
+  if (is("bf16")) {
+    s->values = ValueCoderKind::kBf16;
+    s->bits = 16;
+    s->block = 0;
+    return true;
+  }
+  if (is("qsgd")) {
+    s->values = ValueCoderKind::kQsgd;
+    s->levels = 7;
+    s->block = 512;
+    return true;
+  }
+  if (is("tern")) {
+    s->values = ValueCoderKind::kTernGrad;
+    s->bits = 2;
+    s->block = 256;
+    return true;
+  }
+  if (is("sign")) {
+    s->values = ValueCoderKind::kScaledSign;
+    s->bits = 1;
+    s->block = 256;
+    return true;
+  }
+  if (len == 2 && begin[0] == 'q' &&
+      (begin[1] == '1' || begin[1] == '2' || begin[1] == '4' || begin[1] == '8')) {
+    s->values = ValueCoderKind::kUniform;
+    s->bits = uint8_t(begin[1] - '0');
+    s->block = 256;
+    return true;
+  }
+  if (len == 3 && begin[0] == 'h' && begin[1] == 'q' && begin[2] >= '1' && begin[2] <= '4') {
+    s->values = ValueCoderKind::kHadamard;
+    s->bits = uint8_t(begin[2] - '0');
+    s->block = 256;
+    return true;
+  }
+  return false;
+}
+
+bool parse_sparsifier_name(const char* begin, const char* end, CodecSpec* s) {
+  const size_t len = size_t(end - begin);
+  auto is = [&](const char* w) { return strlen(w) == len && memcmp(begin, w, len) == 0; };
+  if (is("topk")) {
+    s->sparsifier = SparsifierKind::kTopK;
+    return true;
+  }
+  if (is("thresh")) {
+    s->sparsifier = SparsifierKind::kThreshold;
+    return true;
+  }
+  if (is("randk")) {
+    s->sparsifier = SparsifierKind::kRandomK;
+    s->index_coding = IndexCoding::kNone;
+    return true;
+  }
+  return false;
+}
+
+// Parses one stage [begin, end) into `s`. `want_sparsifier`: the stage must be a sparsifier
+// (true) or a value coder (false).
+bool parse_stage(const char* begin, const char* end, bool want_sparsifier, CodecSpec* s) {
+  const char* colon = static_cast<const char*>(memchr(begin, ':', size_t(end - begin)));
+  const char* name_end = colon ? colon : end;
+  if (want_sparsifier ? !parse_sparsifier_name(begin, name_end, s) : !parse_value_name(begin, name_end, s)) {
+    return false;
+  }
+  if (colon == nullptr) return !want_sparsifier;  // sparsifiers need their parameter
+  const char* p = colon + 1;
+  if (p == end) return false;
+  bool first = true;
+  bool positional_seen = false;
+  while (p <= end) {
+    const char* comma = static_cast<const char*>(memchr(p, ',', size_t(end - p)));
+    const char* arg_end = comma ? comma : end;
+    Arg a;
+    if (!split_arg(p, arg_end, &a)) return false;
+    if (want_sparsifier) {
+      if (!apply_sparsifier_arg(a, first, s)) return false;
+      if (a.key_len == 0 || a.key_is("k")) positional_seen = true;
+    } else if (!apply_value_arg(a, s)) {
+      return false;
+    }
+    first = false;
+    if (comma == nullptr) break;
+    p = comma + 1;
+  }
+  return !want_sparsifier || positional_seen;
+}
+
+// Appends text to a bounded buffer, counting the full length.
+struct Appender {
+  char* buf;
+  size_t cap;
+  size_t len = 0;
+  void put(char c) {
+    if (len + 1 < cap) buf[len] = c;
+    ++len;
+  }
+  void put(const char* str) {
+    while (*str) put(*str++);
+  }
+  void put_uint(uint64_t v) {
+    char tmp[24];
+    int n = 0;
+    do {
+      tmp[n++] = char('0' + v % 10);
+      v /= 10;
+    } while (v);
+    while (n) put(tmp[--n]);
+  }
+  // A non-negative float in the fewest significant digits (at most 9) that parse back to the
+  // same binary32; scientific notation outside [1e-5, 1e9).
+  void put_float(float f) {
+    char text[32];
+    for (int digits = 1; digits <= 9; ++digits) {
+      const size_t length = format_digits(f, digits, text);
+      double back;
+      if (parse_number(text, text + length, &back) && float(back) == f) break;
+    }
+    put(text);
+  }
+
+  // Writes f rounded to `digits` significant digits into text (NUL-terminated); returns length.
+  static size_t format_digits(float f, int digits, char* text) {
+    Appender a{text, 32};
+    double v = double(f);
+    if (v == 0.0) {
+      a.put('0');
+      a.buf[a.len] = '\0';
+      return a.len;
+    }
+    int e10 = 0;
+    double probe = v;
+    while (probe >= 10.0) {
+      probe /= 10.0;
+      ++e10;
+    }
+    while (probe < 1.0) {
+      probe *= 10.0;
+      --e10;
+    }
+    const int shift = digits - 1 - e10;
+    double scaled = v;
+    int s = shift < 0 ? -shift : shift;
+    while (s > 22) {
+      scaled = shift < 0 ? scaled / 1e22 : scaled * 1e22;
+      s -= 22;
+    }
+    scaled = shift < 0 ? scaled / kPow10[s] : scaled * kPow10[s];
+    uint64_t mant = uint64_t(scaled + 0.5);
+    if (mant >= uint64_t(kPow10[digits])) {
+      mant /= 10;
+      ++e10;
+    }
+    char d[9];
+    for (int i = digits - 1; i >= 0; --i) {
+      d[i] = char('0' + mant % 10);
+      mant /= 10;
+    }
+    int last = digits - 1;
+    while (last > 0 && d[last] == '0') --last;
+    if (e10 >= -5 && e10 < 9) {
+      if (e10 < 0) {
+        a.put("0.");
+        for (int i = 0; i < -e10 - 1; ++i) a.put('0');
+        for (int i = 0; i <= last; ++i) a.put(d[i]);
+      } else {
+        for (int i = 0; i <= e10; ++i) a.put(i <= last ? d[i] : '0');
+        if (last > e10) {
+          a.put('.');
+          for (int i = e10 + 1; i <= last; ++i) a.put(d[i]);
+        }
+      }
+    } else {
+      a.put(d[0]);
+      if (last > 0) {
+        a.put('.');
+        for (int i = 1; i <= last; ++i) a.put(d[i]);
+      }
+      a.put('e');
+      if (e10 < 0) {
+        a.put('-');
+        e10 = -e10;
+      }
+      a.put_uint(uint64_t(e10));
+    }
+    a.buf[a.len < 31 ? a.len : 31] = '\0';
+    return a.len;
+  }
+};
+
+}  // namespace
+
+Status validate_codec_spec(const CodecSpec& s) {
+  auto finite_positive = [](float v) { return v > 0.0f && v <= 3.0e38f; };
+  switch (s.sparsifier) {
+    case SparsifierKind::kNone: break;
+    case SparsifierKind::kTopK:
+    case SparsifierKind::kTopKApprox:
+    case SparsifierKind::kRandomK:
+      if (s.k == 0 && !(s.density > 0.0f && s.density <= 1.0f)) return Status::kInvalidSpec;
+      if (s.sparsifier == SparsifierKind::kTopKApprox &&
+          !(s.sample_fraction == 0.0f || (s.sample_fraction > 0.0f && s.sample_fraction <= 1.0f))) {
+        return Status::kInvalidSpec;
+      }
+      if (s.sparsifier == SparsifierKind::kTopK && s.sample_fraction != 0.0f) return Status::kInvalidSpec;
+      break;
+    case SparsifierKind::kThreshold:
+      if (!finite_positive(s.threshold)) return Status::kInvalidSpec;
+      break;
+    default: return Status::kInvalidSpec;
+  }
+  if (s.sparsifier == SparsifierKind::kNone || s.sparsifier == SparsifierKind::kRandomK) {
+    if (s.index_coding != IndexCoding::kNone && s.index_coding != IndexCoding::kEliasFano) {
+      return Status::kInvalidSpec;
+    }
+  } else if (s.index_coding != IndexCoding::kEliasFano && s.index_coding != IndexCoding::kRice &&
+             s.index_coding != IndexCoding::kAuto) {
+    return Status::kInvalidSpec;
+  }
+  if (s.randk_unscaled && s.sparsifier != SparsifierKind::kRandomK) return Status::kInvalidSpec;
+  switch (s.values) {
+    case ValueCoderKind::kFp32:
+      if (s.bits != 32) return Status::kInvalidSpec;
+      break;
+    case ValueCoderKind::kFp16:
+    case ValueCoderKind::kBf16:
+      if (s.bits != 16) return Status::kInvalidSpec;
+      break;
+    case ValueCoderKind::kUniform:
+      if (s.bits != 1 && s.bits != 2 && s.bits != 4 && s.bits != 8) return Status::kInvalidSpec;
+      if (s.shared_step != 0.0f) {
+        if (!finite_positive(s.shared_step) || s.bits < 2) return Status::kInvalidSpec;
+      } else if (s.block < 1 || s.block > EDGEFL_MAX_BLOCK) {
+        return Status::kInvalidSpec;
+      }
+      break;
+    case ValueCoderKind::kQsgd:
+      if (s.levels < 1 || s.levels > 32767 || s.block < 1 || s.block > EDGEFL_MAX_BLOCK) {
+        return Status::kInvalidSpec;
+      }
+      break;
+    case ValueCoderKind::kTernGrad:
+    case ValueCoderKind::kScaledSign:
+      if (s.block < 1 || s.block > EDGEFL_MAX_BLOCK) return Status::kInvalidSpec;
+      break;
+    case ValueCoderKind::kHadamard:
+      if (s.bits < 1 || s.bits > 4 || !is_power_of_two(s.block) || s.block < 16 || s.block > 1024) {
+        return Status::kInvalidSpec;
+      }
+      break;
+    default: return Status::kInvalidSpec;
+  }
+  return Status::kOk;
+}
+
+Status parse_codec_spec(const char* text, CodecSpec* spec) {
+  if (text == nullptr || spec == nullptr) return Status::kInvalidArgument;
+  const size_t len = strlen(text);
+  if (len == 0 || len > 256) return Status::kInvalidSpec;
+  CodecSpec s;
+  s.index_coding = IndexCoding::kNone;
+  const char* end = text + len;
+  const char* plus = static_cast<const char*>(memchr(text, '+', len));
+  bool ok = false;
+  if (plus != nullptr) {
+    if (memchr(plus + 1, '+', size_t(end - plus - 1)) != nullptr) return Status::kInvalidSpec;
+    s.index_coding = IndexCoding::kEliasFano;
+    ok = parse_stage(text, plus, /*want_sparsifier=*/true, &s) && plus + 1 < end &&
+         parse_stage(plus + 1, end, /*want_sparsifier=*/false, &s);
+  } else {
+    CodecSpec sparse;
+    sparse.index_coding = IndexCoding::kEliasFano;
+    if (parse_stage(text, end, /*want_sparsifier=*/true, &sparse)) {
+      s = sparse;  // values stay fp32
+      ok = true;
+    } else {
+      ok = parse_stage(text, end, /*want_sparsifier=*/false, &s);
+    }
+  }
+  if (s.sparsifier == SparsifierKind::kRandomK) s.index_coding = IndexCoding::kNone;
+  if (!ok || validate_codec_spec(s) != Status::kOk) return Status::kInvalidSpec;
+  *spec = s;
+  return Status::kOk;
+}
+
+size_t format_codec_spec(const CodecSpec& s, char* buf, size_t cap) {
+  Appender a{buf, cap};
+  if (s.sparsifier != SparsifierKind::kNone) {
+    a.put(s.sparsifier == SparsifierKind::kThreshold ? "thresh:"
+          : s.sparsifier == SparsifierKind::kRandomK ? "randk:"
+                                                     : "topk:");
+    if (s.sparsifier == SparsifierKind::kThreshold) {
+      a.put_float(s.threshold);
+    } else if (s.k != 0) {
+      a.put("k=");
+      a.put_uint(s.k);
+    } else {
+      a.put_float(s.density);
+    }
+    if (s.sparsifier == SparsifierKind::kTopKApprox) {
+      a.put(",approx");
+      if (s.sample_fraction != 0.0f) {
+        a.put(",sample=");
+        a.put_float(s.sample_fraction);
+      }
+    }
+    if (s.randk_unscaled) a.put(",unscaled");
+    if (s.index_coding == IndexCoding::kRice) a.put(",idx=rice");
+    if (s.index_coding == IndexCoding::kAuto) a.put(",idx=auto");
+    a.put('+');
+  }
+  switch (s.values) {
+    case ValueCoderKind::kFp32: a.put("fp32"); break;
+    case ValueCoderKind::kFp16: a.put("fp16"); break;
+    case ValueCoderKind::kBf16: a.put("bf16"); break;
+    case ValueCoderKind::kUniform:
+      a.put('q');
+      a.put_uint(s.bits);
+      if (s.shared_step != 0.0f) {
+        a.put(":shared=");
+        a.put_float(s.shared_step);
+        if (!s.stochastic) a.put(",det");
+      } else {
+        a.put(":block=");
+        a.put_uint(s.block);
+        if (!s.stochastic) a.put(",det");
+      }
+      break;
+    case ValueCoderKind::kHadamard:
+      a.put("hq");
+      a.put_uint(s.bits);
+      a.put(":block=");
+      a.put_uint(s.block);
+      break;
+    case ValueCoderKind::kQsgd:
+      a.put("qsgd:s=");
+      a.put_uint(s.levels);
+      a.put(",bucket=");
+      a.put_uint(s.block);
+      break;
+    case ValueCoderKind::kTernGrad:
+      a.put("tern:block=");
+      a.put_uint(s.block);
+      break;
+    case ValueCoderKind::kScaledSign:
+      a.put("sign:block=");
+      a.put_uint(s.block);
+      break;
+  }
+  if (cap > 0) buf[a.len < cap ? a.len : cap - 1] = '\0';
+  return a.len;
+}
+
+const char* sparsifier_name(SparsifierKind kind) {
+  switch (kind) {
+    case SparsifierKind::kNone: return "none";
+    case SparsifierKind::kTopK: return "topk";
+    case SparsifierKind::kTopKApprox: return "topk_approx";
+    case SparsifierKind::kThreshold: return "threshold";
+    case SparsifierKind::kRandomK: return "randk";
+  }
+  return "unknown";
+}
+
+const char* value_coder_name(ValueCoderKind kind) {
+  switch (kind) {
+    case ValueCoderKind::kFp32: return "fp32";
+    case ValueCoderKind::kFp16: return "fp16";
+    case ValueCoderKind::kBf16: return "bf16";
+    case ValueCoderKind::kUniform: return "uniform";
+    case ValueCoderKind::kQsgd: return "qsgd";
+    case ValueCoderKind::kTernGrad: return "terngrad";
+    case ValueCoderKind::kScaledSign: return "scaled_sign";
+    case ValueCoderKind::kHadamard: return "hadamard";
+  }
+  return "unknown";
+}
+
+const char* index_coding_name(IndexCoding coding) {
+  switch (coding) {
+    case IndexCoding::kNone: return "none";
+    case IndexCoding::kEliasFano: return "elias_fano";
+    case IndexCoding::kRice: return "rice";
+    case IndexCoding::kAuto: return "auto";
+  }
+  return "unknown";
+}
+
+}  // namespace edgefl

@@ -1,0 +1,235 @@
+#include "codec/values.h"
+
+#include "codec/kernels.h"
+#include "core/rng.h"
+
+namespace edgefl {
+namespace values {
+
+namespace {
+
+// Lloyd-Max quantizers of N(0, 1) (J. Max, "Quantizing for minimum distortion", IRE Trans.
+// Information Theory, 1960), reconstruction levels in ascending order.
+constexpr float kLevels1[2] = {-0.7979f, 0.7979f};
+constexpr float kLevels2[4] = {-1.5104f, -0.4528f, 0.4528f, 1.5104f};
+constexpr float kLevels3[8] = {-2.1520f, -1.3439f, -0.7560f, -0.2451f, 0.2451f, 0.7560f, 1.3439f, 2.1520f};
+constexpr float kLevels4[16] = {-2.7326f, -2.0690f, -1.6180f, -1.2562f, -0.9424f, -0.6568f,
+                                -0.3881f, -0.1284f, 0.1284f,  0.3881f,  0.6568f,  0.9424f,
+                                1.2562f,  1.6180f,  2.0690f,  2.7326f};
+
+inline float sqrt_float(double v) {
+  return float(__builtin_sqrt(v));
+}
+
+bool scale_ok(float s) {
+  return s >= 0.0f && s <= kMaxScale;
+}  // false for NaN
+
+void encode_hadamard(const Params& p, const float* v, uint32_t count, uint32_t first, uint8_t* out,
+                     float* buf) {
+  const uint32_t padded = next_pow2(count);
+  for (uint32_t i = 0; i < padded; ++i) {
+    const float x = i < count ? v[i] : 0.0f;
+    buf[i] = (hash32(p.sign_key, first + i) & 1u) ? -x : x;
+  }
+  hadamard_transform(buf, padded);
+  double sq = 0.0;
+  for (uint32_t i = 0; i < padded; ++i) sq += double(buf[i]) * double(buf[i]);
+  const float* levels = lloyd_max_levels(p.bits);
+  const unsigned nlevels = 1u << p.bits;
+  BitWriter w(out + 4, size_t((uint64_t(padded) * p.bits + 7) / 8));
+  float alpha = 0.0f;
+  if (sq > 0.0) {
+    const float inv_rms = float(1.0 / __builtin_sqrt(sq / padded));
+    double dot = 0.0;
+    for (uint32_t i = 0; i < padded; ++i) {
+      const float z = buf[i] * inv_rms;
+      unsigned code = 0;  // count of decision thresholds (midpoints) below z
+      for (unsigned j = 0; j + 1 < nlevels; ++j) code += z > 0.5f * (levels[j] + levels[j + 1]) ? 1u : 0u;
+      w.put(code, p.bits);
+      dot += double(buf[i]) * double(levels[code]);
+    }
+    // EDEN's unbiasing scale (Vargaftik et al., "EDEN: Communication-Efficient and Robust
+    // Distributed Mean Estimation for Federated Learning", ICML 2022): <y, alpha q> = ||y||^2.
+    alpha = dot > 0.0 ? float(sq / dot) : 0.0f;
+  } else {
+    for (uint32_t i = 0; i < padded; ++i) w.put(0, p.bits);
+  }
+  w.finish();
+  memcpy(out, &alpha, 4);
+}
+
+}  // namespace
+
+const float* lloyd_max_levels(unsigned bits) {
+  switch (bits) {
+    case 1: return kLevels1;
+    case 2: return kLevels2;
+    case 3: return kLevels3;
+    default: return kLevels4;
+  }
+}
+
+void hadamard_transform(float* v, uint32_t n) {
+  for (uint32_t h = 1; h < n; h <<= 1) {
+    for (uint32_t i = 0; i < n; i += 2 * h) {
+      for (uint32_t j = i; j < i + h; ++j) {
+        const float a = v[j], b = v[j + h];
+        v[j] = a + b;
+        v[j + h] = a - b;
+      }
+    }
+  }
+  const float norm = float(1.0 / __builtin_sqrt(double(n)));
+  for (uint32_t i = 0; i < n; ++i) v[i] *= norm;
+}
+
+Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t first, uint8_t* out,
+                    float* scratch) {
+  const Kernels& k = kernels();
+  switch (p.kind) {
+    case ValueCoderKind::kFp32: memcpy(out, v, size_t(count) * 4); return Status::kOk;
+    case ValueCoderKind::kFp16: return k.to_fp16(v, count, out) ? Status::kOk : Status::kValueOutOfRange;
+    case ValueCoderKind::kBf16: return k.to_bf16(v, count, out) ? Status::kOk : Status::kValueOutOfRange;
+    case ValueCoderKind::kUniform: {
+      if (p.shared) {
+        const float inv = 1.0f / p.step;
+        const int32_t limit = int32_t((1u << (p.bits - 1)) - 1);
+        k.quantize_shared(v, count, inv, limit, p.bits, p.stochastic, p.round_key, first, out);
+        return Status::kOk;
+      }
+      float lo, hi;
+      k.min_max(v, count, &lo, &hi);
+      const float levels = float((1u << p.bits) - 1);
+      float step = (hi - lo) / levels;
+      if (!(step <= kMaxScale) || !(lo >= -kMaxScale && lo <= kMaxScale)) return Status::kValueOutOfRange;
+      if (!(step >= 1e-30f)) step = 0.0f;  // constant block (or denormal range): every code 0
+      memcpy(out, &lo, 4);
+      memcpy(out + 4, &step, 4);
+      const float inv = step > 0.0f ? 1.0f / step : 0.0f;
+      k.quantize_uniform(v, count, lo, inv, p.bits, p.stochastic, p.round_key, first, out + 8);
+      return Status::kOk;
+    }
+    case ValueCoderKind::kQsgd: {
+      double sq = 0.0;
+      for (uint32_t i = 0; i < count; ++i) sq += double(v[i]) * double(v[i]);
+      const float norm = sqrt_float(sq);
+      if (!(norm <= kMaxScale * p.levels)) return Status::kValueOutOfRange;
+      const float scale = norm / float(p.levels);
+      memcpy(out, &scale, 4);
+      BitWriter w(out + 4, size_t((uint64_t(count) * p.bits + 7) / 8));
+      const float inv = norm > 0.0f ? float(p.levels) / norm : 0.0f;
+      const unsigned level_bits = p.bits - 1u;
+      for (uint32_t i = 0; i < count; ++i) {
+        const float a = v[i] < 0.0f ? -v[i] : v[i];
+        uint32_t level = uint32_t(a * inv + unit_float(hash32(p.round_key, first + i)));
+        if (level > p.levels) level = p.levels;
+        const uint32_t sign = (v[i] < 0.0f && level != 0) ? 1u : 0u;
+        w.put(level | (sign << level_bits), p.bits);
+      }
+      w.finish();
+      return Status::kOk;
+    }
+    case ValueCoderKind::kTernGrad: {
+      float m = 0.0f;
+      for (uint32_t i = 0; i < count; ++i) {
+        const float a = v[i] < 0.0f ? -v[i] : v[i];
+        m = a > m ? a : m;
+      }
+      if (!(m <= kMaxScale)) return Status::kValueOutOfRange;
+      memcpy(out, &m, 4);
+      const float inv = m > 0.0f ? 1.0f / m : 0.0f;
+      uint8_t* packed = out + 4;
+      for (uint32_t i = 0; i < count; i += 5) {
+        unsigned byte = 0, mul = 1;
+        for (uint32_t j = 0; j < 5 && i + j < count; ++j) {
+          const float x = v[i + j];
+          const float a = x < 0.0f ? -x : x;
+          const bool keep = a * inv + unit_float(hash32(p.round_key, first + i + j)) >= 1.0f;
+          byte += (keep ? (x < 0.0f ? 2u : 1u) : 0u) * mul;
+          mul *= 3;
+        }
+        packed[i / 5] = uint8_t(byte);
+      }
+      return Status::kOk;
+    }
+    case ValueCoderKind::kScaledSign: {
+      double sum = 0.0;
+      for (uint32_t i = 0; i < count; ++i) sum += v[i] < 0.0f ? -double(v[i]) : double(v[i]);
+      const float scale = count ? float(sum / count) : 0.0f;
+      if (!(scale <= kMaxScale)) return Status::kValueOutOfRange;
+      memcpy(out, &scale, 4);
+      uint8_t* bitsp = out + 4;
+      memset(bitsp, 0, (count + 7) / 8);
+      for (uint32_t i = 0; i < count; ++i) {
+        if (v[i] < 0.0f) bitsp[i >> 3] = uint8_t(bitsp[i >> 3] | (1u << (i & 7)));
+      }
+      return Status::kOk;
+    }
+    case ValueCoderKind::kHadamard: {
+      float m = 0.0f;
+      for (uint32_t i = 0; i < count; ++i) {
+        const float a = v[i] < 0.0f ? -v[i] : v[i];
+        m = a > m ? a : m;
+      }
+      if (!(m <= 1e18f)) return Status::kValueOutOfRange;  // keeps the sum of squares finite
+      encode_hadamard(p, v, count, first, out, scratch);
+      return Status::kOk;
+    }
+  }
+  return Status::kInvalidSpec;
+}
+
+Status validate_region(const Params& p, const uint8_t* data, uint64_t total) {
+  if (total == 0) return Status::kOk;
+  switch (p.kind) {
+    case ValueCoderKind::kFp32:
+      for (uint64_t i = 0; i < total; ++i) {
+        if (is_nonfinite_bits(load_le32(data + 4 * i))) return Status::kCorruptPayload;
+      }
+      return Status::kOk;
+    case ValueCoderKind::kFp16:
+      for (uint64_t i = 0; i < total; ++i) {
+        if ((load_le16(data + 2 * i) & 0x7C00u) == 0x7C00u) return Status::kCorruptPayload;
+      }
+      return Status::kOk;
+    case ValueCoderKind::kBf16:
+      for (uint64_t i = 0; i < total; ++i) {
+        if ((load_le16(data + 2 * i) & 0x7F80u) == 0x7F80u) return Status::kCorruptPayload;
+      }
+      return Status::kOk;
+    default: break;
+  }
+  if (p.kind == ValueCoderKind::kUniform && p.shared) return Status::kOk;  // any code is valid
+  uint64_t pos = 0;
+  const uint8_t* g = data;
+  while (pos < total) {
+    const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
+    float a;
+    memcpy(&a, g, 4);
+    if (p.kind == ValueCoderKind::kUniform) {
+      float b;
+      memcpy(&b, g + 4, 4);
+      if (!(a >= -kMaxScale && a <= kMaxScale) || !scale_ok(b)) return Status::kCorruptPayload;
+    } else if (!scale_ok(a)) {
+      return Status::kCorruptPayload;
+    }
+    if (p.kind == ValueCoderKind::kTernGrad) {
+      for (uint32_t i = 0; i < (count + 4) / 5; ++i) {
+        if (g[4 + i] > 242) return Status::kCorruptPayload;
+      }
+    } else if (p.kind == ValueCoderKind::kQsgd) {
+      BitReader r(g + 4, size_t((uint64_t(count) * p.bits + 7) / 8));
+      const uint64_t level_mask = (uint64_t(1) << (p.bits - 1)) - 1;
+      for (uint32_t i = 0; i < count; ++i) {
+        if ((r.get(p.bits) & level_mask) > p.levels) return Status::kCorruptPayload;
+      }
+    }
+    g += group_bytes(p, count);
+    pos += count;
+  }
+  return Status::kOk;
+}
+
+}  // namespace values
+}  // namespace edgefl

@@ -1,0 +1,207 @@
+// Internal: the value coders. Values are coded in groups (one block of `block` values for the
+// blocked coders; chunks of kFloatChunk values for fp32/fp16/bf16 and shared-scale codes, whose
+// concatenation is byte-exact). Byte layouts are in format.h.
+#ifndef EDGEFL_SRC_CODEC_VALUES_H_
+#define EDGEFL_SRC_CODEC_VALUES_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/bitio.h"
+#include "core/half.h"
+#include "core/rng.h"
+#include "edgefl/codec.h"
+
+namespace edgefl {
+namespace values {
+
+// Values per group for the unblocked coders (a multiple of 8, so codes stay byte-aligned).
+constexpr uint32_t kFloatChunk = 256;
+constexpr uint32_t kMaxHadamardBlock = 1024;
+// Largest |scale| a decoder accepts: keeps every decoded value (scale x code, code < 2^31)
+// finite and leaves headroom for weighted sums.
+constexpr float kMaxScale = 1.0e28f;
+
+struct Params {
+  ValueCoderKind kind = ValueCoderKind::kFp32;
+  uint8_t bits = 32;
+  uint32_t block = 0;   // group size for blocked coders
+  uint16_t levels = 0;  // qsgd s
+  bool stochastic = true;
+  bool shared = false;     // uniform shared-scale
+  float step = 0.0f;       // shared step
+  uint32_t round_key = 0;  // hash key of stochastic rounding
+  uint32_t sign_key = 0;   // hash key of the Hadamard signs
+};
+
+// True for coders whose groups are blocks with per-block data.
+inline bool is_blocked(const Params& p) {
+  switch (p.kind) {
+    case ValueCoderKind::kUniform: return !p.shared;
+    case ValueCoderKind::kQsgd:
+    case ValueCoderKind::kTernGrad:
+    case ValueCoderKind::kScaledSign:
+    case ValueCoderKind::kHadamard: return true;
+    default: return false;
+  }
+}
+
+inline uint32_t group_size(const Params& p) {
+  return is_blocked(p) ? p.block : kFloatChunk;
+}
+
+inline uint32_t next_pow2(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// Bytes of one group of `count` values (count <= group_size).
+inline size_t group_bytes(const Params& p, uint32_t count) {
+  const uint64_t c = count;
+  switch (p.kind) {
+    case ValueCoderKind::kFp32: return size_t(c * 4);
+    case ValueCoderKind::kFp16:
+    case ValueCoderKind::kBf16: return size_t(c * 2);
+    case ValueCoderKind::kUniform:
+      return p.shared ? size_t((c * p.bits + 7) / 8) : size_t(8 + (c * p.bits + 7) / 8);
+    case ValueCoderKind::kQsgd: return size_t(4 + (c * p.bits + 7) / 8);
+    case ValueCoderKind::kTernGrad: return size_t(4 + (c + 4) / 5);
+    case ValueCoderKind::kScaledSign: return size_t(4 + (c + 7) / 8);
+    case ValueCoderKind::kHadamard:
+      return count == 0 ? 0 : size_t(4 + (uint64_t(next_pow2(count)) * p.bits + 7) / 8);
+  }
+  return 0;
+}
+
+// Bytes of the whole value region for `total` values.
+inline uint64_t region_bytes(const Params& p, uint64_t total) {
+  if (total == 0) return 0;
+  if (!is_blocked(p)) return (total * p.bits + 7) / 8;
+  const uint64_t full = total / p.block;
+  const uint32_t rest = uint32_t(total % p.block);
+  return full * group_bytes(p, p.block) + (rest ? group_bytes(p, rest) : 0);
+}
+
+// Encodes values v[0..count) occupying positions [first, first + count) of the value sequence
+// into `out` (exactly group_bytes(p, count) bytes, or for unblocked coders ceil(count*bits/8)).
+// `scratch` holds kMaxHadamardBlock floats (Hadamard only). Inputs must be finite.
+// Fails: kValueOutOfRange (fp16/bf16 overflow).
+Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t first, uint8_t* out,
+                    float* scratch);
+
+// Checks a value region before any value is used: scales finite and bounded, codes valid,
+// fp values finite. `data` holds region_bytes(p, total) bytes.
+Status validate_region(const Params& p, const uint8_t* data, uint64_t total);
+
+// Lloyd-Max reconstruction levels of a unit Gaussian (Max 1960) for 1..4 bits, ascending.
+const float* lloyd_max_levels(unsigned bits);
+
+// In-place orthonormal fast Walsh-Hadamard transform of v[0..n), n a power of two.
+void hadamard_transform(float* v, uint32_t n);
+
+// Calls sink(position, value) for every value of a validated region, in order.
+template <typename Sink>
+void decode_region(const Params& p, const uint8_t* data, uint64_t total, Sink&& sink) {
+  if (total == 0) return;
+  switch (p.kind) {
+    case ValueCoderKind::kFp32:
+      for (uint64_t i = 0; i < total; ++i) {
+        float f;
+        memcpy(&f, data + 4 * i, 4);
+        sink(i, f);
+      }
+      return;
+    case ValueCoderKind::kFp16:
+      for (uint64_t i = 0; i < total; ++i) sink(i, fp16_to_float(load_le16(data + 2 * i)));
+      return;
+    case ValueCoderKind::kBf16:
+      for (uint64_t i = 0; i < total; ++i) sink(i, bf16_to_float(load_le16(data + 2 * i)));
+      return;
+    default: break;
+  }
+  if (p.kind == ValueCoderKind::kUniform && p.shared) {
+    BitReader r(data, size_t((total * p.bits + 7) / 8));
+    const unsigned shift = 64 - p.bits;
+    for (uint64_t i = 0; i < total; ++i) {
+      const int64_t code = int64_t(r.get(p.bits) << shift) >> shift;  // sign-extend
+      sink(i, float(code) * p.step);
+    }
+    return;
+  }
+  uint64_t pos = 0;
+  const uint8_t* g = data;
+  while (pos < total) {
+    const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
+    float a, b;
+    memcpy(&a, g, 4);
+    switch (p.kind) {
+      case ValueCoderKind::kUniform: {
+        memcpy(&b, g + 4, 4);
+        const uint8_t* codes = g + 8;
+        if (p.bits == 8) {
+          for (uint32_t i = 0; i < count; ++i) sink(pos + i, a + float(codes[i]) * b);
+        } else if (p.bits == 4) {
+          for (uint32_t i = 0; i < count; ++i)
+            sink(pos + i, a + float((codes[i >> 1] >> ((i & 1) * 4)) & 15u) * b);
+        } else {
+          const unsigned per_byte = 8 / p.bits, mask = (1u << p.bits) - 1;
+          for (uint32_t i = 0; i < count; ++i) {
+            const unsigned code = (codes[i / per_byte] >> ((i % per_byte) * p.bits)) & mask;
+            sink(pos + i, a + float(code) * b);
+          }
+        }
+        break;
+      }
+      case ValueCoderKind::kQsgd: {
+        BitReader r(g + 4, size_t((uint64_t(count) * p.bits + 7) / 8));
+        const unsigned level_bits = p.bits - 1u;
+        for (uint32_t i = 0; i < count; ++i) {
+          const uint64_t code = r.get(p.bits);
+          const float mag = float(code & ((1u << level_bits) - 1)) * a;
+          sink(pos + i, (code >> level_bits) ? -mag : mag);
+        }
+        break;
+      }
+      case ValueCoderKind::kTernGrad: {
+        const uint8_t* packed = g + 4;
+        for (uint32_t i = 0; i < count; i += 5) {
+          unsigned byte = packed[i / 5];
+          for (uint32_t j = 0; j < 5 && i + j < count; ++j) {
+            const unsigned digit = byte % 3;
+            byte /= 3;
+            sink(pos + i + j, digit == 0 ? 0.0f : digit == 1 ? a : -a);
+          }
+        }
+        break;
+      }
+      case ValueCoderKind::kScaledSign: {
+        const uint8_t* bitsp = g + 4;
+        for (uint32_t i = 0; i < count; ++i) sink(pos + i, ((bitsp[i >> 3] >> (i & 7)) & 1u) ? -a : a);
+        break;
+      }
+      case ValueCoderKind::kHadamard: {
+        const uint32_t padded = next_pow2(count);
+        float buf[kMaxHadamardBlock];
+        const float* levels = lloyd_max_levels(p.bits);
+        BitReader r(g + 4, size_t((uint64_t(padded) * p.bits + 7) / 8));
+        for (uint32_t i = 0; i < padded; ++i) buf[i] = a * levels[r.get(p.bits)];
+        hadamard_transform(buf, padded);
+        for (uint32_t i = 0; i < count; ++i) {
+          const uint32_t h = hash32(p.sign_key, uint32_t(pos + i));
+          sink(pos + i, (h & 1u) ? -buf[i] : buf[i]);
+        }
+        break;
+      }
+      default: return;
+    }
+    g += group_bytes(p, count);
+    pos += count;
+  }
+}
+
+}  // namespace values
+}  // namespace edgefl
+
+#endif  // EDGEFL_SRC_CODEC_VALUES_H_

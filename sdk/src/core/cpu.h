@@ -1,0 +1,18 @@
+// Internal: CPU features, detected once. On targets without run-time detection every feature
+// the build was not compiled for is false.
+#ifndef EDGEFL_SRC_CORE_CPU_H_
+#define EDGEFL_SRC_CORE_CPU_H_
+
+namespace edgefl {
+
+struct CpuFeatures {
+  bool sse42 = false;
+  bool avx2 = false;  // AVX2 + F16C + OS support for YMM state
+};
+
+// Detected on first call; cheap afterwards. EDGEFL_KERNELS=ref builds report no features.
+const CpuFeatures& cpu_features();
+
+}  // namespace edgefl
+
+#endif  // EDGEFL_SRC_CORE_CPU_H_

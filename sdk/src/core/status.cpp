@@ -1,0 +1,68 @@
+#include "edgefl/status.h"
+
+namespace edgefl {
+
+namespace {
+struct StatusText {
+  Status status;
+  const char* name;
+  const char* message;
+};
+
+#if defined(EDGEFL_STRIP_ERROR_STRINGS)
+#define EDGEFL_MSG(text) ""
+#else
+#define EDGEFL_MSG(text) text
+#endif
+
+constexpr StatusText kStatusTexts[] = {
+    {Status::kOk, "ok", EDGEFL_MSG("success")},
+    {Status::kInvalidArgument, "invalid_argument",
+     EDGEFL_MSG("an argument is null, mis-sized or out of range")},
+    {Status::kInvalidSpec, "invalid_spec",
+     EDGEFL_MSG("the codec spec does not parse or names impossible parameters")},
+    {Status::kBufferTooSmall, "buffer_too_small", EDGEFL_MSG("the output buffer is smaller than the bound")},
+    {Status::kWorkspaceTooSmall, "workspace_too_small",
+     EDGEFL_MSG("the workspace is smaller than workspace_size()")},
+    {Status::kNonFiniteInput, "non_finite_input", EDGEFL_MSG("the update holds NaN or Inf")},
+    {Status::kValueOutOfRange, "value_out_of_range", EDGEFL_MSG("a value does not fit the chosen format")},
+    {Status::kDimensionTooLarge, "dimension_too_large",
+     EDGEFL_MSG("the dimension exceeds EDGEFL_MAX_DIMENSION")},
+    {Status::kTruncated, "truncated", EDGEFL_MSG("the encoding is shorter than its header says")},
+    {Status::kBadMagic, "bad_magic", EDGEFL_MSG("not an edgefl encoding")},
+    {Status::kUnsupportedVersion, "unsupported_version",
+     EDGEFL_MSG("format version not supported by this build")},
+    {Status::kUnknownCodec, "unknown_codec",
+     EDGEFL_MSG("unknown sparsifier, value coder or index coding id")},
+    {Status::kBadParameters, "bad_parameters", EDGEFL_MSG("header parameters out of range or inconsistent")},
+    {Status::kChecksumMismatch, "checksum_mismatch", EDGEFL_MSG("the CRC32C of the encoding does not match")},
+    {Status::kSizeMismatch, "size_mismatch",
+     EDGEFL_MSG("payload size differs from what the parameters imply")},
+    {Status::kIndexOutOfRange, "index_out_of_range",
+     EDGEFL_MSG("a decoded index is not below the dimension")},
+    {Status::kIndicesNotSorted, "indices_not_sorted",
+     EDGEFL_MSG("decoded indices are not strictly increasing")},
+    {Status::kCorruptPayload, "corrupt_payload", EDGEFL_MSG("the payload holds an invalid code or scale")},
+    {Status::kDimensionMismatch, "dimension_mismatch",
+     EDGEFL_MSG("buffer length differs from the encoded dimension")},
+    {Status::kNotSummable, "not_summable", EDGEFL_MSG("these encodings cannot be added without decoding")},
+    {Status::kIncompatible, "incompatible", EDGEFL_MSG("encodings differ in dimension, seed, step or codec")},
+    {Status::kOverflow, "overflow", EDGEFL_MSG("an integer sum does not fit in 31 bits")},
+};
+}  // namespace
+
+const char* status_name(Status s) {
+  for (const StatusText& t : kStatusTexts) {
+    if (t.status == s) return t.name;
+  }
+  return "unknown_status";
+}
+
+const char* status_message(Status s) {
+  for (const StatusText& t : kStatusTexts) {
+    if (t.status == s) return t.message;
+  }
+  return EDGEFL_MSG("unknown status");
+}
+
+}  // namespace edgefl
