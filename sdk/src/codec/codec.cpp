@@ -403,6 +403,7 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
       });
       w.finish();
       if (w.overflowed()) return Status::kBufferTooSmall;  // cannot happen: sizes are exact
+      EDGEFL_RETURN_IF_ERROR(values_sink.finish());
     } else if (coding == IndexCoding::kRice) {
       index_coding::RiceWriter w(n, sel.k, index_out, index_bytes);
       sel.for_each(x, n, [&](uint32_t i) {
@@ -411,14 +412,14 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
       });
       const size_t used = w.finish();
       if (w.overflowed()) return Status::kBufferTooSmall;
-      if (used < index_bytes) {
-        memmove(payload + used, value_out, h.value_bytes);
-        index_bytes = used;
-      }
+      EDGEFL_RETURN_IF_ERROR(values_sink.finish());  // the last group lands before the move
+      // The values were written after the worst-case index region: close the gap.
+      if (used < index_bytes) memmove(payload + used, value_out, h.value_bytes);
+      index_bytes = used;
     } else {
       sel.for_each(x, n, [&](uint32_t i) { values_sink.push(x[i]); });
+      EDGEFL_RETURN_IF_ERROR(values_sink.finish());
     }
-    EDGEFL_RETURN_IF_ERROR(values_sink.finish());
     h.index_bytes = index_bytes;
   }
 

@@ -49,8 +49,8 @@ class EliasFanoWriter {
     prev_high_ = high;
   }
   void finish() {
-    low_.finish();
-    high_.finish();
+    low_.finish_and_fill();
+    high_.finish_and_fill();
   }
   bool overflowed() const { return low_.overflowed() || high_.overflowed(); }
 

@@ -25,37 +25,74 @@ bool scale_ok(float s) {
   return s >= 0.0f && s <= kMaxScale;
 }  // false for NaN
 
+// Decision thresholds (midpoints of adjacent levels), padded to 15 entries.
+struct Thresholds {
+  float t[15];
+};
+constexpr Thresholds make_thresholds(const float* levels, unsigned count) {
+  Thresholds th{};
+  for (unsigned j = 0; j + 1 < count; ++j) th.t[j] = 0.5f * (levels[j] + levels[j + 1]);
+  return th;
+}
+constexpr Thresholds kThresholds[4] = {make_thresholds(kLevels1, 2), make_thresholds(kLevels2, 4),
+                                       make_thresholds(kLevels3, 8), make_thresholds(kLevels4, 16)};
+
+// Packs one code per byte into `bits`-wide fields, LSB-first.
+void pack_codes(const uint8_t* codes, uint32_t count, unsigned bits, uint8_t* out) {
+  const size_t bytes = (size_t(count) * bits + 7) / 8;
+  if (bits == 4) {
+    for (uint32_t i = 0; i + 1 < count; i += 2) out[i / 2] = uint8_t(codes[i] | (codes[i + 1] << 4));
+    if (count & 1) out[count / 2] = codes[count - 1];
+    return;
+  }
+  if (bits == 2 || bits == 1) {
+    const unsigned per = 8 / bits;
+    memset(out, 0, bytes);
+    for (uint32_t i = 0; i < count; ++i)
+      out[i / per] = uint8_t(out[i / per] | (codes[i] << ((i % per) * bits)));
+    return;
+  }
+  BitWriter w(out, bytes);
+  for (uint32_t i = 0; i < count; ++i) w.put(codes[i], bits);
+  w.finish();
+}
+
 void encode_hadamard(const Params& p, const float* v, uint32_t count, uint32_t first, uint8_t* out,
                      float* buf) {
   const uint32_t padded = next_pow2(count);
   for (uint32_t i = 0; i < padded; ++i) {
     const float x = i < count ? v[i] : 0.0f;
-    buf[i] = (hash32(p.sign_key, first + i) & 1u) ? -x : x;
+    const uint32_t flip = (hash32(p.sign_key, first + i) & 1u) << 31;
+    buf[i] = bits_float(float_bits(x) ^ flip);
   }
   hadamard_transform(buf, padded);
-  double sq = 0.0;
-  for (uint32_t i = 0; i < padded; ++i) sq += double(buf[i]) * double(buf[i]);
+  // Sums in float, in a fixed order (four interleaved partial sums), so every platform agrees.
+  float sq[4] = {0, 0, 0, 0};
+  for (uint32_t i = 0; i < padded; ++i) sq[i & 3] += buf[i] * buf[i];
+  const float sum_sq = (sq[0] + sq[1]) + (sq[2] + sq[3]);
   const float* levels = lloyd_max_levels(p.bits);
-  const unsigned nlevels = 1u << p.bits;
-  BitWriter w(out + 4, size_t((uint64_t(padded) * p.bits + 7) / 8));
+  const float* thr = kThresholds[p.bits - 1].t;
+  const unsigned half = 1u << (p.bits - 1);
+  uint8_t codes[kMaxHadamardBlock];
   float alpha = 0.0f;
-  if (sq > 0.0) {
-    const float inv_rms = float(1.0 / __builtin_sqrt(sq / padded));
-    double dot = 0.0;
+  if (sum_sq > 0.0f) {
+    const float inv_rms = 1.0f / float(__builtin_sqrt(double(sum_sq) / double(padded)));
+    float dot[4] = {0, 0, 0, 0};
     for (uint32_t i = 0; i < padded; ++i) {
       const float z = buf[i] * inv_rms;
-      unsigned code = 0;  // count of decision thresholds (midpoints) below z
-      for (unsigned j = 0; j + 1 < nlevels; ++j) code += z > 0.5f * (levels[j] + levels[j + 1]) ? 1u : 0u;
-      w.put(code, p.bits);
-      dot += double(buf[i]) * double(levels[code]);
+      unsigned code = 0;  // branchless binary search over the decision thresholds
+      for (unsigned step = half; step >= 1; step >>= 1) code += z > thr[code + step - 1] ? step : 0u;
+      codes[i] = uint8_t(code);
+      dot[i & 3] += buf[i] * levels[code];
     }
+    const float d = (dot[0] + dot[1]) + (dot[2] + dot[3]);
     // EDEN's unbiasing scale (Vargaftik et al., "EDEN: Communication-Efficient and Robust
     // Distributed Mean Estimation for Federated Learning", ICML 2022): <y, alpha q> = ||y||^2.
-    alpha = dot > 0.0 ? float(sq / dot) : 0.0f;
+    alpha = d > 0.0f ? sum_sq / d : 0.0f;
   } else {
-    for (uint32_t i = 0; i < padded; ++i) w.put(0, p.bits);
+    memset(codes, 0, padded);
   }
-  w.finish();
+  pack_codes(codes, padded, p.bits, out + 4);
   memcpy(out, &alpha, 4);
 }
 

@@ -40,6 +40,13 @@ class BitWriter {
     }
     return pos_;
   }
+  // finish(), then zero-fills the rest of the buffer: for regions whose size is fixed in
+  // advance, so that no byte of the output depends on what the buffer held before.
+  size_t finish_and_fill() {
+    const size_t used = finish();
+    while (pos_ < size_) data_[pos_++] = 0;
+    return used;
+  }
   bool overflowed() const { return overflow_; }
   size_t bit_count() const { return pos_ * 8 + fill_; }
 
