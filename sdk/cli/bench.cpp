@@ -1,0 +1,621 @@
+#include "bench.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <limits>
+#include <ostream>
+
+#include "edgefl/codec.h"
+#include "edgefl/status.h"
+#include "file_io.h"
+#include "json_writer.h"
+#include "npy.h"
+
+namespace edgefl {
+namespace cli {
+
+const char* const kDefaultBenchCodecs =
+    "fp32;fp16;bf16;q8;q4;q2;q1;q8:det;q4:block=64;q8:shared=<auto>;q4:shared=<auto>;hq4;hq2;qsgd;tern;"
+    "sign;topk:0.01;topk:0.01+q4;topk:0.01+hq4;topk:0.01,approx+q4;topk:0.1+q4;topk:0.001+q4;"
+    "topk:0.01,idx=rice+q4;thresh:<auto>+q8;randk:0.01+q8;randk:0.1+q8";
+
+namespace {
+
+constexpr double kNull = std::numeric_limits<double>::quiet_NaN();
+constexpr int kMinBaselineReps = 15;
+constexpr double kAutoThresholdDensity = 0.01;
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return kNull;
+  std::sort(v.begin(), v.end());
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 == 1 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
+}
+
+double gbps(size_t n, double seconds) {
+  if (!(seconds > 0)) return kNull;
+  return static_cast<double>(n) * 4.0 / seconds / 1e9;
+}
+
+// splitmix64 (Steele, Lea, Flood 2014): a portable 64-bit generator.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// Box-Muller over splitmix64; both outputs of each pair are used (cos first, then sin).
+class NormalGenerator {
+ public:
+  explicit NormalGenerator(uint64_t seed) : rng_(seed) {}
+  double next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = static_cast<double>((rng_.next() >> 11) + 1) * 0x1p-53;  // (0, 1]
+    const double u2 = static_cast<double>(rng_.next() >> 11) * 0x1p-53;        // [0, 1)
+    const double r = sqrt(-2.0 * log(u1));
+    const double theta = 6.283185307179586476925286766559 * u2;
+    spare_ = r * sin(theta);
+    has_spare_ = true;
+    return r * cos(theta);
+  }
+
+ private:
+  SplitMix64 rng_;
+  bool has_spare_ = false;
+  double spare_ = 0.0;
+};
+
+size_t k_for_density(double density, size_t n) {
+  double k = floor(density * static_cast<double>(n) + 0.5);
+  if (k < 1) k = 1;
+  if (k > static_cast<double>(n)) k = static_cast<double>(n);
+  return static_cast<size_t>(k);
+}
+
+std::string format_float9(float v) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return buf;
+}
+
+std::string status_text(Status s) {
+  std::string text = status_name(s);
+  const char* message = status_message(s);
+  if (message != nullptr && message[0] != '\0') {
+    text += ": ";
+    text += message;
+  }
+  return text;
+}
+
+std::string canonical_spec(const CodecSpec& spec) {
+  char small[128];
+  const size_t need = format_codec_spec(spec, small, sizeof small);
+  if (need < sizeof small) return std::string(small, need);
+  std::string big(need + 1, '\0');
+  format_codec_spec(spec, &big[0], big.size());
+  big.resize(need);
+  return big;
+}
+
+BenchResult failed_result(const std::string& dataset, const std::string& codec, const std::string& requested,
+                          size_t n, int reps, const std::string& error) {
+  BenchResult r;
+  r.dataset = dataset;
+  r.codec = codec;
+  r.requested = requested;
+  r.error = error;
+  r.n = n;
+  r.reps = reps;
+  r.nnz = r.encoded_bytes = r.bits_per_coord = r.bits_per_nnz = kNull;
+  r.vnmse = r.bias = r.shrink = kNull;
+  r.encode_gbps = r.decode_gbps = r.decode_add_gbps = kNull;
+  r.workspace_bytes = r.workspace_ratio = r.count_error = r.ratio_to_memcpy = kNull;
+  r.decode_add_max_abs_diff = kNull;
+  return r;
+}
+
+double sum_squares(const float* x, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+// The number of coordinates the sparsifier of `spec` is asked to keep on x.
+double k_target(const CodecSpec& spec, const float* x, size_t n) {
+  switch (spec.sparsifier) {
+    case SparsifierKind::kTopK:
+    case SparsifierKind::kTopKApprox:
+    case SparsifierKind::kRandomK:
+      if (spec.k != 0) return static_cast<double>(std::min<size_t>(spec.k, n));
+      return static_cast<double>(k_for_density(spec.density, n));
+    case SparsifierKind::kThreshold: {
+      size_t count = 0;
+      for (size_t i = 0; i < n; ++i) count += fabsf(x[i]) >= spec.threshold ? 1 : 0;
+      return static_cast<double>(count);
+    }
+    case SparsifierKind::kNone:
+      break;
+  }
+  return kNull;
+}
+
+std::string fmt(double v, const char* format) {
+  if (isnan(v)) return "-";
+  char buf[64];
+  snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<float> make_bench1m(size_t n, uint64_t seed) {
+  std::vector<float> x(n);
+  NormalGenerator normal(seed);
+  for (size_t block = 0; block < n; block += kBench1MBlock) {
+    const double scale = exp(normal.next()) * 1e-3;
+    const size_t end = std::min(n, block + kBench1MBlock);
+    for (size_t i = block; i < end; ++i) x[i] = static_cast<float>(normal.next() * scale);
+  }
+  return x;
+}
+
+std::vector<std::string> split_codec_list(const std::string& list) {
+  std::vector<std::string> specs;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(';', start);
+    if (end == std::string::npos) end = list.size();
+    size_t b = start, e = end;
+    while (b < e && (list[b] == ' ' || list[b] == '\t' || list[b] == '\n')) ++b;
+    while (e > b && (list[e - 1] == ' ' || list[e - 1] == '\t' || list[e - 1] == '\n')) --e;
+    if (e > b) specs.push_back(list.substr(b, e - b));
+    start = end + 1;
+  }
+  return specs;
+}
+
+bool resolve_auto_spec(const std::string& spec, const float* x, size_t n, std::string* resolved,
+                       std::string* error) {
+  static const std::string kAuto = "<auto>";
+  std::string s = spec;
+  const std::string shared_key = "shared=" + kAuto;
+  size_t pos = s.find(shared_key);
+  if (pos != std::string::npos) {
+    // The value stage is the text after the last '+' (or the whole spec): "q<bits>...".
+    const size_t plus = s.rfind('+', pos);
+    const size_t stage = plus == std::string::npos ? 0 : plus + 1;
+    if (stage >= s.size() || s[stage] != 'q' || stage + 1 >= s.size() || s[stage + 1] < '1' ||
+        s[stage + 1] > '9') {
+      *error = "shared=<auto> needs a uniform value stage 'q<bits>' in '" + spec + "'";
+      return false;
+    }
+    int bits = 0;
+    size_t i = stage + 1;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9' && bits < 64) bits = bits * 10 + (s[i++] - '0');
+    if (bits < 2 || bits > 31) {
+      *error = "shared=<auto> needs 2..31 bits (a signed code), '" + spec + "' has " + std::to_string(bits);
+      return false;
+    }
+    float max_abs = 0.0f;
+    for (size_t j = 0; j < n; ++j) max_abs = std::max(max_abs, fabsf(x[j]));
+    if (!(max_abs > 0.0f) || !isfinite(max_abs)) {
+      *error = "shared=<auto>: the input's max |x| is " + format_float9(max_abs) + ", no step can be derived";
+      return false;
+    }
+    const float max_code = static_cast<float>((1u << (bits - 1)) - 1u);
+    float step = max_abs / max_code;
+    while (max_abs / step > max_code) step = nextafterf(step, std::numeric_limits<float>::infinity());
+    s.replace(pos + 7, kAuto.size(), format_float9(step));
+  }
+  const std::string thresh_key = "thresh:" + kAuto;
+  pos = s.find(thresh_key);
+  if (pos != std::string::npos) {
+    if (n == 0) {
+      *error = "thresh:<auto>: the input is empty";
+      return false;
+    }
+    std::vector<float> mags(n);
+    for (size_t j = 0; j < n; ++j) mags[j] = fabsf(x[j]);
+    const size_t k = k_for_density(kAutoThresholdDensity, n);
+    std::nth_element(mags.begin(), mags.begin() + static_cast<ptrdiff_t>(n - k), mags.end());
+    const float threshold = mags[n - k];
+    if (!(threshold > 0.0f) || !isfinite(threshold)) {
+      *error = "thresh:<auto>: the top-1% threshold of |x| is " + format_float9(threshold);
+      return false;
+    }
+    s.replace(pos + 7, kAuto.size(), format_float9(threshold));
+  }
+  if (s.find(kAuto) != std::string::npos) {
+    *error = "'" + spec + "': <auto> is only understood as shared=<auto> and thresh:<auto>";
+    return false;
+  }
+  *resolved = s;
+  return true;
+}
+
+BenchResult bench_memcpy(const std::string& dataset, const float* x, size_t n, int reps) {
+  BenchResult r = failed_result(dataset, "memcpy", "memcpy", n, std::max(reps, kMinBaselineReps), "");
+  std::vector<float> dst(n);
+  std::vector<double> times;
+  if (n > 0) memcpy(dst.data(), x, n * sizeof(float));  // warm up (and fault the pages in)
+  for (int rep = 0; rep < r.reps; ++rep) {
+    const Clock::time_point start = Clock::now();
+    if (n > 0) memcpy(dst.data(), x, n * sizeof(float));
+    times.push_back(seconds_since(start));
+    // Keep the copy observable so that it is not optimized away.
+    if (n > 0 && memcmp(&dst[n / 2], &x[n / 2], sizeof(float)) != 0) r.error = "memcpy mismatch";
+  }
+  r.nnz = static_cast<double>(n);
+  r.encoded_bytes = 4.0 * static_cast<double>(n);
+  r.bits_per_coord = 32.0;
+  r.vnmse = r.bias = r.shrink = 0.0;
+  r.encode_gbps = gbps(n, median(times));
+  r.workspace_bytes = 0.0;
+  r.workspace_ratio = 0.0;
+  r.ratio_to_memcpy = 1.0;
+  return r;
+}
+
+BenchResult bench_nth_element(const std::string& dataset, const float* x, size_t n, double density, int reps) {
+  char name[64];
+  snprintf(name, sizeof name, "nth_element:%g", density);
+  BenchResult r = failed_result(dataset, name, name, n, reps, "");
+  r.sparse = true;
+  if (n == 0) {
+    r.error = "empty input";
+    return r;
+  }
+  const size_t k = k_for_density(density, n);
+  std::vector<float> mags(n);
+  std::vector<uint32_t> indices(k);
+  std::vector<double> times;
+  for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
+    const Clock::time_point start = Clock::now();
+    for (size_t i = 0; i < n; ++i) mags[i] = fabsf(x[i]);
+    std::nth_element(mags.begin(), mags.begin() + static_cast<ptrdiff_t>(n - k), mags.end());
+    const float kth = mags[n - k];
+    size_t above = 0;
+    for (size_t i = 0; i < n; ++i) above += fabsf(x[i]) > kth ? 1 : 0;
+    size_t ties_left = k - above, count = 0;
+    for (size_t i = 0; i < n && count < k; ++i) {
+      const float a = fabsf(x[i]);
+      if (a > kth || (a == kth && ties_left > 0)) {
+        if (a == kth) --ties_left;
+        indices[count++] = static_cast<uint32_t>(i);
+      }
+    }
+    const double t = seconds_since(start);
+    if (rep > 0) times.push_back(t);
+    if (count != k) r.error = "nth_element selection kept " + std::to_string(count) + " of " + std::to_string(k);
+  }
+  // Keeping the k values exactly: the error is the energy of the dropped coordinates.
+  double kept = 0;
+  for (size_t j = 0; j < k; ++j) kept += static_cast<double>(x[indices[j]]) * x[indices[j]];
+  const double total = sum_squares(x, n);
+  r.nnz = static_cast<double>(k);
+  r.vnmse = total > 0 ? (total - kept) / total : kNull;
+  r.bias = r.vnmse;
+  r.shrink = total > 0 ? -(total - kept) / total : kNull;
+  r.encode_gbps = gbps(n, median(times));
+  r.workspace_bytes = 4.0 * static_cast<double>(n);
+  r.workspace_ratio = 1.0;
+  r.count_error = 0.0;
+  return r;
+}
+
+BenchResult bench_codec(const std::string& dataset, const float* x, size_t n, const std::string& spec_text,
+                        int reps) {
+  BenchResult r = failed_result(dataset, spec_text, spec_text, n, reps, "");
+  CodecSpec spec;
+  Status s = parse_codec_spec(spec_text.c_str(), &spec);
+  if (s != Status::kOk) {
+    r.error = "invalid spec: " + status_text(s);
+    return r;
+  }
+  r.codec = canonical_spec(spec);
+  r.sparse = spec.sparsifier != SparsifierKind::kNone;
+  if (reps < 1) {
+    r.error = "reps must be at least 1";
+    return r;
+  }
+
+  const size_t ws_bytes = workspace_size(spec, n);
+  const size_t cap = encoded_bound(spec, n);
+  std::vector<uint8_t> workspace(std::max<size_t>(ws_bytes, 1));
+  std::vector<uint8_t> encoded(std::max<size_t>(cap, 1));
+  std::vector<uint8_t> first_encoding;
+  std::vector<float> decoded(n), accumulator(n);
+  std::vector<double> mean_decoded(n, 0.0);
+  std::vector<double> encode_times, decode_times, decode_add_times;
+  const double x_energy = sum_squares(x, n);
+  double vnmse_sum = 0, shrink_sum = 0, nnz_sum = 0, bytes_sum = 0, max_abs_diff = 0;
+
+  for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up with seed 1 (and checks determinism)
+    const uint64_t seed = rep == 0 ? 1 : static_cast<uint64_t>(rep);
+    // Real callers reuse their buffers: the bytes must not depend on what the output and the
+    // workspace held before. Rep 0 starts from zeros, the others from a pattern (untimed).
+    const uint8_t fill = rep == 0 ? 0x00 : static_cast<uint8_t>(0xA5 ^ rep);
+    std::fill(encoded.begin(), encoded.end(), fill);
+    std::fill(workspace.begin(), workspace.end(), static_cast<uint8_t>(~fill));
+    size_t written = 0;
+    Clock::time_point start = Clock::now();
+    s = encode(spec, {x, n}, seed, {workspace.data(), ws_bytes}, {encoded.data(), cap}, &written);
+    const double t_encode = seconds_since(start);
+    if (s != Status::kOk) {
+      r.error = "encode: " + status_text(s);
+      return r;
+    }
+    if (written > cap) {
+      r.error = "encode wrote " + std::to_string(written) + " bytes, more than encoded_bound " + std::to_string(cap);
+      return r;
+    }
+    const Span<const uint8_t> bytes(encoded.data(), written);
+    EncodedInfo info;
+    s = inspect(bytes, &info);
+    if (s != Status::kOk) {
+      r.error = "inspect of a fresh encoding: " + status_text(s);
+      return r;
+    }
+    if (info.total_bytes != written || info.n != n) {
+      r.error = "inspect disagrees with encode: total_bytes " + std::to_string(info.total_bytes) + " vs " +
+                std::to_string(written) + ", n " + std::to_string(info.n) + " vs " + std::to_string(n);
+      return r;
+    }
+
+    start = Clock::now();
+    s = decode(bytes, {decoded.data(), n});
+    const double t_decode = seconds_since(start);
+    if (s != Status::kOk) {
+      r.error = "decode: " + status_text(s);
+      return r;
+    }
+
+    std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+    start = Clock::now();
+    s = decode_add(bytes, 1.0f, {accumulator.data(), n});
+    const double t_decode_add = seconds_since(start);
+    if (s != Status::kOk) {
+      r.error = "decode_add: " + status_text(s);
+      return r;
+    }
+
+    if (rep == 0) {
+      first_encoding.assign(encoded.data(), encoded.data() + written);
+      continue;
+    }
+    if (rep == 1) {
+      r.deterministic = first_encoding.size() == written &&
+                        (written == 0 || memcmp(first_encoding.data(), encoded.data(), written) == 0);
+    }
+    encode_times.push_back(t_encode);
+    decode_times.push_back(t_decode);
+    decode_add_times.push_back(t_decode_add);
+    nnz_sum += info.nnz;
+    bytes_sum += static_cast<double>(written);
+
+    double err = 0, dot = 0, scale = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double xi = x[i], yi = decoded[i];
+      err += (yi - xi) * (yi - xi);
+      dot += (yi - xi) * xi;
+      mean_decoded[i] += yi;
+      scale = std::max(scale, fabs(yi));
+      if (!isfinite(yi)) r.error = "decode produced a non-finite value at index " + std::to_string(i);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      max_abs_diff = std::max(max_abs_diff, fabs(static_cast<double>(accumulator[i]) - decoded[i]));
+    }
+    if (max_abs_diff > 1e-5 * scale) r.decode_add_consistent = false;
+    vnmse_sum += x_energy > 0 ? err / x_energy : kNull;
+    shrink_sum += x_energy > 0 ? dot / x_energy : kNull;
+  }
+  if (!r.error.empty()) return r;
+
+  double bias_err = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = mean_decoded[i] / reps - x[i];
+    bias_err += d * d;
+  }
+  r.nnz = nnz_sum / reps;
+  r.encoded_bytes = bytes_sum / reps;
+  r.bits_per_coord = n > 0 ? r.encoded_bytes * 8.0 / static_cast<double>(n) : kNull;
+  r.bits_per_nnz = r.sparse && r.nnz > 0 ? r.encoded_bytes * 8.0 / r.nnz : kNull;
+  r.vnmse = vnmse_sum / reps;
+  r.shrink = shrink_sum / reps;
+  r.bias = x_energy > 0 ? bias_err / x_energy : kNull;
+  r.encode_gbps = gbps(n, median(encode_times));
+  r.decode_gbps = gbps(n, median(decode_times));
+  r.decode_add_gbps = gbps(n, median(decode_add_times));
+  r.workspace_bytes = static_cast<double>(ws_bytes);
+  r.workspace_ratio = n > 0 ? static_cast<double>(ws_bytes) / (4.0 * static_cast<double>(n)) : kNull;
+  if (r.sparse) {
+    const double target = k_target(spec, x, n);
+    r.count_error = target > 0 ? r.nnz / target - 1.0 : kNull;
+  }
+  r.decode_add_max_abs_diff = max_abs_diff;
+  return r;
+}
+
+std::string bench_result_json(const BenchResult& r) {
+  JsonObjectWriter w;
+  w.add_string("dataset", r.dataset).add_string("codec", r.codec);
+  if (r.requested != r.codec) w.add_string("requested", r.requested);
+  w.add_uint("n", r.n);
+  if (!r.error.empty()) {
+    w.add_string("error", r.error).add_uint("reps", static_cast<uint64_t>(r.reps));
+    return w.str();
+  }
+  w.add_number("nnz", r.nnz, 12)
+      .add_number("encoded_bytes", r.encoded_bytes, 15)
+      .add_number("bits_per_coord", r.bits_per_coord, 7)
+      .add_number("bits_per_nnz", r.bits_per_nnz, 7)
+      .add_number("vnmse", r.vnmse, 6)
+      .add_number("bias", r.bias, 6)
+      .add_number("shrink", r.shrink, 6)
+      .add_number("encode_gbps", r.encode_gbps, 5)
+      .add_number("decode_gbps", r.decode_gbps, 5)
+      .add_number("decode_add_gbps", r.decode_add_gbps, 5)
+      .add_number("ratio_to_memcpy", r.ratio_to_memcpy, 5)
+      .add_number("workspace_bytes", r.workspace_bytes, 15)
+      .add_number("workspace_ratio", r.workspace_ratio, 6)
+      .add_number("count_error", r.count_error, 6)
+      .add_uint("reps", static_cast<uint64_t>(r.reps));
+  if (r.codec != "memcpy" && r.codec.compare(0, 11, "nth_element") != 0) {
+    w.add_bool("deterministic", r.deterministic).add_bool("decode_add_consistent", r.decode_add_consistent);
+  }
+  return w.str();
+}
+
+void print_bench_table(const std::vector<BenchResult>& results, std::ostream& out) {
+  size_t codec_width = 5;
+  for (const BenchResult& r : results) codec_width = std::max(codec_width, r.codec.size());
+  struct Column {
+    const char* title;
+    int width;
+  };
+  static const Column kColumns[] = {{"bits/coord", 10}, {"bits/nnz", 9},   {"vNMSE", 10},    {"bias", 10},
+                                    {"shrink", 10},     {"enc GB/s", 9},   {"dec GB/s", 9},  {"dec+add GB/s", 12},
+                                    {"ws ratio", 9},    {"x memcpy", 9}};
+  char buf[128];
+  snprintf(buf, sizeof buf, "%-*s", static_cast<int>(codec_width), "codec");
+  std::string line = buf;
+  for (const Column& c : kColumns) {
+    snprintf(buf, sizeof buf, "  %*s", c.width, c.title);
+    line += buf;
+  }
+  out << line << "\n" << std::string(line.size(), '-') << "\n";
+  for (const BenchResult& r : results) {
+    snprintf(buf, sizeof buf, "%-*s", static_cast<int>(codec_width), r.codec.c_str());
+    line = buf;
+    if (!r.error.empty()) {
+      out << line << "  FAILED: " << r.error << "\n";
+      continue;
+    }
+    const std::string cells[] = {fmt(r.bits_per_coord, "%.3f"), fmt(r.bits_per_nnz, "%.2f"),
+                                 fmt(r.vnmse, "%.3e"),          fmt(r.bias, "%.3e"),
+                                 fmt(r.shrink, "%+.2e"),        fmt(r.encode_gbps, "%.3f"),
+                                 fmt(r.decode_gbps, "%.3f"),    fmt(r.decode_add_gbps, "%.3f"),
+                                 fmt(r.workspace_ratio, "%.3f"), fmt(r.ratio_to_memcpy, "%.3f")};
+    for (size_t i = 0; i < sizeof kColumns / sizeof kColumns[0]; ++i) {
+      snprintf(buf, sizeof buf, "  %*s", kColumns[i].width, cells[i].c_str());
+      line += buf;
+    }
+    if (!r.deterministic) line += "  [bytes depend on buffer contents]";
+    if (!r.decode_add_consistent) line += "  [decode_add != decode]";
+    out << line << "\n";
+  }
+}
+
+int run_bench(const BenchOptions& options, std::ostream& out, std::ostream& err) {
+  const int reps = options.reps > 0 ? options.reps : (options.quick ? kBenchQuickReps : kBenchDefaultReps);
+  const std::vector<std::string> specs =
+      split_codec_list(options.codecs.empty() ? std::string(kDefaultBenchCodecs) : options.codecs);
+  if (specs.empty()) {
+    err << "edgefl bench: --codecs lists no codec\n";
+    return 2;
+  }
+  if (!options.bench1m && options.inputs.empty()) {
+    err << "edgefl bench: --no-bench1m needs at least one --input\n";
+    return 2;
+  }
+
+  struct Dataset {
+    std::string name;
+    std::vector<float> values;
+  };
+  std::vector<Dataset> datasets;
+  if (options.bench1m) datasets.push_back({"Bench-1M", make_bench1m()});
+  for (const std::string& path : options.inputs) {
+    NpyArray array;
+    std::string error;
+    if (!read_npy_file(path, &array, &error)) {
+      err << "edgefl bench: " << error << "\n";
+      return 1;
+    }
+    datasets.push_back({path_basename(path), std::move(array.values)});
+  }
+
+  std::ofstream json;
+  if (!options.json_path.empty()) {
+    json.open(options.json_path, std::ios::out | std::ios::trunc);
+    if (!json) {
+      err << "edgefl bench: " << options.json_path << ": cannot create\n";
+      return 1;
+    }
+  }
+
+  bool any_failed = false;
+  for (const Dataset& d : datasets) {
+    const float* x = d.values.data();
+    const size_t n = d.values.size();
+    out << "dataset " << d.name << ": n=" << n << ", reps=" << reps << "\n";
+    std::vector<BenchResult> results;
+    results.push_back(bench_memcpy(d.name, x, n, reps));
+    const double memcpy_gbps = results.back().encode_gbps;
+    results.push_back(bench_nth_element(d.name, x, n, 0.01, reps));
+    for (const std::string& spec : specs) {
+      std::string resolved, error;
+      if (!resolve_auto_spec(spec, x, n, &resolved, &error)) {
+        results.push_back(failed_result(d.name, spec, spec, n, reps, error));
+      } else {
+        results.push_back(bench_codec(d.name, x, n, resolved, reps));
+        results.back().requested = spec;
+      }
+    }
+    for (BenchResult& r : results) {
+      if (r.error.empty()) {
+        r.ratio_to_memcpy = memcpy_gbps > 0 ? r.encode_gbps / memcpy_gbps : kNull;
+        if (!r.deterministic || !r.decode_add_consistent) any_failed = true;
+        if (!r.deterministic) {
+          err << "edgefl bench: warning: " << d.name << " / " << r.codec
+              << ": seed 1 gave different bytes into a zeroed and a pre-filled output buffer\n";
+        }
+        if (!r.decode_add_consistent) {
+          err << "edgefl bench: warning: " << d.name << " / " << r.codec
+              << ": decode_add into zeros differs from decode by up to " << r.decode_add_max_abs_diff << "\n";
+        }
+      } else {
+        any_failed = true;
+        err << "edgefl bench: " << d.name << " / " << r.codec << ": " << r.error << "\n";
+      }
+      if (json.is_open()) json << bench_result_json(r) << "\n";
+    }
+    print_bench_table(results, out);
+    out << "\n";
+    out.flush();
+  }
+  if (json.is_open()) {
+    json.flush();
+    if (!json) {
+      err << "edgefl bench: " << options.json_path << ": write failed\n";
+      return 1;
+    }
+  }
+  return any_failed ? 1 : 0;
+}
+
+}  // namespace cli
+}  // namespace edgefl

@@ -1,0 +1,674 @@
+#include "commands.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include <chrono>
+#include <ostream>
+
+#include "bench.h"
+#include "edgefl/config.h"
+#include "edgefl/status.h"
+#include "file_io.h"
+#include "json_writer.h"
+#include "npy.h"
+
+#ifndef EDGEFL_CLI_VERSION
+#define EDGEFL_CLI_VERSION "0.1.0"
+#endif
+
+namespace edgefl {
+namespace cli {
+
+namespace {
+
+// The largest .efl file read: a header plus 8 bytes per coordinate at the largest dimension
+// (fp32 values and 32-bit indices); inspect() checks the real size against the header.
+constexpr size_t kMaxEncodingFileBytes = kEncodedHeaderBytes + size_t{8} * size_t{EDGEFL_MAX_DIMENSION};
+
+constexpr uint64_t kDefaultSeed = 1;
+
+const char kUsage[] =
+    "usage: edgefl <command> [options]\n"
+    "\n"
+    "Compress model updates with the edgefl codecs.\n"
+    "\n"
+    "commands:\n"
+    "  encode   --codec SPEC [--seed N] IN.npy OUT.efl   encode a float32/float16 .npy array\n"
+    "  decode   IN.efl OUT.npy                          decode to a 1-D float32 .npy array\n"
+    "  inspect  [--json] IN.efl                         verify an encoding and print its header\n"
+    "  add      A.efl B.efl OUT.efl                     add two summable encodings without decoding\n"
+    "  bench    [--input IN.npy]... [--codecs LIST]     benchmark codecs (Bench-1M and inputs)\n"
+    "\n"
+    "options:\n"
+    "  -h, --help      show help (also `edgefl <command> --help`)\n"
+    "  -V, --version   print the version\n"
+    "\n"
+    "exit status: 0 success, 1 failure (bad file, codec error), 2 bad command line.\n";
+
+const char kEncodeUsage[] =
+    "usage: edgefl encode --codec SPEC [--seed N] IN.npy OUT.efl\n"
+    "\n"
+    "Reads a float32 ('<f4') or float16 ('<f2') .npy array of any shape (flattened in C order),\n"
+    "encodes it with SPEC and writes the encoding. A summary (n, bytes, bits/coord) goes to stderr.\n"
+    "\n"
+    "options:\n"
+    "  --codec SPEC   codec spec, e.g. fp16, bf16, q8, q4:block=64, q8:shared=0.001, hq4, qsgd:s=15,\n"
+    "                 tern, sign, topk:0.01+q4, topk:k=1000,idx=rice+fp16, thresh:0.01+q8, randk:0.1+q8\n"
+    "  --seed N       seed of stochastic rounding, random-k and rotations (default 1; decimal or 0x hex)\n"
+    "\n"
+    "spec grammar:\n"
+    "  spec       := [sparsifier '+'] values | sparsifier\n"
+    "  sparsifier := topk:(FRACTION|k=COUNT)[,approx][,sample=F][,idx=ef|rice|auto]\n"
+    "              | thresh:ABS[,idx=...] | randk:(FRACTION|k=COUNT)[,unscaled]\n"
+    "  values     := fp32 | fp16 | bf16 | q{1,2,4,8}[:block=N|det|shared=STEP] | hq{1,2,3,4}[:block=N]\n"
+    "              | qsgd[:s=LEVELS,bucket=N] | tern[:block=N] | sign[:block=N]\n";
+
+const char kDecodeUsage[] =
+    "usage: edgefl decode IN.efl OUT.npy\n"
+    "\n"
+    "Verifies the encoding, decodes it and writes a 1-D float32 .npy array of its n coordinates\n"
+    "(coordinates a sparse encoding does not carry are 0).\n";
+
+const char kInspectUsage[] =
+    "usage: edgefl inspect [--json] IN.efl\n"
+    "\n"
+    "Verifies the header and the checksum of an encoding (the payload is not decoded) and prints\n"
+    "its fields, byte counts and bits per coordinate / per non-zero.\n"
+    "\n"
+    "options:\n"
+    "  --json   print one JSON object instead of text\n";
+
+const char kAddUsage[] =
+    "usage: edgefl add A.efl B.efl OUT.efl\n"
+    "\n"
+    "Writes the encoding of decode(A) + decode(B) without decoding to floats. Works for encodings\n"
+    "whose codes add as integers or exact floats: shared-scale uniform codes (qB:shared=STEP) and fp32\n"
+    "values, dense or random-k with the same seed. Top-k, per-block-scaled and rotated codes need a\n"
+    "decode and a re-encode.\n";
+
+const char kBenchUsage[] =
+    "usage: edgefl bench [--input IN.npy]... [--codecs LIST] [--reps N] [--json OUT.jsonl] [--quick]\n"
+    "                    [--no-bench1m]\n"
+    "\n"
+    "Measures every codec in LIST on Bench-1M (2^20 synthetic gradient-like floats, seed 42) and on\n"
+    "each --input, with baselines memcpy and nth_element:0.01 measured in the same run. Prints a table\n"
+    "on stdout; --json writes one JSON object per (dataset, codec) line.\n"
+    "\n"
+    "options:\n"
+    "  --input IN.npy   add a dataset (float32 or float16 .npy, flattened); repeatable\n"
+    "  --codecs LIST    ';'-separated specs (quote it in the shell); shared=<auto> and thresh:<auto>\n"
+    "                   are computed from each dataset. Default: every codec family.\n"
+    "  --reps N         repetitions (seeds 1..N); times are medians, errors means (default 7)\n"
+    "  --quick          3 repetitions unless --reps is given\n"
+    "  --json FILE      write JSON lines to FILE\n"
+    "  --no-bench1m     only the --input datasets\n";
+
+struct OptionDef {
+  const char* name;  // "--codec"
+  bool takes_value;
+  bool repeatable;
+};
+
+struct ParsedArgs {
+  std::vector<std::string> positional;
+  std::vector<std::pair<std::string, std::string>> options;
+  bool help = false;
+
+  bool has(const std::string& name) const {
+    for (const auto& o : options) {
+      if (o.first == name) return true;
+    }
+    return false;
+  }
+  std::string value(const std::string& name) const {
+    for (const auto& o : options) {
+      if (o.first == name) return o.second;
+    }
+    return std::string();
+  }
+  std::vector<std::string> values(const std::string& name) const {
+    std::vector<std::string> v;
+    for (const auto& o : options) {
+      if (o.first == name) v.push_back(o.second);
+    }
+    return v;
+  }
+};
+
+// Parses argv[first, argc): options (`--name value`, `--name=value`, flags) anywhere, `--` ends
+// options, -h/--help sets `help`.
+bool parse_args(int argc, const char* const* argv, int first, const std::vector<OptionDef>& defs,
+                ParsedArgs* args, std::string* error) {
+  bool options_done = false;
+  for (int i = first; i < argc; ++i) {
+    const std::string arg = argv[i] != nullptr ? argv[i] : "";
+    if (options_done || arg.size() < 2 || arg[0] != '-') {
+      args->positional.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      options_done = true;
+      continue;
+    }
+    if (arg == "-h" || arg == "--help") {
+      args->help = true;
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const OptionDef* def = nullptr;
+    for (const OptionDef& d : defs) {
+      if (name == d.name) def = &d;
+    }
+    if (def == nullptr) {
+      *error = "unknown option '" + name + "'";
+      return false;
+    }
+    if (!def->repeatable && args->has(name)) {
+      *error = "option '" + name + "' given twice";
+      return false;
+    }
+    std::string value;
+    if (def->takes_value) {
+      if (eq != std::string::npos) {
+        value = arg.substr(eq + 1);
+      } else if (i + 1 < argc && argv[i + 1] != nullptr) {
+        value = argv[++i];
+      } else {
+        *error = "option '" + name + "' needs a value";
+        return false;
+      }
+    } else if (eq != std::string::npos) {
+      *error = "option '" + name + "' takes no value";
+      return false;
+    }
+    args->options.emplace_back(name, value);
+  }
+  return true;
+}
+
+bool parse_u64(const std::string& text, uint64_t* out) {
+  if (text.empty()) return false;
+  uint64_t v = 0;
+  size_t i = 0;
+  unsigned base = 10;
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+    base = 16;
+    i = 2;
+  }
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    unsigned digit;
+    if (c >= '0' && c <= '9') {
+      digit = static_cast<unsigned>(c - '0');
+    } else if (base == 16 && c >= 'a' && c <= 'f') {
+      digit = static_cast<unsigned>(c - 'a' + 10);
+    } else if (base == 16 && c >= 'A' && c <= 'F') {
+      digit = static_cast<unsigned>(c - 'A' + 10);
+    } else {
+      return false;
+    }
+    if (v > (UINT64_MAX - digit) / base) return false;
+    v = v * base + digit;
+  }
+  *out = v;
+  return true;
+}
+
+bool parse_positive_int(const std::string& text, int max, int* out) {
+  uint64_t v = 0;
+  if (!parse_u64(text, &v) || v < 1 || v > static_cast<uint64_t>(max)) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+std::string status_text(Status s) {
+  std::string text = status_name(s);
+  const char* message = status_message(s);
+  if (message != nullptr && message[0] != '\0') {
+    text += " (";
+    text += message;
+    text += ")";
+  }
+  return text;
+}
+
+std::string flags_text(const EncodedInfo& info) {
+  std::string s;
+  auto add = [&s](const char* flag) {
+    if (!s.empty()) s += ",";
+    s += flag;
+  };
+  if (info.stochastic) add("stochastic");
+  if (info.shared_scale) add("shared_scale");
+  if (info.randk_unscaled) add("randk_unscaled");
+  return s.empty() ? "none" : s;
+}
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string float9(double v) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+bool is_sparse(const EncodedInfo& info) { return info.sparsifier != SparsifierKind::kNone; }
+
+// Names the header fields in which `a` and `b` differ (for kIncompatible).
+std::string describe_differences(const EncodedInfo& a, const EncodedInfo& b) {
+  std::string s;
+  auto diff = [&s](const char* field, const std::string& va, const std::string& vb) {
+    if (va == vb) return;
+    if (!s.empty()) s += ", ";
+    s += std::string(field) + " " + va + " vs " + vb;
+  };
+  diff("n", std::to_string(a.n), std::to_string(b.n));
+  diff("sparsifier", sparsifier_name(a.sparsifier), sparsifier_name(b.sparsifier));
+  diff("values", value_coder_name(a.values), value_coder_name(b.values));
+  diff("bits", std::to_string(a.bits), std::to_string(b.bits));
+  diff("block", std::to_string(a.block), std::to_string(b.block));
+  diff("levels", std::to_string(a.levels), std::to_string(b.levels));
+  diff("flags", flags_text(a), flags_text(b));
+  diff("param (step/threshold)", float9(a.param), float9(b.param));
+  if (a.sparsifier == SparsifierKind::kRandomK || b.sparsifier == SparsifierKind::kRandomK) {
+    diff("nnz", std::to_string(a.nnz), std::to_string(b.nnz));
+    diff("seed", std::to_string(a.seed), std::to_string(b.seed));
+  }
+  return s.empty() ? "the header fields agree; the core rejected another parameter" : s;
+}
+
+void print_inspect_text(const std::string& path, const EncodedInfo& info, std::ostream& out) {
+  auto row = [&out](const char* key, const std::string& value) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%-16s", key);
+    out << buf << value << "\n";
+  };
+  row("file", path);
+  row("version", std::to_string(info.version));
+  row("sparsifier", sparsifier_name(info.sparsifier));
+  row("values", value_coder_name(info.values));
+  row("index_coding", index_coding_name(info.index_coding));
+  row("n", std::to_string(info.n));
+  row("nnz", std::to_string(info.nnz));
+  row("bits", std::to_string(info.bits));
+  row("block", std::to_string(info.block));
+  row("levels", std::to_string(info.levels));
+  row("flags", flags_text(info));
+  row("param", float9(info.param));
+  row("seed", std::to_string(info.seed));
+  row("contributions", std::to_string(info.contributions));
+  row("header_bytes", std::to_string(info.header_bytes));
+  row("index_bytes", std::to_string(info.index_bytes));
+  row("value_bytes", std::to_string(info.value_bytes));
+  row("total_bytes", std::to_string(info.total_bytes));
+  row("bits_per_coord",
+      info.n > 0 ? fixed(static_cast<double>(info.total_bytes) * 8.0 / info.n, 4) : std::string("-"));
+  if (is_sparse(info)) {
+    row("bits_per_nnz",
+        info.nnz > 0 ? fixed(static_cast<double>(info.total_bytes) * 8.0 / info.nnz, 4) : std::string("-"));
+  }
+  row("checksum", hex32(info.checksum) + " (crc32c, verified)");
+}
+
+void print_inspect_json(const std::string& path, const EncodedInfo& info, std::ostream& out) {
+  JsonObjectWriter w;
+  w.add_string("file", path)
+      .add_uint("version", info.version)
+      .add_string("sparsifier", sparsifier_name(info.sparsifier))
+      .add_string("values", value_coder_name(info.values))
+      .add_string("index_coding", index_coding_name(info.index_coding))
+      .add_uint("n", info.n)
+      .add_uint("nnz", info.nnz)
+      .add_uint("bits", info.bits)
+      .add_uint("block", info.block)
+      .add_uint("levels", info.levels)
+      .add_string("flags", flags_text(info))
+      .add_bool("stochastic", info.stochastic)
+      .add_bool("shared_scale", info.shared_scale)
+      .add_bool("randk_unscaled", info.randk_unscaled)
+      .add_number("param", info.param)
+      .add_uint("seed", info.seed)
+      .add_uint("contributions", info.contributions)
+      .add_uint("header_bytes", info.header_bytes)
+      .add_uint("index_bytes", info.index_bytes)
+      .add_uint("value_bytes", info.value_bytes)
+      .add_uint("total_bytes", info.total_bytes);
+  if (info.n > 0) {
+    w.add_number("bits_per_coord", static_cast<double>(info.total_bytes) * 8.0 / info.n, 7);
+  } else {
+    w.add_null("bits_per_coord");
+  }
+  if (is_sparse(info) && info.nnz > 0) {
+    w.add_number("bits_per_nnz", static_cast<double>(info.total_bytes) * 8.0 / info.nnz, 7);
+  } else {
+    w.add_null("bits_per_nnz");
+  }
+  w.add_string("checksum", hex32(info.checksum));
+  out << w.str() << "\n";
+}
+
+int usage_error(std::ostream& err, const char* command, const std::string& message, const char* usage) {
+  err << "edgefl " << command << ": " << message << "\n" << usage;
+  return kExitUsage;
+}
+
+}  // namespace
+
+const char* cli_version() { return EDGEFL_CLI_VERSION; }
+
+bool load_encoding(const std::string& path, std::vector<uint8_t>* bytes, EncodedInfo* info, std::string* error) {
+  if (!read_file_bytes(path, kMaxEncodingFileBytes, bytes, error)) return false;
+  const Status s = inspect({bytes->data(), bytes->size()}, info);
+  if (s != Status::kOk) {
+    *error = path + ": not a valid edgefl encoding: " + status_text(s);
+    return false;
+  }
+  if (info->total_bytes != bytes->size()) {
+    *error = path + ": the file is " + std::to_string(bytes->size()) + " bytes but the encoding is " +
+             std::to_string(info->total_bytes) + " (trailing data)";
+    return false;
+  }
+  return true;
+}
+
+std::string not_summable_reason(const EncodedInfo& info) {
+  if (is_summable(info)) return "";
+  static const char kTail[] =
+      "; only shared-scale integer codes (q<bits>:shared=STEP) and fp32 values, dense or shared-seed "
+      "random-k, can be added without decoding (decode both, add, and re-encode instead)";
+  std::string why;
+  switch (info.sparsifier) {
+    case SparsifierKind::kTopK:
+    case SparsifierKind::kTopKApprox:
+      why = "top-k encodings choose their own indices";
+      break;
+    case SparsifierKind::kThreshold:
+      why = "threshold encodings choose their own indices";
+      break;
+    case SparsifierKind::kNone:
+    case SparsifierKind::kRandomK:
+      break;
+  }
+  if (why.empty()) {
+    switch (info.values) {
+      case ValueCoderKind::kUniform:
+        why = info.shared_scale ? "these shared-scale codes are not summable"
+                                : "uniform codes with a per-block min and step do not add as integers";
+        break;
+      case ValueCoderKind::kFp16:
+        why = "fp16 values would need rounding again after the sum";
+        break;
+      case ValueCoderKind::kBf16:
+        why = "bf16 values would need rounding again after the sum";
+        break;
+      case ValueCoderKind::kQsgd:
+        why = "QSGD levels are scaled by each bucket's own norm";
+        break;
+      case ValueCoderKind::kTernGrad:
+        why = "TernGrad codes are scaled by each block's own max |x|";
+        break;
+      case ValueCoderKind::kScaledSign:
+        why = "sign codes are scaled by each block's own mean |x|";
+        break;
+      case ValueCoderKind::kHadamard:
+        why = "Hadamard (hq) codes are Lloyd-Max levels of a rotated, per-block-scaled vector";
+        break;
+      case ValueCoderKind::kFp32:
+        why = "these fp32 encodings are not summable";
+        break;
+    }
+  }
+  return why + kTail;
+}
+
+int run_encode(const std::string& spec_text, uint64_t seed, const std::string& in_npy, const std::string& out_efl,
+               std::ostream& err) {
+  CodecSpec spec;
+  Status s = parse_codec_spec(spec_text.c_str(), &spec);
+  if (s != Status::kOk) {
+    err << "edgefl encode: invalid codec spec '" << spec_text << "': " << status_text(s)
+        << "; see `edgefl encode --help`\n";
+    return kExitFailure;
+  }
+  NpyArray array;
+  std::string error;
+  if (!read_npy_file(in_npy, &array, &error)) {
+    err << "edgefl encode: " << error << "\n";
+    return kExitFailure;
+  }
+  const size_t n = array.values.size();
+  const size_t ws_bytes = workspace_size(spec, n);
+  const size_t cap = encoded_bound(spec, n);
+  std::vector<uint8_t> workspace(ws_bytes > 0 ? ws_bytes : 1);
+  std::vector<uint8_t> out(cap > 0 ? cap : 1);
+  size_t written = 0;
+  const auto start = std::chrono::steady_clock::now();
+  s = encode(spec, {array.values.data(), n}, seed, {workspace.data(), ws_bytes}, {out.data(), cap}, &written);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (s != Status::kOk) {
+    err << "edgefl encode: " << in_npy << ": " << status_text(s);
+    if (s == Status::kNonFiniteInput) {
+      for (size_t i = 0; i < n; ++i) {
+        if (!isfinite(array.values[i])) {
+          err << "; first at flat index " << i << " (" << float9(array.values[i]) << ")";
+          break;
+        }
+      }
+    }
+    err << "\n";
+    return kExitFailure;
+  }
+  if (written > cap) {
+    err << "edgefl encode: internal error: " << written << " bytes written, bound " << cap << "\n";
+    return kExitFailure;
+  }
+  if (!write_file_bytes(out_efl, out.data(), written, &error)) {
+    err << "edgefl encode: " << error << "\n";
+    return kExitFailure;
+  }
+  char canonical[256];
+  format_codec_spec(spec, canonical, sizeof canonical);
+  err << "edgefl encode: " << canonical << " seed=" << seed << ": n=" << n << " bytes=" << written
+      << " bits/coord=" << (n > 0 ? fixed(static_cast<double>(written) * 8.0 / n, 4) : std::string("-"))
+      << " (" << fixed(ms, 2) << " ms)\n";
+  return kExitOk;
+}
+
+int run_decode(const std::string& in_efl, const std::string& out_npy, std::ostream& err) {
+  std::vector<uint8_t> bytes;
+  EncodedInfo info;
+  std::string error;
+  if (!load_encoding(in_efl, &bytes, &info, &error)) {
+    err << "edgefl decode: " << error << "\n";
+    return kExitFailure;
+  }
+  std::vector<float> values(info.n);
+  const Status s = decode({bytes.data(), bytes.size()}, {values.data(), values.size()});
+  if (s != Status::kOk) {
+    err << "edgefl decode: " << in_efl << ": " << status_text(s) << "\n";
+    return kExitFailure;
+  }
+  if (!write_npy_f32_file(out_npy, values.data(), values.size(), &error)) {
+    err << "edgefl decode: " << error << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+int run_inspect(const std::string& in_efl, bool json, std::ostream& out, std::ostream& err) {
+  std::vector<uint8_t> bytes;
+  EncodedInfo info;
+  std::string error;
+  if (!load_encoding(in_efl, &bytes, &info, &error)) {
+    err << "edgefl inspect: " << error << "\n";
+    return kExitFailure;
+  }
+  if (json) {
+    print_inspect_json(in_efl, info, out);
+  } else {
+    print_inspect_text(in_efl, info, out);
+  }
+  return kExitOk;
+}
+
+int run_add(const std::string& a_efl, const std::string& b_efl, const std::string& out_efl, std::ostream& err) {
+  std::vector<uint8_t> a, b;
+  EncodedInfo a_info, b_info;
+  std::string error;
+  if (!load_encoding(a_efl, &a, &a_info, &error) || !load_encoding(b_efl, &b, &b_info, &error)) {
+    err << "edgefl add: " << error << "\n";
+    return kExitFailure;
+  }
+  for (const auto* side : {&a_info, &b_info}) {
+    if (!is_summable(*side)) {
+      err << "edgefl add: " << (side == &a_info ? a_efl : b_efl) << " (" << sparsifier_name(side->sparsifier)
+          << " + " << value_coder_name(side->values) << ") cannot be added without decoding: "
+          << not_summable_reason(*side) << "\n";
+      return kExitFailure;
+    }
+  }
+  const size_t cap = add_encoded_bound(a_info, b_info);
+  std::vector<uint8_t> out(cap > 0 ? cap : 1);
+  size_t written = 0;
+  const Status s = add_encoded({a.data(), a.size()}, {b.data(), b.size()}, {out.data(), cap}, &written);
+  if (s != Status::kOk) {
+    err << "edgefl add: " << status_text(s);
+    if (s == Status::kNotSummable) {
+      err << ": " << not_summable_reason(a_info);
+    } else if (s == Status::kIncompatible) {
+      err << ": " << describe_differences(a_info, b_info);
+    } else if (s == Status::kOverflow) {
+      err << ": a summed code does not fit in 32 bits; use a larger shared step";
+    }
+    err << "\n";
+    return kExitFailure;
+  }
+  if (written > cap) {
+    err << "edgefl add: internal error: " << written << " bytes written, bound " << cap << "\n";
+    return kExitFailure;
+  }
+  if (!write_file_bytes(out_efl, out.data(), written, &error)) {
+    err << "edgefl add: " << error << "\n";
+    return kExitFailure;
+  }
+  EncodedInfo sum_info;
+  if (inspect({out.data(), written}, &sum_info) == Status::kOk) {
+    err << "edgefl add: " << out_efl << ": n=" << sum_info.n << " bytes=" << written
+        << " contributions=" << sum_info.contributions << " bits=" << unsigned{sum_info.bits} << "\n";
+  } else {
+    err << "edgefl add: warning: the sum written to " << out_efl << " does not inspect cleanly\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  if (argc < 2 || argv[1] == nullptr) {
+    err << kUsage;
+    return kExitUsage;
+  }
+  const std::string command = argv[1];
+  if (command == "-h" || command == "--help" || command == "help") {
+    out << kUsage;
+    return kExitOk;
+  }
+  if (command == "-V" || command == "--version" || command == "version") {
+    out << "edgefl " << cli_version() << "\n";
+    return kExitOk;
+  }
+
+  ParsedArgs args;
+  std::string error;
+  if (command == "encode") {
+    if (!parse_args(argc, argv, 2, {{"--codec", true, false}, {"--seed", true, false}}, &args, &error)) {
+      return usage_error(err, "encode", error, kEncodeUsage);
+    }
+    if (args.help) {
+      out << kEncodeUsage;
+      return kExitOk;
+    }
+    if (!args.has("--codec")) return usage_error(err, "encode", "--codec SPEC is required", kEncodeUsage);
+    if (args.positional.size() != 2) return usage_error(err, "encode", "expected IN.npy OUT.efl", kEncodeUsage);
+    uint64_t seed = kDefaultSeed;
+    if (args.has("--seed") && !parse_u64(args.value("--seed"), &seed)) {
+      return usage_error(err, "encode", "--seed needs an unsigned 64-bit integer", kEncodeUsage);
+    }
+    return run_encode(args.value("--codec"), seed, args.positional[0], args.positional[1], err);
+  }
+  if (command == "decode") {
+    if (!parse_args(argc, argv, 2, {}, &args, &error)) return usage_error(err, "decode", error, kDecodeUsage);
+    if (args.help) {
+      out << kDecodeUsage;
+      return kExitOk;
+    }
+    if (args.positional.size() != 2) return usage_error(err, "decode", "expected IN.efl OUT.npy", kDecodeUsage);
+    return run_decode(args.positional[0], args.positional[1], err);
+  }
+  if (command == "inspect") {
+    if (!parse_args(argc, argv, 2, {{"--json", false, false}}, &args, &error)) {
+      return usage_error(err, "inspect", error, kInspectUsage);
+    }
+    if (args.help) {
+      out << kInspectUsage;
+      return kExitOk;
+    }
+    if (args.positional.size() != 1) return usage_error(err, "inspect", "expected one IN.efl", kInspectUsage);
+    return run_inspect(args.positional[0], args.has("--json"), out, err);
+  }
+  if (command == "add") {
+    if (!parse_args(argc, argv, 2, {}, &args, &error)) return usage_error(err, "add", error, kAddUsage);
+    if (args.help) {
+      out << kAddUsage;
+      return kExitOk;
+    }
+    if (args.positional.size() != 3) return usage_error(err, "add", "expected A.efl B.efl OUT.efl", kAddUsage);
+    return run_add(args.positional[0], args.positional[1], args.positional[2], err);
+  }
+  if (command == "bench") {
+    const std::vector<OptionDef> defs = {{"--input", true, true},  {"--codecs", true, false},
+                                         {"--reps", true, false},  {"--json", true, false},
+                                         {"--quick", false, false}, {"--no-bench1m", false, false}};
+    if (!parse_args(argc, argv, 2, defs, &args, &error)) return usage_error(err, "bench", error, kBenchUsage);
+    if (args.help) {
+      out << kBenchUsage;
+      return kExitOk;
+    }
+    if (!args.positional.empty()) {
+      return usage_error(err, "bench", "unexpected argument '" + args.positional[0] + "' (use --input)",
+                         kBenchUsage);
+    }
+    BenchOptions options;
+    options.inputs = args.values("--input");
+    options.codecs = args.value("--codecs");
+    if (args.has("--codecs") && split_codec_list(options.codecs).empty()) {
+      return usage_error(err, "bench", "--codecs lists no codec", kBenchUsage);
+    }
+    if (args.has("--reps") && !parse_positive_int(args.value("--reps"), 100000, &options.reps)) {
+      return usage_error(err, "bench", "--reps needs an integer in [1, 100000]", kBenchUsage);
+    }
+    options.quick = args.has("--quick");
+    options.bench1m = !args.has("--no-bench1m");
+    options.json_path = args.value("--json");
+    if (args.has("--json") && options.json_path.empty()) {
+      return usage_error(err, "bench", "--json needs a file name", kBenchUsage);
+    }
+    return run_bench(options, out, err);
+  }
+  err << "edgefl: unknown command '" << command << "'\n" << kUsage;
+  return kExitUsage;
+}
+
+}  // namespace cli
+}  // namespace edgefl
