@@ -23,7 +23,7 @@
 //              |  'randk' ':' (FRACTION | 'k=' COUNT) { ',' 'unscaled' }
 //   IDX        := 'ef' | 'rice' | 'auto'
 //   values     := 'fp32' | 'fp16' | 'bf16'
-//              |  'q' BITS { ':' | ',' } ('block=' N | 'det' | 'shared=' STEP)     BITS in {1,2,4,8}
+//              |  'q' BITS { ':' | ',' } ('block=' N | 'det' | 'shared=' STEP | 'clip')  BITS in {1,2,4,8}
 //              |  'hq' BITS [ ':' 'block=' N ]                                    BITS in {1,2,3,4}
 //              |  'qsgd' [ ':' ('s=' LEVELS | 'bucket=' N) {',' ...} ]
 //              |  'tern' [ ':' 'block=' N ]
@@ -75,18 +75,19 @@ enum class IndexCoding : uint8_t {
 // display them, but encode() re-validates them.
 struct CodecSpec {
   SparsifierKind sparsifier = SparsifierKind::kNone;
-  float density = 0.0f;          // fraction of coordinates kept, in (0, 1]; used when k == 0
+  double density = 0.0;          // fraction of coordinates kept, in (0, 1]; used when k == 0
   uint32_t k = 0;                // absolute count kept (topk/randk), overrides density
   float threshold = 0.0f;        // kThreshold: keep |x| >= threshold (> 0)
-  float sample_fraction = 0.0f;  // kTopKApprox: fraction sampled; 0 = choose from k (>= 512 hits)
+  double sample_fraction = 0.0;  // kTopKApprox: fraction sampled (at most 1/32); 0 = from k
   bool randk_unscaled = false;   // kRandomK: send x (true) or x * n / k (false: unbiased)
   IndexCoding index_coding = IndexCoding::kEliasFano;
 
   ValueCoderKind values = ValueCoderKind::kFp32;
   uint8_t bits = 32;         // code width: 32/16 for floats, 1/2/4/8 uniform, 1..4 hadamard
-  uint32_t block = 256;      // coordinates per scale (uniform, tern, sign, hadamard) / bucket (qsgd)
+  uint32_t block = 0;        // coordinates per scale (uniform, tern, sign, hadamard) / bucket (qsgd)
   bool stochastic = true;    // kUniform: stochastic (unbiased) or nearest rounding
   float shared_step = 0.0f;  // kUniform: > 0 selects shared-scale mode (code = round(x / step))
+  bool clip = false;         // shared-scale: saturate codes at +-(2^(bits-1)-1) instead of failing
   uint16_t levels = 0;       // kQsgd: s, the number of positive levels (1..32767)
 };
 
@@ -113,8 +114,9 @@ size_t encoded_bound(const CodecSpec& spec, size_t n);
 //    sampling; the same (spec, update, seed) gives the same bytes on every platform.
 //  - `workspace` must hold workspace_size(spec, n) bytes (any alignment); it is scratch only.
 // Fails: kInvalidSpec; kDimensionTooLarge if n > EDGEFL_MAX_DIMENSION; kNonFiniteInput if any
-// coordinate is NaN or Inf; kValueOutOfRange if a value overflows fp16/bf16 or the shared step
-// makes a code exceed 2^31; kWorkspaceTooSmall; kBufferTooSmall if out.size() < encoded_bound.
+// coordinate is NaN or Inf; kValueOutOfRange if a value overflows fp16/bf16, or (shared-scale
+// without `clip`) if some |x| / step exceeds 2^(bits-1)-1; kWorkspaceTooSmall; kBufferTooSmall if out.size()
+// < encoded_bound.
 [[nodiscard]] Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed,
                             Span<uint8_t> workspace, Span<uint8_t> out, size_t* written);
 
@@ -156,7 +158,12 @@ constexpr size_t kEncodedHeaderBytes = 52;
 // accumulator[i] += weight * decoded[i] for every coordinate the encoding carries, without a
 // dense copy. The whole encoding is validated before the accumulator is touched: on any error
 // the accumulator is unchanged. Fails: as decode(); kInvalidArgument if weight is not finite.
+// n = 0 with a null accumulator is fine.
 [[nodiscard]] Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulator);
+
+// The same into a double accumulator (servers: sums of many updates keep their precision, and
+// partial sums merged in any order agree to ~1e-16 relative).
+[[nodiscard]] Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator);
 
 // True when two encodings of this kind can be added without decoding (shared-scale integer
 // codes, dense or random-k with a shared seed; fp32 values, dense or random-k).

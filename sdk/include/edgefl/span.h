@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include <type_traits>
+
 namespace edgefl {
 
 // Span<T> never owns its memory; the caller keeps it alive for as long as the span is used.
@@ -14,8 +16,8 @@ class Span {
   constexpr Span(T* data, size_t size) : data_(data), size_(size) {}
   template <size_t N>
   constexpr Span(T (&array)[N]) : data_(array), size_(N) {}  // NOLINT: implicit by design
-  // A Span<T> converts to Span<const T>.
-  template <typename U>
+  // A Span<T> converts to Span<const T> (and nothing else: no float -> double reinterpretation).
+  template <typename U, typename = std::enable_if_t<std::is_convertible<U (*)[], T (*)[]>::value>>
   constexpr Span(const Span<U>& other) : data_(other.data()), size_(other.size()) {}  // NOLINT
 
   constexpr T* data() const { return data_; }

@@ -28,23 +28,29 @@ size_t target_k(const CodecSpec& s, size_t n) {
   return k > n ? n : k;
 }
 
-// Approximate top-k: how many coordinates to sample (at most n/16, so the sample stays a small
-// fraction of the update; at least 1024 or n).
+// Sampled top-k (kTopKApprox) finds the same set as the exact select with two passes instead of
+// four: a seeded stratified sample brackets the k-th magnitude from below, one pass collects the
+// candidates above the bracket, and the exact select runs on the candidates only. When the
+// bracket misses (fewer than k or more than the candidate capacity), or when k is too large for
+// the capacity, it falls back to the exact radix select: the result is always exactly k.
+
+// Coordinates sampled: about 512 expected hits, at least min(n, 1024), at most n / 32.
 size_t sample_count(const CodecSpec& s, size_t n) {
   if (n == 0) return 0;
   const size_t k = target_k(s, n);
-  size_t m = s.sample_fraction > 0.0f ? size_t(double(s.sample_fraction) * double(n))
-                                      : size_t((512.0 * double(n)) / double(k));
-  const size_t cap = n / 16 > 1024 ? n / 16 : 1024;
-  m = m > cap ? cap : m;
+  size_t m = s.sample_fraction > 0.0 ? size_t(s.sample_fraction * double(n))
+                                     : size_t((512.0 * double(n)) / double(k));
+  const size_t most = n / 32 > 1024 ? n / 32 : 1024;
+  m = m > most ? most : m;
   m = m < 1024 ? 1024 : m;
   return m > n ? n : m;
 }
 
-// Most coordinates approximate top-k may keep before it falls back to the exact select.
-size_t approx_cap(size_t k, size_t n) {
-  const size_t cap = k + k / 2 + 16;
-  return cap > n ? n : cap;
+// Candidate capacity: 3k (the bracket aims at 2k), within n / 32.
+size_t candidate_capacity(size_t k, size_t n) {
+  const size_t want = 3 * k > 1024 ? 3 * k : 1024;
+  const size_t most = n / 32;
+  return want > most ? most : want;
 }
 
 // Largest nnz an encoding of n coordinates under `s` can carry.
@@ -52,7 +58,6 @@ size_t max_nnz(const CodecSpec& s, size_t n) {
   switch (s.sparsifier) {
     case SparsifierKind::kNone:
     case SparsifierKind::kThreshold: return n;
-    case SparsifierKind::kTopKApprox: return approx_cap(target_k(s, n), n);
     default: return target_k(s, n);
   }
 }
@@ -82,22 +87,33 @@ values::Params value_params(const CodecSpec& s, uint64_t seed) {
 struct WorkspaceLayout {
   size_t histogram = 0;  // bytes
   size_t sample = 0;
+  size_t candidates = 0;
   size_t group = 0;
   size_t hadamard = 0;
   size_t total() const {
-    const size_t parts = histogram + sample + group + hadamard;
-    return parts == 0 ? 0 : parts + 64 * 4;
+    // Each part used starts 64-byte aligned: up to 63 bytes of slack per part.
+    const size_t parts[] = {histogram, sample, candidates, group, hadamard};
+    size_t total = 0;
+    for (size_t part : parts) total += part ? part + 64 : 0;
+    return total;
   }
 };
 
 WorkspaceLayout layout_for(const CodecSpec& s, size_t n) {
   WorkspaceLayout w;
+  if (n == 0) return w;
   if (s.values == ValueCoderKind::kHadamard) w.hadamard = size_t(s.block) * sizeof(float);
-  if (!is_sparse(s) || n == 0) return w;
+  if (!is_sparse(s)) return w;
   if (s.sparsifier == SparsifierKind::kTopK || s.sparsifier == SparsifierKind::kTopKApprox) {
     w.histogram = select::kHistogramBins * sizeof(uint32_t);
   }
-  if (s.sparsifier == SparsifierKind::kTopKApprox) w.sample = sample_count(s, n) * sizeof(float);
+  if (s.sparsifier == SparsifierKind::kTopKApprox) {
+    const size_t k = target_k(s, n);
+    if (k <= candidate_capacity(k, n)) {
+      w.sample = sample_count(s, n) * sizeof(float);
+      w.candidates = (candidate_capacity(k, n) + 1) * sizeof(float);  // + one scratch slot
+    }
+  }
   const values::Params p = value_params(s, 0);
   const size_t group = values::group_size(p);
   const size_t nnz = max_nnz(s, n);
@@ -288,6 +304,7 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
   };
   uint32_t* histogram = reinterpret_cast<uint32_t*>(take(layout.histogram));
   float* sample = reinterpret_cast<float*>(take(layout.sample));
+  float* candidates = reinterpret_cast<float*>(take(layout.candidates));
   float* group_buffer = reinterpret_cast<float*>(take(layout.group));
   float* scratch = reinterpret_cast<float*>(take(layout.hadamard));
 
@@ -311,6 +328,20 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
   h.seed = seed;
   h.contributions = 1;
   uint8_t* payload = out.data() + kEncodedHeaderBytes;
+
+  if (p.shared && n > 0) {
+    // Shared-scale codes must fit in +-(2^(bits-1)-1) steps: refuse (or, with `clip`, saturate)
+    // rather than clip silently. Random-k sends values scaled by n / k.
+    const uint32_t max_bits = kern.max_abs_bits(x, n);
+    if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
+    const double scale = spec.sparsifier == SparsifierKind::kRandomK && !spec.randk_unscaled
+                             ? double(n) / double(target_k(spec, n))
+                             : 1.0;
+    const double limit = double((1u << (p.bits - 1)) - 1);
+    if (!spec.clip && double(bits_float(max_bits)) * scale / double(p.step) > limit) {
+      return Status::kValueOutOfRange;
+    }
+  }
 
   if (!is_sparse(spec)) {
     if (n > 0 && kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
@@ -338,23 +369,40 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
       sel.k = k;
     } else if (spec.sparsifier == SparsifierKind::kTopKApprox) {
       if (kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
-      // Threshold from a seeded, stratified sample (one draw per stride), then one count pass.
-      const size_t m = sample_count(spec, n);
-      const size_t stride = n / m;
-      SplitMix64 g(seed ^ (uint64_t(kPurposeSampling) << 56));
-      for (size_t j = 0; j < m; ++j) sample[j] = x[j * stride + g.below(uint32_t(stride))];
-      size_t hits = size_t(double(m) * double(k) / double(n) + 0.5);
-      hits = hits < 1 ? 1 : hits > m ? m : hits;
-      size_t ties_unused;
-      EDGEFL_RETURN_IF_ERROR(select::radix_select(sample, m, hits, histogram, &sel.threshold, &ties_unused));
-      sel.k = kern.count_abs_at_least(x, n, sel.threshold);
-      sel.rule = select::Selection::Rule::kAtLeast;
-      if (sel.k > approx_cap(k, n) || sel.k == 0) {
-        // The sample misjudged this update (e.g. many equal magnitudes): select exactly.
-        sel.rule = select::Selection::Rule::kAboveWithTies;
-        EDGEFL_RETURN_IF_ERROR(select::radix_select(x, n, k, histogram, &sel.threshold, &sel.ties));
-        sel.k = k;
+      sel.rule = select::Selection::Rule::kAboveWithTies;
+      sel.k = k;
+      bool bracketed = false;
+      if (candidates != nullptr) {
+        // 1. A seeded, stratified sample (one draw per stride) gives a lower bracket: the
+        //    magnitude of rank ~2k in the sample's scale.
+        const size_t m = sample_count(spec, n);
+        const size_t stride = n / m;
+        SplitMix64 g(seed ^ (uint64_t(kPurposeSampling) << 56));
+        for (size_t j = 0; j < m; ++j) sample[j] = x[j * stride + g.below(uint32_t(stride))];
+        size_t hits = size_t(double(m) * double(k) / double(n) + 0.5);
+        hits = hits < 1 ? 1 : hits;
+        const size_t rank = 2 * hits + 8 < m ? 2 * hits + 8 : m;
+        uint32_t bracket;
+        size_t unused_ties;
+        EDGEFL_RETURN_IF_ERROR(select::radix_select(sample, m, rank, histogram, &bracket, &unused_ties));
+        // 2. One pass collects the magnitudes at or above the bracket, in index order
+        //    (branch-free: the store always happens, the count only on a hit).
+        const size_t capacity = candidate_capacity(k, n);
+        size_t count = 0;
+        select::for_each_at_least(x, n, bracket, [&](size_t, uint32_t key) {
+          candidates[count < capacity ? count : capacity] = bits_float(key);  // last slot: scratch
+          ++count;
+        });
+        // 3. The exact select among the candidates: every coordinate with |x| >= the k-th
+        //    magnitude is a candidate, so threshold and ties are those of the whole vector.
+        if (count >= k && count <= capacity) {
+          EDGEFL_RETURN_IF_ERROR(
+              select::radix_select(candidates, count, k, histogram, &sel.threshold, &sel.ties));
+          bracketed = true;
+        }
       }
+      if (!bracketed)
+        EDGEFL_RETURN_IF_ERROR(select::radix_select(x, n, k, histogram, &sel.threshold, &sel.ties));
     } else if (spec.sparsifier == SparsifierKind::kThreshold) {
       if (kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
       sel.rule = select::Selection::Rule::kAtLeast;
@@ -444,20 +492,34 @@ Status decode(Span<const uint8_t> bytes, Span<float> out) {
   if (out.size() > 0 && out.data() == nullptr) return Status::kInvalidArgument;
   struct DenseSink {
     Span<float> out;
-    void begin() { memset(out.data(), 0, out.size() * sizeof(float)); }
+    void begin() {
+      if (out.size() > 0) memset(out.data(), 0, out.size() * sizeof(float));
+    }
     void operator()(size_t i, float v) { out[i] = v; }
   } sink{out};
   return decode_with(bytes, out.size(), sink);
 }
 
 Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulator) {
-  if (!(weight >= -3.0e38f && weight <= 3.0e38f)) return Status::kInvalidArgument;
+  if (!(weight - weight == 0.0f)) return Status::kInvalidArgument;  // NaN or Inf
   if (accumulator.size() > 0 && accumulator.data() == nullptr) return Status::kInvalidArgument;
   struct AddSink {
     float* acc;
     float w;
     void begin() {}
     void operator()(size_t i, float v) { acc[i] += w * v; }
+  } sink{accumulator.data(), weight};
+  return decode_with(bytes, accumulator.size(), sink);
+}
+
+Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator) {
+  if (!(weight - weight == 0.0)) return Status::kInvalidArgument;  // NaN or Inf
+  if (accumulator.size() > 0 && accumulator.data() == nullptr) return Status::kInvalidArgument;
+  struct AddSink {
+    double* acc;
+    double w;
+    void begin() {}
+    void operator()(size_t i, float v) { acc[i] += w * double(v); }
   } sink{accumulator.data(), weight};
   return decode_with(bytes, accumulator.size(), sink);
 }

@@ -131,6 +131,10 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   h.checksum = load_le32(p + 48);
   h.header_bytes = kHeaderBytes;
   if (h.n > EDGEFL_MAX_DIMENSION) return Status::kDimensionTooLarge;
+  if (!(h.param - h.param == 0.0f)) return Status::kBadParameters;  // NaN or Inf
+  if (h.sparsifier == SparsifierKind::kThreshold ? !(h.param > 0.0f) : (!h.shared_scale && h.param != 0.0f)) {
+    return Status::kBadParameters;
+  }
   EDGEFL_RETURN_IF_ERROR(check_parameters(h));
   // Sizes implied by the parameters.
   uint64_t expected_index = 0;

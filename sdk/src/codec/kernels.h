@@ -20,6 +20,8 @@ struct Kernels {
   // unspecified) if a value rounds to Inf.
   bool (*to_fp16)(const float* x, size_t n, uint8_t* out);
   bool (*to_bf16)(const float* x, size_t n, uint8_t* out);
+  // fp16 little-endian -> float (exact).
+  void (*from_fp16)(const uint8_t* in, size_t n, float* out);
   // code = min(trunc((x - lo) * inv + u), 2^bits - 1), u = unit_float(hash32(key, first + i))
   // if stochastic, else 0.5; packed LSB-first, ceil(n * bits / 8) bytes. bits in {1, 2, 4, 8}.
   void (*quantize_uniform)(const float* x, uint32_t n, float lo, float inv, unsigned bits, bool stochastic,

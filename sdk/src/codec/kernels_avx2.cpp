@@ -137,6 +137,14 @@ bool to_bf16_avx2(const float* x, size_t n, uint8_t* out) {
   return ok;
 }
 
+void from_fp16_avx2(const uint8_t* in, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i))));
+  }
+  for (; i < n; ++i) out[i] = fp16_to_float(uint16_t(in[2 * i] | (in[2 * i + 1] << 8)));
+}
+
 // Packs 32 codes (one per byte, in order, each < 2^bits) into 32 * bits / 8 bytes, LSB-first.
 inline void pack32(__m256i codes, unsigned bits, uint8_t* out) {
   switch (bits) {
@@ -238,8 +246,15 @@ size_t count_abs_at_least_avx2(const float* x, size_t n, uint32_t key_threshold)
 }
 
 constexpr Kernels kAvx2 = {
-    "avx2",       max_abs_bits_avx2,     min_max_avx2,         to_fp16_avx2,
-    to_bf16_avx2, quantize_uniform_avx2, quantize_shared_avx2, count_abs_at_least_avx2,
+    "avx2",
+    max_abs_bits_avx2,
+    min_max_avx2,
+    to_fp16_avx2,
+    to_bf16_avx2,
+    from_fp16_avx2,
+    quantize_uniform_avx2,
+    quantize_shared_avx2,
+    count_abs_at_least_avx2,
 };
 
 }  // namespace

@@ -51,6 +51,10 @@ bool to_bf16_ref(const float* x, size_t n, uint8_t* out) {
   return ok;
 }
 
+void from_fp16_ref(const uint8_t* in, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = fp16_to_float(uint16_t(in[2 * i] | (in[2 * i + 1] << 8)));
+}
+
 void quantize_uniform_ref(const float* x, uint32_t n, float lo, float inv, unsigned bits, bool stochastic,
                           uint32_t key, uint32_t first, uint8_t* out) {
   const uint32_t max_code = (1u << bits) - 1;
@@ -92,8 +96,15 @@ size_t count_abs_at_least_ref(const float* x, size_t n, uint32_t key_threshold) 
 }
 
 constexpr Kernels kRef = {
-    "ref",       max_abs_bits_ref,     min_max_ref,         to_fp16_ref,
-    to_bf16_ref, quantize_uniform_ref, quantize_shared_ref, count_abs_at_least_ref,
+    "ref",
+    max_abs_bits_ref,
+    min_max_ref,
+    to_fp16_ref,
+    to_bf16_ref,
+    from_fp16_ref,
+    quantize_uniform_ref,
+    quantize_shared_ref,
+    count_abs_at_least_ref,
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 // Freestanding: no strtod/printf (newlib's strtod allocates); numbers are parsed and printed here.
 #include <string.h>
 
+#include "codec/values.h"
 #include "core/bitio.h"
 #include "edgefl/codec.h"
 
@@ -141,14 +142,9 @@ bool is_power_of_two(uint32_t v) {
 bool apply_sparsifier_arg(const Arg& a, bool first, CodecSpec* s) {
   if (a.key_len == 0) {  // positional: density or threshold
     if (!first) return false;
-    float v;
-    if (!parse_float(a.value, a.value_end(), &v)) return false;
-    if (s->sparsifier == SparsifierKind::kThreshold) {
-      s->threshold = v;
-    } else {
-      s->density = v;
-    }
-    return true;
+    if (s->sparsifier == SparsifierKind::kThreshold)
+      return parse_float(a.value, a.value_end(), &s->threshold);
+    return parse_number(a.value, a.value_end(), &s->density);
   }
   if (a.key_is("k") && a.value_len > 0 && s->sparsifier != SparsifierKind::kThreshold) {
     return parse_uint(a.value, a.value_end(), &s->k) && s->k > 0;
@@ -159,7 +155,7 @@ bool apply_sparsifier_arg(const Arg& a, bool first, CodecSpec* s) {
   }
   if (a.key_is("sample") && a.value_len > 0 &&
       (s->sparsifier == SparsifierKind::kTopK || s->sparsifier == SparsifierKind::kTopKApprox)) {
-    return parse_float(a.value, a.value_end(), &s->sample_fraction);
+    return parse_number(a.value, a.value_end(), &s->sample_fraction);
   }
   if (a.key_is("unscaled") && a.value_len == 0 && s->sparsifier == SparsifierKind::kRandomK) {
     s->randk_unscaled = true;
@@ -196,12 +192,16 @@ bool apply_value_arg(const Arg& a, CodecSpec* s) {
     s->levels = uint16_t(levels);
     return true;
   }
+  if (a.key_is("clip") && a.value_len == 0 && s->values == ValueCoderKind::kUniform) {
+    s->clip = true;
+    return true;
+  }
   if (a.key_is("det") && a.value_len == 0 && s->values == ValueCoderKind::kUniform) {
     s->stochastic = false;
     return true;
   }
   if (a.key_is("shared") && a.value_len > 0 && s->values == ValueCoderKind::kUniform) {
-    return parse_float(a.value, a.value_end(), &s->shared_step);
+    return parse_float(a.value, a.value_end(), &s->shared_step) && s->shared_step > 0.0f;
   }
   return false;
 }
@@ -344,11 +344,20 @@ struct Appender {
     }
     put(text);
   }
+  // The same for a double (at most 17 significant digits).
+  void put_double(double v) {
+    char text[32];
+    for (int digits = 1; digits <= 17; ++digits) {
+      const size_t length = format_digits(v, digits, text);
+      double back;
+      if (parse_number(text, text + length, &back) && back == v) break;
+    }
+    put(text);
+  }
 
   // Writes f rounded to `digits` significant digits into text (NUL-terminated); returns length.
-  static size_t format_digits(float f, int digits, char* text) {
+  static size_t format_digits(double v, int digits, char* text) {
     Appender a{text, 32};
-    double v = double(f);
     if (v == 0.0) {
       a.put('0');
       a.buf[a.len] = '\0';
@@ -377,7 +386,7 @@ struct Appender {
       mant /= 10;
       ++e10;
     }
-    char d[9];
+    char d[17];
     for (int i = digits - 1; i >= 0; --i) {
       d[i] = char('0' + mant % 10);
       mant /= 10;
@@ -423,12 +432,12 @@ Status validate_codec_spec(const CodecSpec& s) {
     case SparsifierKind::kTopK:
     case SparsifierKind::kTopKApprox:
     case SparsifierKind::kRandomK:
-      if (s.k == 0 && !(s.density > 0.0f && s.density <= 1.0f)) return Status::kInvalidSpec;
+      if (s.k == 0 && !(s.density > 0.0 && s.density <= 1.0)) return Status::kInvalidSpec;
       if (s.sparsifier == SparsifierKind::kTopKApprox &&
-          !(s.sample_fraction == 0.0f || (s.sample_fraction > 0.0f && s.sample_fraction <= 1.0f))) {
+          !(s.sample_fraction == 0.0 || (s.sample_fraction > 0.0 && s.sample_fraction <= 1.0 / 32))) {
         return Status::kInvalidSpec;
       }
-      if (s.sparsifier == SparsifierKind::kTopK && s.sample_fraction != 0.0f) return Status::kInvalidSpec;
+      if (s.sparsifier == SparsifierKind::kTopK && s.sample_fraction != 0.0) return Status::kInvalidSpec;
       break;
     case SparsifierKind::kThreshold:
       if (!finite_positive(s.threshold)) return Status::kInvalidSpec;
@@ -444,6 +453,7 @@ Status validate_codec_spec(const CodecSpec& s) {
     return Status::kInvalidSpec;
   }
   if (s.randk_unscaled && s.sparsifier != SparsifierKind::kRandomK) return Status::kInvalidSpec;
+  if (s.clip && !(s.values == ValueCoderKind::kUniform && s.shared_step != 0.0f)) return Status::kInvalidSpec;
   switch (s.values) {
     case ValueCoderKind::kFp32:
       if (s.bits != 32) return Status::kInvalidSpec;
@@ -455,8 +465,12 @@ Status validate_codec_spec(const CodecSpec& s) {
     case ValueCoderKind::kUniform:
       if (s.bits != 1 && s.bits != 2 && s.bits != 4 && s.bits != 8) return Status::kInvalidSpec;
       if (s.shared_step != 0.0f) {
-        if (!finite_positive(s.shared_step) || s.bits < 2) return Status::kInvalidSpec;
-      } else if (s.block < 1 || s.block > EDGEFL_MAX_BLOCK) {
+        // Steps above kMaxScale / 2^31 could make a summed code decode to a non-finite value.
+        if (!finite_positive(s.shared_step) || s.shared_step > values::kMaxScale / 2147483648.0f ||
+            s.bits < 2) {
+          return Status::kInvalidSpec;
+        }
+      } else if (s.block < 1 || s.block > EDGEFL_MAX_BLOCK || s.clip) {
         return Status::kInvalidSpec;
       }
       break;
@@ -497,7 +511,7 @@ Status parse_codec_spec(const char* text, CodecSpec* spec) {
     CodecSpec sparse;
     sparse.index_coding = IndexCoding::kEliasFano;
     if (parse_stage(text, end, /*want_sparsifier=*/true, &sparse)) {
-      s = sparse;  // values stay fp32
+      s = sparse;  // values stay fp32 (the defaults of CodecSpec)
       ok = true;
     } else {
       ok = parse_stage(text, end, /*want_sparsifier=*/false, &s);
@@ -521,13 +535,13 @@ size_t format_codec_spec(const CodecSpec& s, char* buf, size_t cap) {
       a.put("k=");
       a.put_uint(s.k);
     } else {
-      a.put_float(s.density);
+      a.put_double(s.density);
     }
     if (s.sparsifier == SparsifierKind::kTopKApprox) {
       a.put(",approx");
       if (s.sample_fraction != 0.0f) {
         a.put(",sample=");
-        a.put_float(s.sample_fraction);
+        a.put_double(s.sample_fraction);
       }
     }
     if (s.randk_unscaled) a.put(",unscaled");
@@ -546,6 +560,7 @@ size_t format_codec_spec(const CodecSpec& s, char* buf, size_t cap) {
         a.put(":shared=");
         a.put_float(s.shared_step);
         if (!s.stochastic) a.put(",det");
+        if (s.clip) a.put(",clip");
       } else {
         a.put(":block=");
         a.put_uint(s.block);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "codec/kernels.h"
 #include "core/bitio.h"
 #include "core/half.h"
 #include "core/rng.h"
@@ -107,26 +108,42 @@ void decode_region(const Params& p, const uint8_t* data, uint64_t total, Sink&& 
   if (total == 0) return;
   switch (p.kind) {
     case ValueCoderKind::kFp32:
-      for (uint64_t i = 0; i < total; ++i) {
-        float f;
-        memcpy(&f, data + 4 * i, 4);
-        sink(i, f);
+    case ValueCoderKind::kFp16:
+    case ValueCoderKind::kBf16: {
+      // Chunks through an aligned stack buffer: no unaligned float loads on any target, and the
+      // conversions run in the (SIMD) kernels.
+      float buf[kFloatChunk];
+      const Kernels& k = kernels();
+      for (uint64_t i = 0; i < total; i += kFloatChunk) {
+        const uint32_t count = uint32_t(total - i < kFloatChunk ? total - i : kFloatChunk);
+        if (p.kind == ValueCoderKind::kFp32) {
+          memcpy(buf, data + 4 * i, size_t(count) * 4);
+        } else if (p.kind == ValueCoderKind::kFp16) {
+          k.from_fp16(data + 2 * i, count, buf);
+        } else {
+          for (uint32_t j = 0; j < count; ++j) buf[j] = bf16_to_float(load_le16(data + 2 * (i + j)));
+        }
+        for (uint32_t j = 0; j < count; ++j) sink(i + j, buf[j]);
       }
       return;
-    case ValueCoderKind::kFp16:
-      for (uint64_t i = 0; i < total; ++i) sink(i, fp16_to_float(load_le16(data + 2 * i)));
-      return;
-    case ValueCoderKind::kBf16:
-      for (uint64_t i = 0; i < total; ++i) sink(i, bf16_to_float(load_le16(data + 2 * i)));
-      return;
+    }
     default: break;
   }
   if (p.kind == ValueCoderKind::kUniform && p.shared) {
-    BitReader r(data, size_t((total * p.bits + 7) / 8));
-    const unsigned shift = 64 - p.bits;
-    for (uint64_t i = 0; i < total; ++i) {
-      const int64_t code = int64_t(r.get(p.bits) << shift) >> shift;  // sign-extend
-      sink(i, float(code) * p.step);
+    if (p.bits == 8) {
+      for (uint64_t i = 0; i < total; ++i) sink(i, float(int8_t(data[i])) * p.step);
+    } else if (p.bits == 4) {
+      for (uint64_t i = 0; i < total; ++i) {
+        const int32_t code = int32_t(uint32_t(data[i >> 1] >> ((i & 1) * 4)) << 28) >> 28;
+        sink(i, float(code) * p.step);
+      }
+    } else {
+      BitReader r(data, size_t((total * p.bits + 7) / 8));
+      const unsigned shift = 64 - p.bits;
+      for (uint64_t i = 0; i < total; ++i) {
+        const int64_t code = int64_t(r.get(p.bits) << shift) >> shift;  // sign-extend
+        sink(i, float(code) * p.step);
+      }
     }
     return;
   }
