@@ -39,15 +39,16 @@ int main(int argc, char** argv) {
       sum_true[i] += update[i];
     }
     size_t written = 0;
-    const edgefl::Status s = feedback.encode(spec, {update.data(), n}, /*seed=*/uint64_t(round) + 1,
-                                             {workspace.data(), workspace.size()},
-                                             {encoded.data(), encoded.size()}, &written);
+    const edgefl::Status s =
+        feedback.encode(spec, {update.data(), n}, /*seed=*/uint64_t(round) + 1,
+                        {workspace.data(), workspace.size()}, {encoded.data(), encoded.size()}, &written);
     if (s != edgefl::Status::kOk) {
       fprintf(stderr, "encode failed: %s\n", edgefl::status_name(s));
       return 1;
     }
     // Server side: decode straight into the running sum.
-    if (edgefl::decode_add({encoded.data(), written}, 1.0f, {sum_sent.data(), n}) != edgefl::Status::kOk) return 1;
+    if (edgefl::decode_add({encoded.data(), written}, 1.0f, {sum_sent.data(), n}) != edgefl::Status::kOk)
+      return 1;
     double err = 0, ref = 0;
     for (size_t i = 0; i < n; ++i) {
       const double d = double(sum_sent[i]) + double(feedback.residual(i)) - double(sum_true[i]);

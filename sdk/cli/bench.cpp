@@ -156,8 +156,7 @@ double k_target(const CodecSpec& spec, const float* x, size_t n) {
       for (size_t i = 0; i < n; ++i) count += fabsf(x[i]) >= spec.threshold ? 1 : 0;
       return static_cast<double>(count);
     }
-    case SparsifierKind::kNone:
-      break;
+    case SparsifierKind::kNone: break;
   }
   return kNull;
 }
@@ -279,7 +278,8 @@ BenchResult bench_memcpy(const std::string& dataset, const float* x, size_t n, i
   return r;
 }
 
-BenchResult bench_nth_element(const std::string& dataset, const float* x, size_t n, double density, int reps) {
+BenchResult bench_nth_element(const std::string& dataset, const float* x, size_t n, double density,
+                              int reps) {
   char name[64];
   snprintf(name, sizeof name, "nth_element:%g", density);
   BenchResult r = failed_result(dataset, name, name, n, reps, "");
@@ -309,7 +309,8 @@ BenchResult bench_nth_element(const std::string& dataset, const float* x, size_t
     }
     const double t = seconds_since(start);
     if (rep > 0) times.push_back(t);
-    if (count != k) r.error = "nth_element selection kept " + std::to_string(count) + " of " + std::to_string(k);
+    if (count != k)
+      r.error = "nth_element selection kept " + std::to_string(count) + " of " + std::to_string(k);
   }
   // Keeping the k values exactly: the error is the energy of the dropped coordinates.
   double kept = 0;
@@ -369,7 +370,8 @@ BenchResult bench_codec(const std::string& dataset, const float* x, size_t n, co
       return r;
     }
     if (written > cap) {
-      r.error = "encode wrote " + std::to_string(written) + " bytes, more than encoded_bound " + std::to_string(cap);
+      r.error = "encode wrote " + std::to_string(written) + " bytes, more than encoded_bound " +
+                std::to_string(cap);
       return r;
     }
     const Span<const uint8_t> bytes(encoded.data(), written);
@@ -496,9 +498,9 @@ void print_bench_table(const std::vector<BenchResult>& results, std::ostream& ou
     const char* title;
     int width;
   };
-  static const Column kColumns[] = {{"bits/coord", 10}, {"bits/nnz", 9},   {"vNMSE", 10},    {"bias", 10},
-                                    {"shrink", 10},     {"enc GB/s", 9},   {"dec GB/s", 9},  {"dec+add GB/s", 12},
-                                    {"ws ratio", 9},    {"x memcpy", 9}};
+  static const Column kColumns[] = {
+      {"bits/coord", 10}, {"bits/nnz", 9}, {"vNMSE", 10},        {"bias", 10},    {"shrink", 10},
+      {"enc GB/s", 9},    {"dec GB/s", 9}, {"dec+add GB/s", 12}, {"ws ratio", 9}, {"x memcpy", 9}};
   char buf[128];
   snprintf(buf, sizeof buf, "%-*s", static_cast<int>(codec_width), "codec");
   std::string line = buf;
@@ -514,10 +516,10 @@ void print_bench_table(const std::vector<BenchResult>& results, std::ostream& ou
       out << line << "  FAILED: " << r.error << "\n";
       continue;
     }
-    const std::string cells[] = {fmt(r.bits_per_coord, "%.3f"), fmt(r.bits_per_nnz, "%.2f"),
-                                 fmt(r.vnmse, "%.3e"),          fmt(r.bias, "%.3e"),
-                                 fmt(r.shrink, "%+.2e"),        fmt(r.encode_gbps, "%.3f"),
-                                 fmt(r.decode_gbps, "%.3f"),    fmt(r.decode_add_gbps, "%.3f"),
+    const std::string cells[] = {fmt(r.bits_per_coord, "%.3f"),  fmt(r.bits_per_nnz, "%.2f"),
+                                 fmt(r.vnmse, "%.3e"),           fmt(r.bias, "%.3e"),
+                                 fmt(r.shrink, "%+.2e"),         fmt(r.encode_gbps, "%.3f"),
+                                 fmt(r.decode_gbps, "%.3f"),     fmt(r.decode_add_gbps, "%.3f"),
                                  fmt(r.workspace_ratio, "%.3f"), fmt(r.ratio_to_memcpy, "%.3f")};
     for (size_t i = 0; i < sizeof kColumns / sizeof kColumns[0]; ++i) {
       snprintf(buf, sizeof buf, "  %*s", kColumns[i].width, cells[i].c_str());

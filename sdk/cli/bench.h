@@ -34,8 +34,8 @@ struct BenchOptions {
   std::string codecs;               // `;`-separated specs; empty = kDefaultBenchCodecs
   int reps = 0;                     // 0: kBenchDefaultReps, or kBenchQuickReps with quick
   bool quick = false;
-  bool bench1m = true;              // include the synthetic Bench-1M dataset
-  std::string json_path;            // JSONL output, one object per line; empty = none
+  bool bench1m = true;    // include the synthetic Bench-1M dataset
+  std::string json_path;  // JSONL output, one object per line; empty = none
 };
 
 // Bench-1M: n float32 values x_i = z_i * s_{i / 256} * 1e-3, z_i ~ N(0,1), s_j = exp(N(0,1)) per
@@ -61,27 +61,27 @@ bool resolve_auto_spec(const std::string& spec, const float* x, size_t n, std::s
 // One line of results. Any double that is NaN is reported as null (not applicable).
 struct BenchResult {
   std::string dataset;
-  std::string codec;       // canonical spec (format_codec_spec), or "memcpy" / "nth_element:0.01"
-  std::string requested;   // the spec as given (before <auto> resolution and canonicalization)
-  std::string error;       // non-empty: the codec failed; the numbers below are then NaN
+  std::string codec;      // canonical spec (format_codec_spec), or "memcpy" / "nth_element:0.01"
+  std::string requested;  // the spec as given (before <auto> resolution and canonicalization)
+  std::string error;      // non-empty: the codec failed; the numbers below are then NaN
   uint64_t n = 0;
   int reps = 0;
   bool sparse = false;
-  double nnz = 0;                  // mean over reps
-  double encoded_bytes = 0;        // mean over reps, header included
-  double bits_per_coord = 0;       // encoded_bytes * 8 / n
-  double bits_per_nnz = 0;         // encoded_bytes * 8 / nnz (sparse codecs), else NaN
-  double vnmse = 0;                // ||x - x_hat||^2 / ||x||^2, mean over reps
-  double bias = 0;                 // ||mean_reps(x_hat) - x||^2 / ||x||^2
-  double shrink = 0;               // <x_hat - x, x> / ||x||^2, mean over reps
-  double encode_gbps = 0;          // 4n bytes / median encode seconds / 1e9
-  double decode_gbps = 0;          // 4n bytes / median decode seconds / 1e9
-  double decode_add_gbps = 0;      // 4n bytes / median decode_add seconds / 1e9
-  double workspace_bytes = 0;      // workspace_size(spec, n)
-  double workspace_ratio = 0;      // workspace_bytes / (4n)
-  double count_error = 0;          // nnz / k_target - 1 (sparsifiers), else NaN
-  double ratio_to_memcpy = 0;      // encode_gbps / memcpy encode_gbps of the same dataset
-  bool deterministic = true;       // seed 1 gave the same bytes into a zeroed and a dirty buffer
+  double nnz = 0;                     // mean over reps
+  double encoded_bytes = 0;           // mean over reps, header included
+  double bits_per_coord = 0;          // encoded_bytes * 8 / n
+  double bits_per_nnz = 0;            // encoded_bytes * 8 / nnz (sparse codecs), else NaN
+  double vnmse = 0;                   // ||x - x_hat||^2 / ||x||^2, mean over reps
+  double bias = 0;                    // ||mean_reps(x_hat) - x||^2 / ||x||^2
+  double shrink = 0;                  // <x_hat - x, x> / ||x||^2, mean over reps
+  double encode_gbps = 0;             // 4n bytes / median encode seconds / 1e9
+  double decode_gbps = 0;             // 4n bytes / median decode seconds / 1e9
+  double decode_add_gbps = 0;         // 4n bytes / median decode_add seconds / 1e9
+  double workspace_bytes = 0;         // workspace_size(spec, n)
+  double workspace_ratio = 0;         // workspace_bytes / (4n)
+  double count_error = 0;             // nnz / k_target - 1 (sparsifiers), else NaN
+  double ratio_to_memcpy = 0;         // encode_gbps / memcpy encode_gbps of the same dataset
+  bool deterministic = true;          // seed 1 gave the same bytes into a zeroed and a dirty buffer
   bool decode_add_consistent = true;  // decode_add into zeros matched decode (within 1e-5 rel.)
   double decode_add_max_abs_diff = 0;
 };
@@ -92,8 +92,7 @@ BenchResult bench_memcpy(const std::string& dataset, const float* x, size_t n, i
 // Measures an exact top-k (k = round(density * n), at least 1) by std::nth_element on a copy of
 // |x| followed by the index selection (ties go to the lowest indices). vnmse is that of keeping the
 // k values exactly; workspace_bytes is the 4n-byte copy.
-BenchResult bench_nth_element(const std::string& dataset, const float* x, size_t n, double density,
-                              int reps);
+BenchResult bench_nth_element(const std::string& dataset, const float* x, size_t n, double density, int reps);
 
 // Benchmarks `spec` (already resolved: no <auto>) on x[0, n). Never throws for a failing codec:
 // the failure is reported in result.error as "<status_name>: <status_message>".

@@ -264,7 +264,9 @@ std::string float9(double v) {
   return buf;
 }
 
-bool is_sparse(const EncodedInfo& info) { return info.sparsifier != SparsifierKind::kNone; }
+bool is_sparse(const EncodedInfo& info) {
+  return info.sparsifier != SparsifierKind::kNone;
+}
 
 // Names the header fields in which `a` and `b` differ (for kIncompatible).
 std::string describe_differences(const EncodedInfo& a, const EncodedInfo& b) {
@@ -366,9 +368,12 @@ int usage_error(std::ostream& err, const char* command, const std::string& messa
 
 }  // namespace
 
-const char* cli_version() { return EDGEFL_CLI_VERSION; }
+const char* cli_version() {
+  return EDGEFL_CLI_VERSION;
+}
 
-bool load_encoding(const std::string& path, std::vector<uint8_t>* bytes, EncodedInfo* info, std::string* error) {
+bool load_encoding(const std::string& path, std::vector<uint8_t>* bytes, EncodedInfo* info,
+                   std::string* error) {
   if (!read_file_bytes(path, kMaxEncodingFileBytes, bytes, error)) return false;
   const Status s = inspect({bytes->data(), bytes->size()}, info);
   if (s != Status::kOk) {
@@ -391,15 +396,10 @@ std::string not_summable_reason(const EncodedInfo& info) {
   std::string why;
   switch (info.sparsifier) {
     case SparsifierKind::kTopK:
-    case SparsifierKind::kTopKApprox:
-      why = "top-k encodings choose their own indices";
-      break;
-    case SparsifierKind::kThreshold:
-      why = "threshold encodings choose their own indices";
-      break;
+    case SparsifierKind::kTopKApprox: why = "top-k encodings choose their own indices"; break;
+    case SparsifierKind::kThreshold: why = "threshold encodings choose their own indices"; break;
     case SparsifierKind::kNone:
-    case SparsifierKind::kRandomK:
-      break;
+    case SparsifierKind::kRandomK: break;
   }
   if (why.empty()) {
     switch (info.values) {
@@ -407,34 +407,22 @@ std::string not_summable_reason(const EncodedInfo& info) {
         why = info.shared_scale ? "these shared-scale codes are not summable"
                                 : "uniform codes with a per-block min and step do not add as integers";
         break;
-      case ValueCoderKind::kFp16:
-        why = "fp16 values would need rounding again after the sum";
-        break;
-      case ValueCoderKind::kBf16:
-        why = "bf16 values would need rounding again after the sum";
-        break;
-      case ValueCoderKind::kQsgd:
-        why = "QSGD levels are scaled by each bucket's own norm";
-        break;
-      case ValueCoderKind::kTernGrad:
-        why = "TernGrad codes are scaled by each block's own max |x|";
-        break;
-      case ValueCoderKind::kScaledSign:
-        why = "sign codes are scaled by each block's own mean |x|";
-        break;
+      case ValueCoderKind::kFp16: why = "fp16 values would need rounding again after the sum"; break;
+      case ValueCoderKind::kBf16: why = "bf16 values would need rounding again after the sum"; break;
+      case ValueCoderKind::kQsgd: why = "QSGD levels are scaled by each bucket's own norm"; break;
+      case ValueCoderKind::kTernGrad: why = "TernGrad codes are scaled by each block's own max |x|"; break;
+      case ValueCoderKind::kScaledSign: why = "sign codes are scaled by each block's own mean |x|"; break;
       case ValueCoderKind::kHadamard:
         why = "Hadamard (hq) codes are Lloyd-Max levels of a rotated, per-block-scaled vector";
         break;
-      case ValueCoderKind::kFp32:
-        why = "these fp32 encodings are not summable";
-        break;
+      case ValueCoderKind::kFp32: why = "these fp32 encodings are not summable"; break;
     }
   }
   return why + kTail;
 }
 
-int run_encode(const std::string& spec_text, uint64_t seed, const std::string& in_npy, const std::string& out_efl,
-               std::ostream& err) {
+int run_encode(const std::string& spec_text, uint64_t seed, const std::string& in_npy,
+               const std::string& out_efl, std::ostream& err) {
   CodecSpec spec;
   Status s = parse_codec_spec(spec_text.c_str(), &spec);
   if (s != Status::kOk) {
@@ -456,7 +444,8 @@ int run_encode(const std::string& spec_text, uint64_t seed, const std::string& i
   size_t written = 0;
   const auto start = std::chrono::steady_clock::now();
   s = encode(spec, {array.values.data(), n}, seed, {workspace.data(), ws_bytes}, {out.data(), cap}, &written);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (s != Status::kOk) {
     err << "edgefl encode: " << in_npy << ": " << status_text(s);
     if (s == Status::kNonFiniteInput) {
@@ -523,7 +512,8 @@ int run_inspect(const std::string& in_efl, bool json, std::ostream& out, std::os
   return kExitOk;
 }
 
-int run_add(const std::string& a_efl, const std::string& b_efl, const std::string& out_efl, std::ostream& err) {
+int run_add(const std::string& a_efl, const std::string& b_efl, const std::string& out_efl,
+            std::ostream& err) {
   std::vector<uint8_t> a, b;
   EncodedInfo a_info, b_info;
   std::string error;
@@ -534,8 +524,8 @@ int run_add(const std::string& a_efl, const std::string& b_efl, const std::strin
   for (const auto* side : {&a_info, &b_info}) {
     if (!is_summable(*side)) {
       err << "edgefl add: " << (side == &a_info ? a_efl : b_efl) << " (" << sparsifier_name(side->sparsifier)
-          << " + " << value_coder_name(side->values) << ") cannot be added without decoding: "
-          << not_summable_reason(*side) << "\n";
+          << " + " << value_coder_name(side->values)
+          << ") cannot be added without decoding: " << not_summable_reason(*side) << "\n";
       return kExitFailure;
     }
   }
@@ -600,7 +590,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return kExitOk;
     }
     if (!args.has("--codec")) return usage_error(err, "encode", "--codec SPEC is required", kEncodeUsage);
-    if (args.positional.size() != 2) return usage_error(err, "encode", "expected IN.npy OUT.efl", kEncodeUsage);
+    if (args.positional.size() != 2)
+      return usage_error(err, "encode", "expected IN.npy OUT.efl", kEncodeUsage);
     uint64_t seed = kDefaultSeed;
     if (args.has("--seed") && !parse_u64(args.value("--seed"), &seed)) {
       return usage_error(err, "encode", "--seed needs an unsigned 64-bit integer", kEncodeUsage);
@@ -613,7 +604,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       out << kDecodeUsage;
       return kExitOk;
     }
-    if (args.positional.size() != 2) return usage_error(err, "decode", "expected IN.efl OUT.npy", kDecodeUsage);
+    if (args.positional.size() != 2)
+      return usage_error(err, "decode", "expected IN.efl OUT.npy", kDecodeUsage);
     return run_decode(args.positional[0], args.positional[1], err);
   }
   if (command == "inspect") {
@@ -633,12 +625,13 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       out << kAddUsage;
       return kExitOk;
     }
-    if (args.positional.size() != 3) return usage_error(err, "add", "expected A.efl B.efl OUT.efl", kAddUsage);
+    if (args.positional.size() != 3)
+      return usage_error(err, "add", "expected A.efl B.efl OUT.efl", kAddUsage);
     return run_add(args.positional[0], args.positional[1], args.positional[2], err);
   }
   if (command == "bench") {
-    const std::vector<OptionDef> defs = {{"--input", true, true},  {"--codecs", true, false},
-                                         {"--reps", true, false},  {"--json", true, false},
+    const std::vector<OptionDef> defs = {{"--input", true, true},   {"--codecs", true, false},
+                                         {"--reps", true, false},   {"--json", true, false},
                                          {"--quick", false, false}, {"--no-bench1m", false, false}};
     if (!parse_args(argc, argv, 2, defs, &args, &error)) return usage_error(err, "bench", error, kBenchUsage);
     if (args.help) {

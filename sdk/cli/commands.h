@@ -28,7 +28,8 @@ const char* cli_version();
 
 // Reads an encoding from `path` and verifies it with edgefl::inspect (header + checksum). Fails
 // when the file holds bytes beyond info->total_bytes. *error names the file and the reason.
-bool load_encoding(const std::string& path, std::vector<uint8_t>* bytes, EncodedInfo* info, std::string* error);
+bool load_encoding(const std::string& path, std::vector<uint8_t>* bytes, EncodedInfo* info,
+                   std::string* error);
 
 // Why encodings like `info` cannot be added without decoding ("" when is_summable(info)).
 std::string not_summable_reason(const EncodedInfo& info);
@@ -44,7 +45,8 @@ int run_decode(const std::string& in_efl, const std::string& out_npy, std::ostre
 int run_inspect(const std::string& in_efl, bool json, std::ostream& out, std::ostream& err);
 
 // edgefl add A.efl B.efl OUT.efl
-int run_add(const std::string& a_efl, const std::string& b_efl, const std::string& out_efl, std::ostream& err);
+int run_add(const std::string& a_efl, const std::string& b_efl, const std::string& out_efl,
+            std::ostream& err);
 
 // The whole command line (argv[0] is the program name). Dispatches to the functions above and
 // to run_bench (bench.h).

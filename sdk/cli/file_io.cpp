@@ -10,7 +10,9 @@ namespace cli {
 
 namespace {
 
-std::string errno_text(int err) { return err != 0 ? std::string(strerror(err)) : std::string("I/O error"); }
+std::string errno_text(int err) {
+  return err != 0 ? std::string(strerror(err)) : std::string("I/O error");
+}
 
 }  // namespace
 

@@ -12,7 +12,9 @@ namespace {
 constexpr uint8_t kNpyMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 constexpr size_t kNpyAlignment = 64;
 
-uint32_t load_le16(const uint8_t* p) { return uint32_t{p[0]} | (uint32_t{p[1]} << 8); }
+uint32_t load_le16(const uint8_t* p) {
+  return uint32_t{p[0]} | (uint32_t{p[1]} << 8);
+}
 
 uint32_t load_le32(const uint8_t* p) {
   return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
@@ -128,7 +130,8 @@ class HeaderParser {
     for (;;) {
       skip_space();
       if (peek() == '-') return fail("'shape' has a negative dimension", error);
-      if (peek() < '0' || peek() > '9') return fail("'shape' must be a tuple of non-negative integers", error);
+      if (peek() < '0' || peek() > '9')
+        return fail("'shape' must be a tuple of non-negative integers", error);
       uint64_t dim = 0;
       while (peek() >= '0' && peek() <= '9') {
         dim = dim * 10 + static_cast<uint64_t>(*p_ - '0');
@@ -168,7 +171,8 @@ bool describe_dtype(const std::string& descr, NpyDtype* dtype, size_t* item_byte
     return true;
   }
   if (descr.size() >= 2 && descr[0] == '>') {
-    *error = "big-endian dtype '" + descr + "' is not supported; save with x.astype('<" + descr.substr(1) + "')";
+    *error =
+        "big-endian dtype '" + descr + "' is not supported; save with x.astype('<" + descr.substr(1) + "')";
     return false;
   }
   if (descr == "<f8" || descr == "=f8" || descr == "|f8") {
