@@ -1,0 +1,119 @@
+// Every ISA kernel table gives the bytes of the scalar reference (style rule 9). The tolerance is
+// zero: the kernels use the same float operations in the same order, so codes match bit for bit.
+#include <doctest/doctest.h>
+#include <string.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "codec/kernels.h"
+#include "core/crc32c.h"
+#include "core/half.h"
+
+namespace {
+
+std::vector<float> test_vector(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  uint64_t s = seed;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = double(s >> 11) / 9007199254740992.0;
+    const double scale = (i % 97 == 0) ? 1e3 : (i % 13 == 0) ? 1e-6 : 1.0;
+    v[i] = float((u - 0.5) * 2.0 * scale);
+  }
+  if (n > 3) {
+    v[1] = 0.0f;
+    v[2] = -0.0f;
+    v[3] = 1e-40f;  // subnormal
+  }
+  return v;
+}
+
+// Lengths that exercise every tail of 8-, 16- and 32-wide loops.
+const size_t kLengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 1000, 4099};
+
+}  // namespace
+
+TEST_SUITE("kernels") {
+  TEST_CASE("the AVX2 table matches the scalar reference bit for bit") {
+    const edgefl::Kernels* simd = edgefl::kernels_avx2();
+    if (simd == nullptr) {
+      MESSAGE("no AVX2 table in this build: kernels() is the reference, nothing to compare");
+      CHECK(std::string(edgefl::kernels().name) == "ref");
+      return;
+    }
+    const edgefl::Kernels& ref = edgefl::kernels_ref();
+    for (size_t n : kLengths) {
+      CAPTURE(n);
+      const std::vector<float> x = test_vector(n, 1234 + n);
+      CHECK(simd->max_abs_bits(x.data(), n) == ref.max_abs_bits(x.data(), n));
+      float lo_a, hi_a, lo_b, hi_b;
+      simd->min_max(x.data(), n, &lo_a, &hi_a);
+      ref.min_max(x.data(), n, &lo_b, &hi_b);
+      CHECK(edgefl::float_bits(lo_a) == edgefl::float_bits(lo_b));
+      CHECK(edgefl::float_bits(hi_a) == edgefl::float_bits(hi_b));
+      std::vector<float> small(x);
+      for (float& f : small) f = std::fmod(f, 60000.0f);
+      std::vector<uint8_t> a(2 * n), b(2 * n);
+      CHECK(simd->to_fp16(small.data(), n, a.data()) == ref.to_fp16(small.data(), n, b.data()));
+      CHECK(a == b);
+      std::vector<float> fa(n), fb(n);
+      simd->from_fp16(a.data(), n, fa.data());
+      ref.from_fp16(a.data(), n, fb.data());
+      CHECK(memcmp(fa.data(), fb.data(), n * sizeof(float)) == 0);
+      CHECK(simd->to_bf16(x.data(), n, a.data()) == ref.to_bf16(x.data(), n, b.data()));
+      CHECK(a == b);
+      for (uint32_t threshold : {0u, 0x3F000000u, 0x3F800000u, 0x7F7FFFFFu}) {
+        CHECK(simd->count_abs_at_least(x.data(), n, threshold) ==
+              ref.count_abs_at_least(x.data(), n, threshold));
+      }
+      for (unsigned bits : {1u, 2u, 4u, 8u}) {
+        for (bool stochastic : {true, false}) {
+          CAPTURE(bits);
+          CAPTURE(stochastic);
+          std::vector<uint8_t> qa((n * bits + 7) / 8 + 1, 0xAB), qb(qa);
+          const float inv = float((1u << bits) - 1) / (hi_b - lo_b);
+          simd->quantize_uniform(x.data(), uint32_t(n), lo_b, inv, bits, stochastic, 77, 5, qa.data());
+          ref.quantize_uniform(x.data(), uint32_t(n), lo_b, inv, bits, stochastic, 77, 5, qb.data());
+          CHECK(qa == qb);
+          if (bits >= 2) {
+            const int32_t limit = int32_t((1u << (bits - 1)) - 1);
+            simd->quantize_shared(x.data(), uint32_t(n), 3.0f, limit, bits, stochastic, 91, 3, qa.data());
+            ref.quantize_shared(x.data(), uint32_t(n), 3.0f, limit, bits, stochastic, 91, 3, qb.data());
+            CHECK(qa == qb);
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("fp16 overflow is reported by both tables") {
+    const float big[9] = {1, 2, 3, 4, 5, 6, 7, 8, 65520.0f};
+    uint8_t out[18];
+    CHECK_FALSE(edgefl::kernels_ref().to_fp16(big, 9, out));
+    CHECK_FALSE(edgefl::kernels().to_fp16(big, 9, out));
+    const float edge[1] = {65504.0f};
+    CHECK(edgefl::kernels().to_fp16(edge, 1, out));
+  }
+}
+
+TEST_SUITE("crc32c") {
+  TEST_CASE("the check value of \"123456789\" is 0xE3069283") {
+    const uint8_t text[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};
+    CHECK(edgefl::crc32c_update_ref(0, text, 9) == 0xE3069283u);
+    CHECK(edgefl::crc32c_update(0, text, 9) == 0xE3069283u);
+  }
+
+  TEST_CASE("the hardware path matches the reference at every length and split") {
+    std::vector<uint8_t> data(1031);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 131 + 7);
+    for (size_t len = 0; len <= data.size(); len += 37) {
+      const uint32_t whole = edgefl::crc32c_update_ref(0, data.data(), len);
+      CHECK(edgefl::crc32c_update(0, data.data(), len) == whole);
+      const size_t half = len / 3;
+      CHECK(edgefl::crc32c_update(edgefl::crc32c_update(0, data.data(), half), data.data() + half,
+                                  len - half) == whole);
+    }
+  }
+}
