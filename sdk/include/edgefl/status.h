@@ -14,7 +14,7 @@ enum class Status : int32_t {
   kOk = 0,
   // Caller errors.
   kInvalidArgument = 1,    // a null pointer, a size that does not match, an impossible parameter
-  kInvalidSpec = 2,        // the codec spec string does not parse or names impossible parameters
+  kInvalidSpec = 2,        // a spec string (codec, model, optimizer) does not parse or is impossible
   kBufferTooSmall = 3,     // `out` is smaller than encoded_bound() / the decoded dimension
   kWorkspaceTooSmall = 4,  // `workspace` is smaller than workspace_size()
   kNonFiniteInput = 5,     // the update holds NaN or +-Inf; nothing is encoded

@@ -1,5 +1,10 @@
 #include "core/cpu.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(EDGEFL_KERNELS_REF)
+#define EDGEFL_CPU_X86 1
+#include <cpuid.h>
+#endif
+
 namespace edgefl {
 
 namespace {
@@ -8,11 +13,20 @@ constexpr int kAvx2 = 1 << 1;
 
 int detect_bits() {
   int bits = 0;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(EDGEFL_KERNELS_REF)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("sse4.2")) bits |= kSse42;
+#if defined(EDGEFL_CPU_X86)
+  // CPUID directly (not __builtin_cpu_supports, whose feature names differ between compilers).
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return 0;
+  if (c & (1u << 20)) bits |= kSse42;
 #if defined(EDGEFL_HAVE_AVX2_KERNELS)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) bits |= kAvx2;
+  const bool f16c = (c & (1u << 29)) != 0, osxsave = (c & (1u << 27)) != 0, avx = (c & (1u << 28)) != 0;
+  if (f16c && osxsave && avx) {
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    const bool ymm_state = (xcr0_lo & 0x6u) == 0x6u;  // the OS saves XMM and YMM registers
+    unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
+    if (ymm_state && __get_cpuid_count(7, 0, &a7, &b7, &c7, &d7) != 0 && (b7 & (1u << 5))) bits |= kAvx2;
+  }
 #endif
 #endif
   return bits;

@@ -20,7 +20,7 @@ constexpr StatusText kStatusTexts[] = {
     {Status::kInvalidArgument, "invalid_argument",
      EDGEFL_MSG("an argument is null, mis-sized or out of range")},
     {Status::kInvalidSpec, "invalid_spec",
-     EDGEFL_MSG("the codec spec does not parse or names impossible parameters")},
+     EDGEFL_MSG("the spec (codec, model, optimizer) does not parse or names impossible parameters")},
     {Status::kBufferTooSmall, "buffer_too_small", EDGEFL_MSG("the output buffer is smaller than the bound")},
     {Status::kWorkspaceTooSmall, "workspace_too_small",
      EDGEFL_MSG("the workspace is smaller than workspace_size()")},
