@@ -1,4 +1,5 @@
 #include "commands.h"
+#include "sim.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@ const char kUsage[] =
     "  inspect  [--json] IN.efl                         verify an encoding and print its header\n"
     "  add      A.efl B.efl OUT.efl                     add two summable encodings without decoding\n"
     "  bench    [--input IN.npy]... [--codecs LIST]     benchmark codecs (Bench-1M and inputs)\n"
+    "  sim      [--codec SPEC | --compare LIST] ...      federated training simulation on Fashion-MNIST\n"
     "\n"
     "options:\n"
     "  -h, --help      show help (also `edgefl <command> --help`)\n"
@@ -629,6 +631,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return usage_error(err, "add", "expected A.efl B.efl OUT.efl", kAddUsage);
     return run_add(args.positional[0], args.positional[1], args.positional[2], err);
   }
+  if (command == "sim") return run_sim_command(argc, argv, out, err);
   if (command == "bench") {
     const std::vector<OptionDef> defs = {{"--input", true, true},   {"--codecs", true, false},
                                          {"--reps", true, false},   {"--json", true, false},

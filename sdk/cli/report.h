@@ -1,0 +1,50 @@
+// report.h: the end-to-end comparison report of `edgefl sim --compare`: a Markdown table and two
+// SVG plots (test accuracy against cumulative uplink bytes and against simulated time).
+#ifndef EDGEFL_CLI_REPORT_H_
+#define EDGEFL_CLI_REPORT_H_
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "sim.h"
+
+namespace edgefl {
+namespace cli {
+
+struct CodecRun {
+  std::string codec;
+  std::vector<RoundRecord> records;
+};
+
+struct ReportSettings {
+  double target_acc = 0;    // <= 0: the baseline's final accuracy - 0.005
+  std::string description;  // the setup, one line
+};
+
+// What the table says about one run, relative to the baseline (runs[0]).
+struct RunSummary {
+  double final_acc = 0, best_acc = 0;
+  double total_uplink_bytes = 0, uplink_bytes_per_round = 0, total_sim_s = 0;
+  bool reached = false;        // the target accuracy was reached
+  double bytes_to_target = 0;  // cumulative uplink bytes at the first evaluation >= target
+  double time_to_target = 0;   // simulated seconds at that round
+};
+
+RunSummary summarize(const std::vector<RoundRecord>& records, double target_acc);
+
+// Writes report.md, accuracy_vs_uplink.svg and accuracy_vs_time.svg into `dir` and prints the
+// table on `out`. False (with *error) if a file cannot be written.
+bool write_report(const std::string& dir, const std::vector<CodecRun>& runs, const ReportSettings& settings,
+                  std::ostream& out, std::string* error);
+
+// A codec spec as a file name ("topk:0.01+q4" -> "topk_0.01_q4").
+std::string sanitize_file_name(const std::string& text);
+
+// mkdir -p. False on failure.
+bool make_directories(const std::string& path);
+
+}  // namespace cli
+}  // namespace edgefl
+
+#endif  // EDGEFL_CLI_REPORT_H_

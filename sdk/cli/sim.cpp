@@ -1,0 +1,599 @@
+// edgefl sim: N clients in one process, K per round, real local training on Fashion-MNIST, any
+// uplink codec with per-client error feedback, streaming decode-and-add aggregation, and a link
+// model for simulated wall-clock time.
+#include "sim.h"
+
+#include <math.h>
+#include <string.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <iomanip>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "edgefl/aggregate.h"
+#include "edgefl/codec.h"
+#include "edgefl/data.h"
+#include "edgefl/error_feedback.h"
+#include "edgefl/model.h"
+#include "json_writer.h"
+#include "npy.h"
+#include "report.h"
+
+namespace edgefl {
+namespace cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+uint64_t derive_seed(uint64_t seed, uint64_t a, uint64_t b, uint64_t purpose) {
+  return mix64(mix64(mix64(seed ^ purpose) ^ a) ^ (b * 0xD1B54A32D192ED03ull));
+}
+
+// K distinct clients out of N, by a seeded partial Fisher-Yates shuffle, sorted.
+std::vector<uint32_t> select_clients(size_t n, size_t k, uint64_t seed) {
+  std::vector<uint32_t> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = uint32_t(i);
+  uint64_t state = seed;
+  for (size_t i = 0; i < k; ++i) {
+    state = mix64(state);
+    const size_t j = i + size_t((uint64_t(uint32_t(state >> 32)) * (n - i)) >> 32);
+    std::swap(all[i], all[j]);
+  }
+  all.resize(k);
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+// Codecs whose error does not average out need error feedback to converge (Karimireddy et al.,
+// ICML 2019; Stich et al., NeurIPS 2018).
+bool is_biased(const CodecSpec& s) {
+  return s.sparsifier == SparsifierKind::kTopK || s.sparsifier == SparsifierKind::kTopKApprox ||
+         s.sparsifier == SparsifierKind::kThreshold ||
+         (s.sparsifier == SparsifierKind::kRandomK && s.randk_unscaled) ||
+         s.values == ValueCoderKind::kScaledSign || (s.values == ValueCoderKind::kUniform && !s.stochastic) ||
+         (s.values == ValueCoderKind::kUniform && s.clip);
+}
+
+// Per worker thread: one trainer and its buffers, reused for every client it serves.
+struct Worker {
+  std::vector<uint8_t> trainer_memory;
+  SgdTrainer trainer;
+  std::vector<float> delta;
+  std::vector<uint8_t> codec_workspace;
+  std::vector<uint8_t> encoded;
+};
+
+struct ClientOutcome {
+  FitResult fit;
+  size_t bytes = 0;
+  double train_s = 0, encode_s = 0, decode_s = 0;
+  Status status = Status::kOk;
+  const char* stage = "";
+};
+
+std::string format_bytes(double b) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(b >= 1e6 ? 2 : 1);
+  if (b >= 1e6) {
+    o << b / 1e6 << " MB";
+  } else {
+    o << b / 1e3 << " kB";
+  }
+  return o.str();
+}
+
+}  // namespace
+
+int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream& err) {
+  records->clear();
+  auto fail = [&](const std::string& what) {
+    err << "edgefl sim: " << what << "\n";
+    return 1;
+  };
+  ModelSpec model;
+  if (parse_model_spec(c.model.c_str(), &model) != Status::kOk)
+    return fail("invalid --model '" + c.model + "'");
+  CodecSpec codec, downlink;
+  if (parse_codec_spec(c.codec.c_str(), &codec) != Status::kOk)
+    return fail("invalid --codec '" + c.codec + "'");
+  if (parse_codec_spec(c.downlink.c_str(), &downlink) != Status::kOk) {
+    return fail("invalid --downlink '" + c.downlink + "'");
+  }
+  ServerOptimizerSpec opt_spec;
+  if (parse_server_optimizer_spec(c.server_optimizer.c_str(), &opt_spec) != Status::kOk) {
+    return fail("invalid --server-opt '" + c.server_optimizer + "'");
+  }
+  PartitionSpec partition_spec;
+  std::string error;
+  if (!parse_partition_spec(c.partition, &partition_spec, &error)) return fail("--partition: " + error);
+  if (c.clients == 0 || c.per_round == 0 || c.per_round > c.clients) {
+    return fail("need 1 <= --per-round <= --clients");
+  }
+  bool use_ef = false;
+  ResidualPrecision ef_precision = ResidualPrecision::kFp32;
+  if (c.error_feedback == "auto") {
+    use_ef = is_biased(codec);
+  } else if (c.error_feedback == "fp32" || c.error_feedback == "bf16") {
+    use_ef = true;
+    ef_precision = c.error_feedback == "bf16" ? ResidualPrecision::kBf16 : ResidualPrecision::kFp32;
+  } else if (c.error_feedback != "none") {
+    return fail("--ef must be none, fp32, bf16 or auto");
+  }
+
+  // Data.
+  Dataset train_set, test_set;
+  if (!load_fashion_mnist(c.data_dir, true, &train_set, &error)) return fail(error);
+  if (!load_fashion_mnist(c.data_dir, false, &test_set, &error)) return fail(error);
+  if (train_set.dim() != input_dim(model))
+    return fail("the model's input size does not match the data (784)");
+  const std::vector<std::vector<uint32_t>> parts =
+      partition(train_set.labels, c.clients, partition_spec, c.seed, &error);
+  if (parts.size() != c.clients) return fail("partition: " + error);
+  const size_t eval_count = c.eval_samples == 0 ? test_set.count : std::min(c.eval_samples, test_set.count);
+
+  // Model, server state.
+  const size_t n = parameter_count(model);
+  std::vector<float> global(n), received(n), mean_delta(n);
+  init_parameters(model, c.seed, {global.data(), n});
+  std::vector<uint8_t> agg_memory(StreamingAggregator::storage_bytes(n));
+  StreamingAggregator aggregator;
+  if (aggregator.init({agg_memory.data(), agg_memory.size()}, n) != Status::kOk)
+    return fail("aggregator init");
+  std::vector<uint8_t> opt_memory(ServerOptimizer::state_bytes(opt_spec.kind, n));
+  ServerOptimizer optimizer;
+  if (optimizer.init(opt_spec, {opt_memory.data(), opt_memory.size()}, n) != Status::kOk) {
+    return fail("server optimizer init");
+  }
+  std::vector<uint8_t> down_workspace(workspace_size(downlink, n)), down_encoded(encoded_bound(downlink, n));
+
+  // Per-client error-feedback residuals, carried across rounds.
+  const size_t ef_bytes = use_ef ? ErrorFeedback::storage_bytes(n, ef_precision) : 0;
+  std::vector<uint8_t> ef_memory(ef_bytes * c.clients);
+  std::vector<ErrorFeedback> feedback(use_ef ? c.clients : 0);
+  for (size_t i = 0; i < feedback.size(); ++i) {
+    if (feedback[i].init({ef_memory.data() + i * ef_bytes, ef_bytes}, n, ef_precision) != Status::kOk) {
+      return fail("error feedback init");
+    }
+  }
+
+  // Workers.
+  const size_t threads = std::max<size_t>(1, c.threads ? c.threads : std::thread::hardware_concurrency());
+  const size_t workers_n = std::min(threads, c.per_round);
+  std::vector<std::unique_ptr<Worker>> workers;
+  const size_t trainer_bytes = SgdTrainer::workspace_bytes(model, c.train);
+  if (trainer_bytes == 0) return fail("invalid training configuration");
+  for (size_t t = 0; t < std::max(workers_n, threads); ++t) {
+    auto w = std::make_unique<Worker>();
+    w->trainer_memory.resize(trainer_bytes);
+    if (w->trainer.init(model, c.train, {w->trainer_memory.data(), trainer_bytes}) != Status::kOk) {
+      return fail("trainer init");
+    }
+    w->delta.resize(n);
+    w->codec_workspace.resize(workspace_size(codec, n));
+    w->encoded.resize(encoded_bound(codec, n));
+    workers.push_back(std::move(w));
+  }
+
+  std::ofstream json;
+  if (!c.json_path.empty()) {
+    json.open(c.json_path);
+    if (!json) return fail("cannot write " + c.json_path);
+  }
+  if (!c.quiet) {
+    err << "edgefl sim: " << c.model << " (" << n << " parameters), " << c.clients << " clients ("
+        << c.partition << "), " << c.per_round << " per round, codec " << c.codec
+        << (use_ef ? " + error feedback" : "") << ", downlink " << c.downlink << ", " << threads
+        << " threads\n";
+  }
+
+  const double up_bps = c.uplink_mbps * 1e6, down_bps = c.downlink_mbps * 1e6;
+  RoundRecord total;
+  for (size_t round = 1; round <= c.rounds; ++round) {
+    const Clock::time_point round_start = Clock::now();
+    RoundRecord rec;
+    rec.round = round;
+    const std::vector<uint32_t> selected =
+        select_clients(c.clients, c.per_round, derive_seed(c.seed, round, 0, 1));
+
+    // Downlink: the global model through the downlink codec; every client trains from it.
+    size_t down_size = 0;
+    Status s = encode(downlink, {global.data(), n}, derive_seed(c.seed, round, 0, 2),
+                      {down_workspace.data(), down_workspace.size()},
+                      {down_encoded.data(), down_encoded.size()}, &down_size);
+    if (s == Status::kOk) s = decode({down_encoded.data(), down_size}, {received.data(), n});
+    if (s != Status::kOk) return fail(std::string("downlink codec: ") + status_name(s));
+
+    // Clients in parallel; their updates are added to the aggregate in selection order as soon
+    // as each is ready (streaming, deterministic whatever the thread timing).
+    aggregator.reset();
+    std::vector<ClientOutcome> outcomes(selected.size());
+    std::atomic<size_t> next_client{0};
+    std::mutex add_mutex;
+    std::condition_variable add_turn;
+    size_t next_to_add = 0;
+    bool aborted = false;
+    const uint64_t round_codec_seed = derive_seed(c.seed, round, 0, 3);
+    auto work = [&](Worker& w) {
+      for (;;) {
+        const size_t slot = next_client.fetch_add(1);
+        if (slot >= selected.size()) return;
+        const uint32_t client = selected[slot];
+        ClientOutcome& o = outcomes[slot];
+        const std::vector<uint32_t>& idx = parts[client];
+        DataView view{train_set.inputs.data(),
+                      train_set.labels.data(),
+                      train_set.count,
+                      train_set.dim(),
+                      idx.data(),
+                      idx.size()};
+        Clock::time_point t0 = Clock::now();
+        o.status = w.trainer.set_data(view);
+        if (o.status == Status::kOk) {
+          w.trainer.set_seed(derive_seed(c.seed, round, client, 4));
+          o.status = w.trainer.fit({received.data(), n}, {w.delta.data(), n}, &o.fit);
+        }
+        o.train_s = seconds_since(t0);
+        o.stage = "train";
+        // Random-k needs the round's shared seed (same indices for every client); other codecs
+        // get their own seed per client, so that stochastic rounding errors are independent.
+        const uint64_t codec_seed = codec.sparsifier == SparsifierKind::kRandomK
+                                        ? round_codec_seed
+                                        : derive_seed(c.seed, round, client, 5);
+        if (o.status == Status::kOk) {
+          t0 = Clock::now();
+          Span<uint8_t> ws{w.codec_workspace.data(), w.codec_workspace.size()};
+          Span<uint8_t> out{w.encoded.data(), w.encoded.size()};
+          o.status = use_ef
+                         ? feedback[client].encode(codec, {w.delta.data(), n}, codec_seed, ws, out, &o.bytes)
+                         : encode(codec, {w.delta.data(), n}, codec_seed, ws, out, &o.bytes);
+          o.encode_s = seconds_since(t0);
+          o.stage = "encode";
+        }
+        if (!c.save_update_path.empty() && round == 1 && slot == 0 && o.status == Status::kOk) {
+          // The raw update of the first client (before compression), for `edgefl bench --input`.
+          std::vector<float> raw(n);
+          w.trainer.set_seed(derive_seed(c.seed, round, client, 4));
+          if (w.trainer.fit({received.data(), n}, {raw.data(), n}, &o.fit) == Status::kOk) {
+            std::string e;
+            if (!write_npy_f32_file(c.save_update_path, raw.data(), n, &e)) o.stage = "save";
+          }
+        }
+        std::unique_lock<std::mutex> lock(add_mutex);
+        add_turn.wait(lock, [&] { return next_to_add == slot || aborted; });
+        if (o.status == Status::kOk && !aborted) {
+          const Clock::time_point t1 = Clock::now();
+          o.status = aggregator.add_encoded({w.encoded.data(), o.bytes}, double(o.fit.samples));
+          o.decode_s = seconds_since(t1);
+          o.stage = "aggregate";
+        }
+        if (o.status != Status::kOk) aborted = true;
+        ++next_to_add;
+        add_turn.notify_all();
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < workers_n; ++t) pool.emplace_back(work, std::ref(*workers[t]));
+    work(*workers[0]);
+    for (std::thread& t : pool) t.join();
+    for (const ClientOutcome& o : outcomes) {
+      if (o.status != Status::kOk) return fail(std::string(o.stage) + ": " + status_name(o.status));
+    }
+
+    // Server: mean delta, then the server optimizer.
+    const Clock::time_point t_server = Clock::now();
+    s = aggregator.mean({mean_delta.data(), n});
+    if (s == Status::kOk) s = optimizer.apply({global.data(), n}, {mean_delta.data(), n});
+    if (s != Status::kOk) return fail(std::string("server update: ") + status_name(s));
+    const double server_s = seconds_since(t_server);
+
+    // Round accounting and the link model: the round lasts as long as its slowest client.
+    double slowest = 0, loss_sum = 0, acc_sum = 0;
+    for (const ClientOutcome& o : outcomes) {
+      rec.uplink_bytes += o.bytes;
+      rec.downlink_bytes += down_size;
+      rec.train_s += o.train_s;
+      rec.encode_s += o.encode_s;
+      rec.decode_s += o.decode_s;
+      rec.samples += o.fit.samples;
+      loss_sum += double(o.fit.loss) * o.fit.samples;
+      acc_sum += double(o.fit.accuracy) * o.fit.samples;
+      const double client_s = c.rtt_ms / 1e3 + double(down_size) * 8 / down_bps +
+                              (o.train_s + o.encode_s) * c.compute_scale + double(o.bytes) * 8 / up_bps;
+      slowest = std::max(slowest, client_s);
+    }
+    rec.train_loss = rec.samples ? loss_sum / double(rec.samples) : 0;
+    rec.train_acc = rec.samples ? acc_sum / double(rec.samples) : 0;
+    rec.round_sim_s = slowest + rec.decode_s + server_s;  // the server decodes the updates one by one
+    total.cum_uplink_bytes += rec.uplink_bytes;
+    total.cum_downlink_bytes += rec.downlink_bytes;
+    total.sim_time_s += rec.round_sim_s;
+    rec.cum_uplink_bytes = total.cum_uplink_bytes;
+    rec.cum_downlink_bytes = total.cum_downlink_bytes;
+    rec.sim_time_s = total.sim_time_s;
+
+    // Evaluation on the test set, split over the workers.
+    if (round % std::max<size_t>(1, c.eval_every) == 0 || round == c.rounds) {
+      std::vector<uint32_t> all(eval_count);
+      for (size_t i = 0; i < eval_count; ++i) all[i] = uint32_t(i);
+      const size_t chunks = std::min(threads, eval_count);
+      std::vector<double> loss(chunks), acc(chunks);
+      std::vector<Status> st(chunks, Status::kOk);
+      std::vector<std::thread> eval_pool;
+      auto eval_chunk = [&](size_t t) {
+        const size_t lo = eval_count * t / chunks, hi = eval_count * (t + 1) / chunks;
+        DataView v{test_set.inputs.data(), test_set.labels.data(), test_set.count,
+                   test_set.dim(),         all.data() + lo,        hi - lo};
+        float l = 0, a = 0;
+        st[t] = workers[t]->trainer.evaluate({global.data(), n}, v, &l, &a);
+        loss[t] = double(l) * double(hi - lo);
+        acc[t] = double(a) * double(hi - lo);
+      };
+      for (size_t t = 1; t < chunks; ++t) eval_pool.emplace_back(eval_chunk, t);
+      eval_chunk(0);
+      for (std::thread& t : eval_pool) t.join();
+      double l = 0, a = 0;
+      for (size_t t = 0; t < chunks; ++t) {
+        if (st[t] != Status::kOk) return fail(std::string("evaluate: ") + status_name(st[t]));
+        l += loss[t];
+        a += acc[t];
+      }
+      rec.evaluated = true;
+      rec.test_loss = l / double(eval_count);
+      rec.test_acc = a / double(eval_count);
+    } else if (!records->empty()) {
+      rec.test_acc = records->back().test_acc;
+      rec.test_loss = records->back().test_loss;
+    }
+    rec.wall_s = seconds_since(round_start);
+    records->push_back(rec);
+
+    if (json.is_open()) {
+      JsonObjectWriter j;
+      j.add_uint("round", rec.round)
+          .add_string("codec", c.codec)
+          .add_number("test_acc", rec.test_acc, 6)
+          .add_number("test_loss", rec.test_loss, 6)
+          .add_bool("evaluated", rec.evaluated)
+          .add_number("train_loss", rec.train_loss, 6)
+          .add_uint("uplink_bytes", rec.uplink_bytes)
+          .add_uint("downlink_bytes", rec.downlink_bytes)
+          .add_uint("cum_uplink_bytes", rec.cum_uplink_bytes)
+          .add_uint("cum_downlink_bytes", rec.cum_downlink_bytes)
+          .add_number("train_s", rec.train_s, 6)
+          .add_number("encode_s", rec.encode_s, 6)
+          .add_number("decode_s", rec.decode_s, 6)
+          .add_number("wall_s", rec.wall_s, 6)
+          .add_number("round_sim_s", rec.round_sim_s, 6)
+          .add_number("sim_time_s", rec.sim_time_s, 6)
+          .add_uint("samples", rec.samples);
+      json << j.str() << "\n";
+    }
+    if (!c.quiet) {
+      err << "round " << std::setw(3) << round << "/" << c.rounds << "  acc " << std::fixed
+          << std::setprecision(4) << rec.test_acc << "  loss " << std::setprecision(3) << rec.test_loss
+          << "  up " << format_bytes(double(rec.uplink_bytes)) << "  down "
+          << format_bytes(double(rec.downlink_bytes)) << "  train " << std::setprecision(2) << rec.train_s
+          << "s enc " << std::setprecision(3) << rec.encode_s << "s dec " << rec.decode_s << "s  wall "
+          << std::setprecision(2) << rec.wall_s << "s  sim " << std::setprecision(1) << rec.sim_time_s
+          << "s\n"
+          << std::defaultfloat;
+    }
+  }
+  return 0;
+}
+
+int run_compare(const SimConfig& base, const std::vector<std::string>& codecs, const std::string& report_dir,
+                double target_acc, std::ostream& out, std::ostream& err) {
+  if (codecs.empty()) {
+    err << "edgefl sim: --compare needs at least one codec\n";
+    return 2;
+  }
+  std::vector<CodecRun> runs;
+  for (const std::string& codec : codecs) {
+    SimConfig c = base;
+    c.codec = codec;
+    c.json_path = report_dir + "/" + sanitize_file_name(codec) + ".jsonl";
+    if (!base.quiet)
+      err << "edgefl sim: --compare run " << runs.size() + 1 << "/" << codecs.size() << ": " << codec << "\n";
+    CodecRun run;
+    run.codec = codec;
+    if (int code = run_sim(c, &run.records, err); code != 0) return code;
+    runs.push_back(std::move(run));
+  }
+  std::string error;
+  ReportSettings settings;
+  settings.target_acc = target_acc;
+  settings.description = describe(base);
+  if (!write_report(report_dir, runs, settings, out, &error)) {
+    err << "edgefl sim: " << error << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+std::string describe(const SimConfig& c) {
+  std::ostringstream o;
+  o << "model " << c.model << ", " << c.clients << " clients (" << c.partition << "), " << c.per_round
+    << " per round, " << c.rounds << " rounds, batch " << c.train.batch_size << ", " << c.train.local_epochs
+    << " local epoch(s), lr " << c.train.learning_rate << ", momentum " << c.train.momentum << ", server "
+    << c.server_optimizer << ", downlink " << c.downlink << ", error feedback " << c.error_feedback
+    << ", link " << c.uplink_mbps << " Mbit/s up / " << c.downlink_mbps << " Mbit/s down / " << c.rtt_ms
+    << " ms RTT, seed " << c.seed;
+  return o.str();
+}
+
+namespace {
+
+const char kSimUsage[] =
+    "usage: edgefl sim [options]\n"
+    "\n"
+    "Federated training of simulated clients on Fashion-MNIST, measured end to end.\n"
+    "\n"
+    "  --clients N          simulated devices (100)\n"
+    "  --per-round K        clients sampled per round (10)\n"
+    "  --rounds R           rounds (50)\n"
+    "  --model SPEC         cnn | cnn:C1-C2-H | mlp:784-H...-10 (cnn)\n"
+    "  --partition SPEC     iid | dirichlet:ALPHA | shards:K (dirichlet:0.5)\n"
+    "  --codec SPEC         uplink codec (bf16)\n"
+    "  --compare LIST       ';'-separated codecs, run with the same seeds (the first is the baseline)\n"
+    "  --report DIR         where --compare writes report.md, the plots and the JSONL (sim-report)\n"
+    "  --target-acc A       accuracy for bytes/time-to-target (default: baseline final - 0.005)\n"
+    "  --downlink SPEC      codec of the model sent to clients (bf16)\n"
+    "  --ef MODE            error feedback: none | fp32 | bf16 | auto (auto: fp32 for biased codecs)\n"
+    "  --server-opt SPEC    fedavg[:lr=X] | fedavgm:lr=X,momentum=M | fedadam:lr=X,b1=,b2=,tau= (fedavg)\n"
+    "  --lr X --momentum M --weight-decay W --prox-mu MU --batch B --epochs E   local SGD (0.05 0.9 0 0 32 "
+    "1)\n"
+    "  --uplink-mbps X --downlink-mbps Y --rtt-ms Z   link model (1 10 50)\n"
+    "  --compute-scale F    device compute time = this machine's x F (1)\n"
+    "  --threads T          worker threads (cores)\n"
+    "  --eval-every R       evaluate every R rounds (1); --eval-samples S (all 10000)\n"
+    "  --seed S             (1)\n"
+    "  --json FILE          one JSON line per round\n"
+    "  --save-update FILE   write the first client's round-1 update (float32 .npy) for edgefl bench\n"
+    "  --data DIR           Fashion-MNIST IDX files (/usr/share/datasets/fashion-mnist)\n"
+    "  --quiet              no progress lines\n";
+
+bool to_size(const std::string& s, size_t* out) {
+  if (s.empty() || s.size() > 12) return false;
+  size_t v = 0;
+  for (char ch : s) {
+    if (ch < '0' || ch > '9') return false;
+    v = v * 10 + size_t(ch - '0');
+  }
+  *out = v;
+  return true;
+}
+
+bool to_double(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  const double v = strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+int run_sim_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  SimConfig c;
+  std::string compare, report_dir = "sim-report";
+  double target_acc = 0;
+  auto usage = [&](const std::string& what) {
+    err << "edgefl sim: " << what << "\n" << kSimUsage;
+    return 2;
+  };
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      out << kSimUsage;
+      return 0;
+    }
+    if (arg == "--quiet") {
+      c.quiet = true;
+      continue;
+    }
+    if (i + 1 >= argc) return usage("missing value after " + arg);
+    const std::string v = argv[++i];
+    double d = 0;
+    size_t z = 0;
+    bool ok = true;
+    if (arg == "--clients")
+      ok = to_size(v, &c.clients);
+    else if (arg == "--per-round")
+      ok = to_size(v, &c.per_round);
+    else if (arg == "--rounds")
+      ok = to_size(v, &c.rounds);
+    else if (arg == "--model")
+      c.model = v;
+    else if (arg == "--partition")
+      c.partition = v;
+    else if (arg == "--codec")
+      c.codec = v;
+    else if (arg == "--compare")
+      compare = v;
+    else if (arg == "--report")
+      report_dir = v;
+    else if (arg == "--target-acc")
+      ok = to_double(v, &target_acc) && target_acc > 0 && target_acc <= 1;
+    else if (arg == "--downlink")
+      c.downlink = v;
+    else if (arg == "--ef")
+      c.error_feedback = v;
+    else if (arg == "--server-opt")
+      c.server_optimizer = v;
+    else if (arg == "--lr")
+      ok = to_double(v, &d) && d > 0 && (c.train.learning_rate = float(d), true);
+    else if (arg == "--momentum")
+      ok = to_double(v, &d) && d >= 0 && d < 1 && (c.train.momentum = float(d), true);
+    else if (arg == "--weight-decay")
+      ok = to_double(v, &d) && d >= 0 && (c.train.weight_decay = float(d), true);
+    else if (arg == "--prox-mu")
+      ok = to_double(v, &d) && d >= 0 && (c.train.prox_mu = float(d), true);
+    else if (arg == "--batch")
+      ok = to_size(v, &z) && z >= 1 && z <= 65536 && (c.train.batch_size = uint32_t(z), true);
+    else if (arg == "--epochs")
+      ok = to_size(v, &z) && z >= 1 && z <= 1000 && (c.train.local_epochs = uint32_t(z), true);
+    else if (arg == "--uplink-mbps")
+      ok = to_double(v, &c.uplink_mbps) && c.uplink_mbps > 0;
+    else if (arg == "--downlink-mbps")
+      ok = to_double(v, &c.downlink_mbps) && c.downlink_mbps > 0;
+    else if (arg == "--rtt-ms")
+      ok = to_double(v, &c.rtt_ms) && c.rtt_ms >= 0;
+    else if (arg == "--compute-scale")
+      ok = to_double(v, &c.compute_scale) && c.compute_scale >= 0;
+    else if (arg == "--threads")
+      ok = to_size(v, &c.threads);
+    else if (arg == "--eval-every")
+      ok = to_size(v, &c.eval_every) && c.eval_every >= 1;
+    else if (arg == "--eval-samples")
+      ok = to_size(v, &c.eval_samples);
+    else if (arg == "--seed")
+      ok = to_size(v, &z) && (c.seed = z, true);
+    else if (arg == "--json")
+      c.json_path = v;
+    else if (arg == "--save-update")
+      c.save_update_path = v;
+    else if (arg == "--data")
+      c.data_dir = v;
+    else
+      return usage("unknown option " + arg);
+    if (!ok) return usage("invalid value '" + v + "' for " + arg);
+  }
+  if (!compare.empty()) {
+    std::vector<std::string> codecs;
+    std::string item;
+    std::istringstream list(compare);
+    while (std::getline(list, item, ';')) {
+      if (!item.empty()) codecs.push_back(item);
+    }
+    if (!make_directories(report_dir)) {
+      err << "edgefl sim: cannot create " << report_dir << "\n";
+      return 1;
+    }
+    return run_compare(c, codecs, report_dir, target_acc, out, err);
+  }
+  std::vector<RoundRecord> records;
+  return run_sim(c, &records, err);
+}
+
+}  // namespace cli
+}  // namespace edgefl

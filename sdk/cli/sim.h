@@ -1,0 +1,76 @@
+// sim.h: `edgefl sim`, federated training of N simulated clients in one process, measured end to
+// end (accuracy, bytes and simulated time), and `edgefl sim --compare`, the same seeds for several
+// codecs with a report against the 16-bit baseline (Han et al., "Beyond Throughput and Compression
+// Ratios", HotNets 2024: compare end to end, and against bf16, never fp32).
+#ifndef EDGEFL_CLI_SIM_H_
+#define EDGEFL_CLI_SIM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "edgefl/trainer.h"
+
+namespace edgefl {
+namespace cli {
+
+struct SimConfig {
+  size_t clients = 100;   // N simulated devices
+  size_t per_round = 10;  // K sampled each round (without replacement)
+  size_t rounds = 50;
+  std::string model = "cnn";                // edgefl/model.h spec
+  std::string partition = "dirichlet:0.5";  // iid | dirichlet:ALPHA | shards:K
+  std::string codec = "bf16";               // uplink codec spec
+  std::string downlink = "bf16";            // codec of the global model sent to the clients
+  std::string error_feedback = "auto";      // none | fp32 | bf16 | auto (fp32 for biased codecs)
+  std::string server_optimizer = "fedavg";  // edgefl/aggregate.h spec
+  uint64_t seed = 1;
+  TrainConfig train;         // local training (seed is derived per client and round)
+  double uplink_mbps = 1.0;  // link model: Mbit/s up, Mbit/s down, round trip
+  double downlink_mbps = 10.0;
+  double rtt_ms = 50.0;
+  double compute_scale = 1.0;    // device compute time = measured time x this
+  size_t threads = 0;            // 0 = the number of cores
+  size_t eval_every = 1;         // evaluate on the test set every this many rounds (and the last)
+  size_t eval_samples = 0;       // 0 = the whole test set
+  std::string data_dir;          // "" = $EDGEFL_FASHION_MNIST_DIR or the Debian package's
+  std::string json_path;         // one JSON line per round ("" = none)
+  std::string save_update_path;  // write the first client's round-1 update as .npy
+  bool quiet = false;            // no progress lines
+};
+
+// One round, as written to the JSON lines. Times in seconds; bytes all-in (headers included).
+struct RoundRecord {
+  size_t round = 0;
+  bool evaluated = false;
+  double test_acc = 0, test_loss = 0;
+  double train_loss = 0, train_acc = 0;  // sample-weighted over the round's clients
+  uint64_t uplink_bytes = 0, downlink_bytes = 0, cum_uplink_bytes = 0, cum_downlink_bytes = 0;
+  double train_s = 0, encode_s = 0, decode_s = 0;  // summed over the round's clients (CPU seconds)
+  double wall_s = 0;                               // real time of the round on this machine
+  double round_sim_s = 0, sim_time_s = 0;          // simulated: this round, and since the start
+  uint64_t samples = 0;
+};
+
+// Runs one simulation; fills `records` (one per round). Progress on `err` unless quiet.
+int run_sim(const SimConfig& config, std::vector<RoundRecord>* records, std::ostream& err);
+
+// Runs the simulation once per codec in `codecs` (the first is the baseline, normally bf16) with
+// the same seeds, and writes report.md, accuracy_vs_uplink.svg, accuracy_vs_time.svg and one
+// JSONL per codec into `report_dir`. target_acc <= 0: the baseline's final accuracy - 0.005.
+int run_compare(const SimConfig& base, const std::vector<std::string>& codecs, const std::string& report_dir,
+                double target_acc, std::ostream& out, std::ostream& err);
+
+// One line describing the setup of a run (model, clients, partition, link, ...).
+std::string describe(const SimConfig& config);
+
+// The command line of `edgefl sim` (argv[0] = "edgefl", argv[1] = "sim").
+int run_sim_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+
+}  // namespace cli
+}  // namespace edgefl
+
+#endif  // EDGEFL_CLI_SIM_H_
