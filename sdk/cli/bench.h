@@ -34,8 +34,9 @@ struct BenchOptions {
   std::string codecs;               // `;`-separated specs; empty = kDefaultBenchCodecs
   int reps = 0;                     // 0: kBenchDefaultReps, or kBenchQuickReps with quick
   bool quick = false;
-  bool bench1m = true;    // include the synthetic Bench-1M dataset
-  std::string json_path;  // JSONL output, one object per line; empty = none
+  bool bench1m = true;      // include the synthetic Bench-1M dataset
+  bool real_update = true;  // include a real CNN update trained on Fashion-MNIST (sim.h)
+  std::string json_path;    // JSONL output, one object per line; empty = none
 };
 
 // Bench-1M: n float32 values x_i = z_i * s_{i / 256} * 1e-3, z_i ~ N(0,1), s_j = exp(N(0,1)) per

@@ -91,7 +91,7 @@ const char kAddUsage[] =
 
 const char kBenchUsage[] =
     "usage: edgefl bench [--input IN.npy]... [--codecs LIST] [--reps N] [--json OUT.jsonl] [--quick]\n"
-    "                    [--no-bench1m]\n"
+    "                    [--no-bench1m] [--no-real]\n"
     "\n"
     "Measures every codec in LIST on Bench-1M (2^20 synthetic gradient-like floats, seed 42) and on\n"
     "each --input, with baselines memcpy and nth_element:0.01 measured in the same run. Prints a table\n"
@@ -104,7 +104,8 @@ const char kBenchUsage[] =
     "  --reps N         repetitions (seeds 1..N); times are medians, errors means (default 7)\n"
     "  --quick          3 repetitions unless --reps is given\n"
     "  --json FILE      write JSON lines to FILE\n"
-    "  --no-bench1m     only the --input datasets\n";
+    "  --no-bench1m     only the --input datasets\n"
+    "  --no-real        skip the real Fashion-MNIST CNN update (trained first, about 5 s)\n";
 
 struct OptionDef {
   const char* name;  // "--codec"
@@ -633,9 +634,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
   if (command == "sim") return run_sim_command(argc, argv, out, err);
   if (command == "bench") {
-    const std::vector<OptionDef> defs = {{"--input", true, true},   {"--codecs", true, false},
-                                         {"--reps", true, false},   {"--json", true, false},
-                                         {"--quick", false, false}, {"--no-bench1m", false, false}};
+    const std::vector<OptionDef> defs = {{"--input", true, true},    {"--codecs", true, false},
+                                         {"--reps", true, false},    {"--json", true, false},
+                                         {"--quick", false, false},  {"--no-bench1m", false, false},
+                                         {"--no-real", false, false}};
     if (!parse_args(argc, argv, 2, defs, &args, &error)) return usage_error(err, "bench", error, kBenchUsage);
     if (args.help) {
       out << kBenchUsage;
@@ -656,6 +658,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     }
     options.quick = args.has("--quick");
     options.bench1m = !args.has("--no-bench1m");
+    options.real_update = !args.has("--no-real") && !args.has("--no-bench1m");
     options.json_path = args.value("--json");
     if (args.has("--json") && options.json_path.empty()) {
       return usage_error(err, "bench", "--json needs a file name", kBenchUsage);

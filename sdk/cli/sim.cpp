@@ -267,13 +267,18 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
           o.encode_s = seconds_since(t0);
           o.stage = "encode";
         }
-        if (!c.save_update_path.empty() && round == 1 && slot == 0 && o.status == Status::kOk) {
-          // The raw update of the first client (before compression), for `edgefl bench --input`.
+        if ((!c.save_update_path.empty() || c.capture_update != nullptr) && round == c.capture_round &&
+            slot == 0 && o.status == Status::kOk) {
+          // The raw update of the first client (before compression), for `edgefl bench`.
           std::vector<float> raw(n);
           w.trainer.set_seed(derive_seed(c.seed, round, client, 4));
           if (w.trainer.fit({received.data(), n}, {raw.data(), n}, &o.fit) == Status::kOk) {
             std::string e;
-            if (!write_npy_f32_file(c.save_update_path, raw.data(), n, &e)) o.stage = "save";
+            if (!c.save_update_path.empty() && !write_npy_f32_file(c.save_update_path, raw.data(), n, &e)) {
+              o.status = Status::kInvalidArgument;
+              o.stage = "--save-update";
+            }
+            if (c.capture_update != nullptr) *c.capture_update = raw;
           }
         }
         std::unique_lock<std::mutex> lock(add_mutex);
@@ -344,7 +349,7 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
         float l = 0, a = 0;
         st[t] = workers[t]->trainer.evaluate({global.data(), n}, v, &l, &a);
         loss[t] = double(l) * double(hi - lo);
-        acc[t] = double(a) * double(hi - lo);
+        acc[t] = nearbyint(double(a) * double(hi - lo));  // correct predictions: an exact count
       };
       for (size_t t = 1; t < chunks; ++t) eval_pool.emplace_back(eval_chunk, t);
       eval_chunk(0);
@@ -369,8 +374,9 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
       JsonObjectWriter j;
       j.add_uint("round", rec.round)
           .add_string("codec", c.codec)
-          .add_number("test_acc", rec.test_acc, 6)
-          .add_number("test_loss", rec.test_loss, 6)
+          .add_number("test_acc", rec.evaluated || rec.test_acc > 0 ? rec.test_acc : NAN,
+                      6)  // null before any
+          .add_number("test_loss", rec.evaluated || rec.test_acc > 0 ? rec.test_loss : NAN, 6)
           .add_bool("evaluated", rec.evaluated)
           .add_number("train_loss", rec.train_loss, 6)
           .add_uint("uplink_bytes", rec.uplink_bytes)
@@ -387,13 +393,18 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
       json << j.str() << "\n";
     }
     if (!c.quiet) {
-      err << "round " << std::setw(3) << round << "/" << c.rounds << "  acc " << std::fixed
-          << std::setprecision(4) << rec.test_acc << "  loss " << std::setprecision(3) << rec.test_loss
-          << "  up " << format_bytes(double(rec.uplink_bytes)) << "  down "
-          << format_bytes(double(rec.downlink_bytes)) << "  train " << std::setprecision(2) << rec.train_s
-          << "s enc " << std::setprecision(3) << rec.encode_s << "s dec " << rec.decode_s << "s  wall "
-          << std::setprecision(2) << rec.wall_s << "s  sim " << std::setprecision(1) << rec.sim_time_s
-          << "s\n"
+      std::ostringstream acc;  // "-" until the first evaluation
+      if (rec.evaluated || rec.test_acc > 0) {
+        acc << std::fixed << std::setprecision(4) << rec.test_acc << "  loss " << std::setprecision(3)
+            << rec.test_loss;
+      } else {
+        acc << "  -     loss   -  ";
+      }
+      err << "round " << std::setw(3) << round << "/" << c.rounds << "  acc " << acc.str() << "  up "
+          << format_bytes(double(rec.uplink_bytes)) << "  down " << format_bytes(double(rec.downlink_bytes))
+          << "  train " << std::setprecision(2) << rec.train_s << "s enc " << std::setprecision(3)
+          << rec.encode_s << "s dec " << rec.decode_s << "s  wall " << std::setprecision(2) << rec.wall_s
+          << "s  sim " << std::setprecision(1) << rec.sim_time_s << "s\n"
           << std::defaultfloat;
     }
   }
@@ -427,6 +438,26 @@ int run_compare(const SimConfig& base, const std::vector<std::string>& codecs, c
     return 1;
   }
   return 0;
+}
+
+bool make_real_update(const std::string& model, size_t round, std::vector<float>* update,
+                      std::string* error) {
+  SimConfig c;
+  c.model = model;
+  c.rounds = round;
+  c.eval_every = round + 1;  // evaluate once, at the end
+  c.eval_samples = 1000;
+  c.quiet = true;
+  c.capture_update = update;
+  c.capture_round = round;
+  update->clear();
+  std::vector<RoundRecord> records;
+  std::ostringstream log;
+  if (run_sim(c, &records, log) != 0 || update->empty()) {
+    *error = "could not train a real update: " + log.str();
+    return false;
+  }
+  return true;
 }
 
 std::string describe(const SimConfig& c) {

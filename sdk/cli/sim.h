@@ -38,8 +38,10 @@ struct SimConfig {
   size_t eval_samples = 0;       // 0 = the whole test set
   std::string data_dir;          // "" = $EDGEFL_FASHION_MNIST_DIR or the Debian package's
   std::string json_path;         // one JSON line per round ("" = none)
-  std::string save_update_path;  // write the first client's round-1 update as .npy
-  bool quiet = false;            // no progress lines
+  std::string save_update_path;  // write the first client's update of capture_round as .npy
+  std::vector<float>* capture_update = nullptr;  // or keep it here
+  size_t capture_round = 1;
+  bool quiet = false;  // no progress lines
 };
 
 // One round, as written to the JSON lines. Times in seconds; bytes all-in (headers included).
@@ -54,6 +56,10 @@ struct RoundRecord {
   double round_sim_s = 0, sim_time_s = 0;          // simulated: this round, and since the start
   uint64_t samples = 0;
 };
+
+// A real model update for `edgefl bench`: the raw (uncompressed) update of the first client in
+// round `round` of a bf16 FedAvg run of `model` on Fashion-MNIST (100 clients, Dirichlet 0.5).
+bool make_real_update(const std::string& model, size_t round, std::vector<float>* update, std::string* error);
 
 // Runs one simulation; fills `records` (one per round). Progress on `err` unless quiet.
 int run_sim(const SimConfig& config, std::vector<RoundRecord>* records, std::ostream& err);

@@ -1,0 +1,141 @@
+// edgefl sim on the real Fashion-MNIST data (installed by platforms/deps/setup.sh): a tiny MLP
+// federation learns, accounts its bytes exactly, is deterministic whatever the thread timing,
+// and the comparison report carries what it claims.
+#include <doctest/doctest.h>
+#include <math.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "edgefl/codec.h"
+#include "edgefl/model.h"
+#include "report.h"
+#include "sim.h"
+
+namespace {
+
+edgefl::cli::SimConfig tiny_config() {
+  edgefl::cli::SimConfig c;
+  c.model = "mlp:784-32-10";
+  c.clients = 20;
+  c.per_round = 4;
+  c.rounds = 4;
+  c.partition = "dirichlet:0.5";
+  c.eval_samples = 2000;
+  c.quiet = true;
+  c.threads = 2;
+  return c;
+}
+
+std::vector<edgefl::cli::RoundRecord> run(const edgefl::cli::SimConfig& c) {
+  std::vector<edgefl::cli::RoundRecord> records;
+  std::ostringstream log;
+  const int code = edgefl::cli::run_sim(c, &records, log);
+  INFO("sim log: ", log.str());
+  REQUIRE(code == 0);
+  REQUIRE(records.size() == c.rounds);
+  return records;
+}
+
+}  // namespace
+
+TEST_SUITE("sim") {
+  TEST_CASE("a small federation learns Fashion-MNIST well above chance") {
+    edgefl::cli::SimConfig c = tiny_config();
+    c.rounds = 6;
+    const auto records = run(c);
+    CHECK(records.back().evaluated);
+    CHECK(records.back().test_acc > 0.5);  // chance is 0.1
+    CHECK(records.back().test_loss < records.front().test_loss);
+  }
+
+  TEST_CASE("uplink bytes are the clients' encodings, all-in") {
+    edgefl::cli::SimConfig c = tiny_config();
+    c.codec = "bf16";
+    const auto records = run(c);
+    edgefl::ModelSpec model;
+    REQUIRE(edgefl::parse_model_spec(c.model.c_str(), &model) == edgefl::Status::kOk);
+    const size_t n = edgefl::parameter_count(model);
+    // bf16: 2 bytes per parameter plus the header, per client.
+    const uint64_t per_client = 2 * n + edgefl::kEncodedHeaderBytes;
+    uint64_t cum = 0;
+    for (const auto& r : records) {
+      CHECK(r.uplink_bytes == per_client * c.per_round);
+      CHECK(r.downlink_bytes == per_client * c.per_round);  // bf16 downlink of the same model
+      cum += r.uplink_bytes;
+      CHECK(r.cum_uplink_bytes == cum);
+      CHECK(r.sim_time_s > 0);
+    }
+    // The link model: every round lasts at least the RTT plus one client's transfers.
+    const double transfer = double(per_client) * 8 / 1e6 + double(per_client) * 8 / 10e6 + 0.05;
+    CHECK(records.front().round_sim_s >= transfer);
+  }
+
+  TEST_CASE("the same seed gives the same rounds whatever the thread count") {
+    edgefl::cli::SimConfig c = tiny_config();
+    c.codec = "topk:0.05+q4";  // error feedback on (biased codec)
+    c.threads = 1;
+    const auto a = run(c);
+    c.threads = 3;
+    const auto b = run(c);
+    for (size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i].test_acc == b[i].test_acc);
+      CHECK(a[i].uplink_bytes == b[i].uplink_bytes);
+    }
+    c.seed = 2;
+    const auto d = run(c);
+    CHECK(d.back().test_acc != a.back().test_acc);
+  }
+
+  TEST_CASE("a compressed codec sends fewer bytes than bf16 for the same rounds") {
+    edgefl::cli::SimConfig c = tiny_config();
+    c.codec = "bf16";
+    const auto base = run(c);
+    c.codec = "topk:0.05+q4";
+    const auto sparse = run(c);
+    CHECK(sparse.back().cum_uplink_bytes * 8 < base.back().cum_uplink_bytes);
+  }
+
+  TEST_CASE("the report states bytes and time to target as ratios to the baseline") {
+    edgefl::cli::CodecRun a, b;
+    a.codec = "bf16";
+    b.codec = "q4";
+    for (size_t r = 1; r <= 4; ++r) {
+      edgefl::cli::RoundRecord x;
+      x.round = r;
+      x.evaluated = true;
+      x.test_acc = 0.5 + 0.1 * double(r);  // reaches 0.8 at round 3
+      x.cum_uplink_bytes = 1000 * r;
+      x.sim_time_s = 10.0 * double(r);
+      a.records.push_back(x);
+      x.cum_uplink_bytes = 250 * r;  // a quarter of the bytes
+      x.sim_time_s = 5.0 * double(r);
+      b.records.push_back(x);
+    }
+    const auto s = edgefl::cli::summarize(b.records, 0.8);
+    CHECK(s.reached);
+    CHECK(s.bytes_to_target == doctest::Approx(750));
+    CHECK(s.time_to_target == doctest::Approx(15));
+    const std::string dir = "sim_test_report";
+    REQUIRE(edgefl::cli::make_directories(dir));
+    edgefl::cli::ReportSettings settings;
+    settings.target_acc = 0.8;
+    settings.description = "unit test";
+    std::ostringstream out;
+    std::string error;
+    REQUIRE(edgefl::cli::write_report(dir, {a, b}, settings, out, &error));
+    std::ifstream md(dir + "/report.md");
+    std::stringstream text;
+    text << md.rdbuf();
+    CHECK(
+        text.str().find("| `q4` | 0.9000 | +0.00 | 0.00 MB | 0.2 kB | 0.00 MB | 0.250 | 15.0 s | 0.500 |") !=
+        std::string::npos);
+    std::ifstream svg(dir + "/accuracy_vs_uplink.svg");
+    std::string first;
+    std::getline(svg, first);
+    CHECK(first.rfind("<svg", 0) == 0);
+    CHECK(edgefl::cli::summarize(b.records, 0.95).reached == false);
+  }
+}
