@@ -378,6 +378,7 @@ TEST_SUITE("cli") {
     cli::BenchOptions options;
     options.inputs = {dir.file("small.npy")};
     options.bench1m = false;
+    options.real_update = false;  // only the input (the real update is covered by its own case)
     options.reps = 2;
     options.codecs = "fp32;q8;topk:0.01+q4;q8:shared=<auto>;thresh:<auto>+q8;randk:0.1+q8;nonsense";
     options.json_path = dir.file("out.jsonl");

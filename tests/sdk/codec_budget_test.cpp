@@ -75,7 +75,7 @@ TEST_SUITE("codec.budget") {
         {"sign", 0},
         {"topk:0.01", 9344},
         {"topk:0.01+q4", 9344},
-        {"topk:0.01,approx+q4", 266380},
+        {"topk:0.01,approx+q4", 219188},
         {"topk:0.1+q4", 9344},
         {"topk:0.01,idx=rice+q4", 9344},
         {"thresh:0.001+q8", 1088},

@@ -57,7 +57,7 @@ const char* const kAllSpecs[] = {
     "topk:0.01+q4",
     "topk:0.1+q8:det",
     "topk:0.01,approx+q4",
-    "topk:0.05,approx,sample=0.03+q8",
+    "topk:0.05,approx,sample=0.025+q8",
     "topk:0.1,idx=rice+q4",
     "topk:0.1,idx=auto+q8",
     "topk:0.1+fp16",
@@ -797,7 +797,7 @@ TEST_SUITE("codec.roundtrip") {
     const size_t n = 100000;
     const std::vector<float> x = edgefl_test::gaussian_vector(n, 71);
     for (const char* text : {"topk:0.01,approx", "topk:0.001,approx", "topk:0.1,approx",
-                             "topk:0.01,approx,sample=0.03", "topk:k=2000,approx"}) {
+                             "topk:0.01,approx,sample=0.025", "topk:k=2000,approx"}) {
       const CodecSpec spec = parse_or_fail(text);
       for (uint64_t seed = 1; seed <= 8; ++seed) {
         INFO("spec: ", std::string(text), "  seed: ", seed);

@@ -139,3 +139,19 @@ TEST_SUITE("sim") {
     CHECK(edgefl::cli::summarize(b.records, 0.95).reached == false);
   }
 }
+
+TEST_SUITE("sim") {
+  TEST_CASE("the real update for bench is a trained CNN update, deterministic") {
+    std::vector<float> a, b;
+    std::string error;
+    REQUIRE(edgefl::cli::make_real_update("cnn", 2, &a, &error));
+    REQUIRE(edgefl::cli::make_real_update("cnn", 2, &b, &error));
+    edgefl::ModelSpec model;
+    REQUIRE(edgefl::parse_model_spec("cnn", &model) == edgefl::Status::kOk);
+    REQUIRE(a.size() == edgefl::parameter_count(model));
+    CHECK(a == b);
+    double sq = 0;
+    for (float v : a) sq += double(v) * v;
+    CHECK(sq > 0);  // a real, non-zero update
+  }
+}

@@ -78,7 +78,7 @@ struct CodecSpec {
   double density = 0.0;          // fraction of coordinates kept, in (0, 1]; used when k == 0
   uint32_t k = 0;                // absolute count kept (topk/randk), overrides density
   float threshold = 0.0f;        // kThreshold: keep |x| >= threshold (> 0)
-  double sample_fraction = 0.0;  // kTopKApprox: fraction sampled (at most 1/32); 0 = from k
+  double sample_fraction = 0.0;  // kTopKApprox: fraction sampled (at most 1/40); 0 = from k
   bool randk_unscaled = false;   // kRandomK: send x (true) or x * n / k (false: unbiased)
   IndexCoding index_coding = IndexCoding::kEliasFano;
 

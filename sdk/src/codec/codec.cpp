@@ -34,22 +34,23 @@ size_t target_k(const CodecSpec& s, size_t n) {
 // bracket misses (fewer than k or more than the candidate capacity), or when k is too large for
 // the capacity, it falls back to the exact radix select: the result is always exactly k.
 
-// Coordinates sampled: about 512 expected hits, at least min(n, 1024), at most n / 32.
+// Coordinates sampled: about 512 expected hits, at least min(n, 1024), at most n / 40.
 size_t sample_count(const CodecSpec& s, size_t n) {
   if (n == 0) return 0;
   const size_t k = target_k(s, n);
   size_t m = s.sample_fraction > 0.0 ? size_t(s.sample_fraction * double(n))
                                      : size_t((512.0 * double(n)) / double(k));
-  const size_t most = n / 32 > 1024 ? n / 32 : 1024;
+  const size_t most = n / 40 > 1024 ? n / 40 : 1024;
   m = m > most ? most : m;
   m = m < 1024 ? 1024 : m;
   return m > n ? n : m;
 }
 
-// Candidate capacity: 3k (the bracket aims at 2k), within n / 32.
+// Candidate capacity: 2.5k (the bracket aims at 1.5k), within n / 40 (with the sample, the
+// workspace stays under 0.1x the update down to about n = 50k).
 size_t candidate_capacity(size_t k, size_t n) {
-  const size_t want = 3 * k > 1024 ? 3 * k : 1024;
-  const size_t most = n / 32;
+  const size_t want = k * 5 / 2 > 1024 ? k * 5 / 2 : 1024;
+  const size_t most = n / 40;
   return want > most ? most : want;
 }
 
@@ -334,13 +335,14 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
     // rather than clip silently. Random-k sends values scaled by n / k.
     const uint32_t max_bits = kern.max_abs_bits(x, n);
     if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
-    const double scale = spec.sparsifier == SparsifierKind::kRandomK && !spec.randk_unscaled
-                             ? double(n) / double(target_k(spec, n))
-                             : 1.0;
-    const double limit = double((1u << (p.bits - 1)) - 1);
-    if (!spec.clip && double(bits_float(max_bits)) * scale / double(p.step) > limit) {
+    // The same float operations as the encoder: (x * n/k) * (1 / step), then floor(t + u) with
+    // u < 1, so t <= limit guarantees |code| <= limit.
+    const float scale = spec.sparsifier == SparsifierKind::kRandomK && !spec.randk_unscaled
+                            ? float(double(n) / double(target_k(spec, n)))
+                            : 1.0f;
+    const float limit = float((1u << (p.bits - 1)) - 1);
+    if (!spec.clip && (bits_float(max_bits) * scale) * (1.0f / p.step) > limit)
       return Status::kValueOutOfRange;
-    }
   }
 
   if (!is_sparse(spec)) {
@@ -374,14 +376,14 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
       bool bracketed = false;
       if (candidates != nullptr) {
         // 1. A seeded, stratified sample (one draw per stride) gives a lower bracket: the
-        //    magnitude of rank ~2k in the sample's scale.
+        //    magnitude of rank ~1.5k in the sample's scale.
         const size_t m = sample_count(spec, n);
         const size_t stride = n / m;
         SplitMix64 g(seed ^ (uint64_t(kPurposeSampling) << 56));
         for (size_t j = 0; j < m; ++j) sample[j] = x[j * stride + g.below(uint32_t(stride))];
         size_t hits = size_t(double(m) * double(k) / double(n) + 0.5);
         hits = hits < 1 ? 1 : hits;
-        const size_t rank = 2 * hits + 8 < m ? 2 * hits + 8 : m;
+        const size_t rank = hits * 3 / 2 + 8 < m ? hits * 3 / 2 + 8 : m;
         uint32_t bracket;
         size_t unused_ties;
         EDGEFL_RETURN_IF_ERROR(select::radix_select(sample, m, rank, histogram, &bracket, &unused_ties));

@@ -434,7 +434,7 @@ Status validate_codec_spec(const CodecSpec& s) {
     case SparsifierKind::kRandomK:
       if (s.k == 0 && !(s.density > 0.0 && s.density <= 1.0)) return Status::kInvalidSpec;
       if (s.sparsifier == SparsifierKind::kTopKApprox &&
-          !(s.sample_fraction == 0.0 || (s.sample_fraction > 0.0 && s.sample_fraction <= 1.0 / 32))) {
+          !(s.sample_fraction == 0.0 || (s.sample_fraction > 0.0 && s.sample_fraction <= 1.0 / 40))) {
         return Status::kInvalidSpec;
       }
       if (s.sparsifier == SparsifierKind::kTopK && s.sample_fraction != 0.0) return Status::kInvalidSpec;
