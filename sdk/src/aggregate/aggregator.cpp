@@ -34,8 +34,8 @@ bool weight_ok(double w) {
 
 // CRC32C of the checkpoint: header bytes [0, 32) then the payload.
 uint32_t checkpoint_checksum(const uint8_t* bytes, size_t payload_bytes) {
-  uint32_t crc = aggregate_internal::crc32c(0, bytes, kOffChecksum);
-  return aggregate_internal::crc32c(crc, bytes + kAggregateStateHeaderBytes, payload_bytes);
+  uint32_t crc = crc32c_update(0, bytes, kOffChecksum);
+  return crc32c_update(crc, bytes + kAggregateStateHeaderBytes, payload_bytes);
 }
 
 }  // namespace
@@ -138,15 +138,15 @@ Status StreamingAggregator::export_state(Span<uint8_t> out, size_t* written) con
   using namespace aggregate_internal;
   uint8_t* p = out.data();
   memcpy(p + kOffMagic, kMagic, 4);
-  store_u16(p + kOffVersion, kVersion);
-  store_u16(p + kOffHeaderBytes, uint16_t(kAggregateStateHeaderBytes));
-  store_u32(p + kOffN, uint32_t(n_));
-  store_u32(p + kOffFlags, 0);
-  store_u64(p + kOffCount, count_);
+  store_le16(p + kOffVersion, kVersion);
+  store_le16(p + kOffHeaderBytes, uint16_t(kAggregateStateHeaderBytes));
+  store_le32(p + kOffN, uint32_t(n_));
+  store_le32(p + kOffFlags, 0);
+  store_le64(p + kOffCount, count_);
   store_f64(p + kOffWeight, total_weight_);
-  store_u32(p + kOffReserved, 0);
+  store_le32(p + kOffReserved, 0);
   for (size_t i = 0; i < n_; ++i) store_f64(p + kAggregateStateHeaderBytes + 8 * i, sum_[i]);
-  store_u32(p + kOffChecksum, checkpoint_checksum(p, 8 * n_));
+  store_le32(p + kOffChecksum, checkpoint_checksum(p, 8 * n_));
   *written = total;
   return Status::kOk;
 }
@@ -158,19 +158,19 @@ Status StreamingAggregator::import_state(Span<const uint8_t> bytes) {
   using namespace aggregate_internal;
   const uint8_t* p = bytes.data();
   if (memcmp(p + kOffMagic, kMagic, 4) != 0) return Status::kBadMagic;
-  if (load_u16(p + kOffVersion) != kVersion) return Status::kUnsupportedVersion;
-  if (load_u16(p + kOffHeaderBytes) != kAggregateStateHeaderBytes || load_u32(p + kOffFlags) != 0 ||
-      load_u32(p + kOffReserved) != 0) {
+  if (load_le16(p + kOffVersion) != kVersion) return Status::kUnsupportedVersion;
+  if (load_le16(p + kOffHeaderBytes) != kAggregateStateHeaderBytes || load_le32(p + kOffFlags) != 0 ||
+      load_le32(p + kOffReserved) != 0) {
     return Status::kBadParameters;
   }
-  const uint32_t n = load_u32(p + kOffN);
+  const uint32_t n = load_le32(p + kOffN);
   if (size_t(n) != n_) return Status::kDimensionMismatch;
   const size_t payload = 8 * size_t(n);
   if (bytes.size() < kAggregateStateHeaderBytes + payload) return Status::kTruncated;
   if (bytes.size() > kAggregateStateHeaderBytes + payload) return Status::kSizeMismatch;
-  if (load_u32(p + kOffChecksum) != checkpoint_checksum(p, payload)) return Status::kChecksumMismatch;
+  if (load_le32(p + kOffChecksum) != checkpoint_checksum(p, payload)) return Status::kChecksumMismatch;
 
-  const uint64_t count = load_u64(p + kOffCount);
+  const uint64_t count = load_le64(p + kOffCount);
   const double weight = load_f64(p + kOffWeight);
   // A consistent aggregate: empty means all zero; otherwise each update weighed (0, max].
   if (is_nonfinite(weight) || weight < 0.0) return Status::kCorruptPayload;

@@ -4,79 +4,13 @@
 #include <string.h>
 
 #include "aggregate/bytes.h"
+#include "core/text.h"
 #include "edgefl/aggregate.h"
 #include "edgefl/config.h"
 
 namespace edgefl {
 
 namespace {
-
-constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                             1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
-// Decimal number: digits [ '.' digits ] [ ('e'|'E') [+-] digits ], or '.' digits. No sign, inf or
-// nan. Exact for up to 19 significant digits and |exponent| <= 22 (then one rounding per scale
-// step); parameters never need more.
-bool parse_decimal(const char* begin, const char* end, double* out) {
-  const char* p = begin;
-  uint64_t mantissa = 0;
-  int exp10 = 0, significant = 0;
-  bool any = false;
-  while (p < end && *p >= '0' && *p <= '9') {
-    any = true;
-    if (significant < 19) {
-      mantissa = mantissa * 10 + uint64_t(*p - '0');
-      if (mantissa != 0) ++significant;
-    } else {
-      ++exp10;
-    }
-    ++p;
-  }
-  if (p < end && *p == '.') {
-    ++p;
-    while (p < end && *p >= '0' && *p <= '9') {
-      any = true;
-      if (significant < 19) {
-        mantissa = mantissa * 10 + uint64_t(*p - '0');
-        if (mantissa != 0) ++significant;
-        --exp10;
-      }
-      ++p;
-    }
-  }
-  if (!any) return false;
-  if (p < end && (*p == 'e' || *p == 'E')) {
-    ++p;
-    bool negative = false;
-    if (p < end && (*p == '+' || *p == '-')) negative = (*p++ == '-');
-    int e = 0;
-    bool digits = false;
-    while (p < end && *p >= '0' && *p <= '9') {
-      digits = true;
-      if (e < 1000) e = e * 10 + (*p - '0');
-      ++p;
-    }
-    if (!digits) return false;
-    exp10 += negative ? -e : e;
-  }
-  if (p != end) return false;
-  if (mantissa == 0) {
-    *out = 0.0;
-    return true;
-  }
-  if (exp10 < -60 || exp10 > 60) return false;  // no optimizer parameter lives out there
-  double v = double(mantissa);
-  while (exp10 > 22) {
-    v *= 1e22;
-    exp10 -= 22;
-  }
-  while (exp10 < -22) {
-    v /= 1e22;
-    exp10 += 22;
-  }
-  *out = exp10 >= 0 ? v * kPow10[exp10] : v / kPow10[-exp10];
-  return true;
-}
 
 bool equals(const char* begin, const char* end, const char* word) {
   const size_t len = strlen(word);
@@ -150,7 +84,7 @@ Status parse_server_optimizer_spec(const char* text, ServerOptimizerSpec* spec) 
       while (eq < item_end && *eq != '=') ++eq;
       if (eq == item_end) return Status::kInvalidSpec;
       double value = 0.0;
-      if (!parse_decimal(eq + 1, item_end, &value)) return Status::kInvalidSpec;
+      if (!text::parse_decimal(eq + 1, item_end, &value)) return Status::kInvalidSpec;
       if (value > 3.0e38) return Status::kInvalidSpec;
       // Keys each optimizer accepts; `seen` has one bit per key, so that a repeat is an error.
       struct Key {

@@ -4,14 +4,12 @@
 
 #include "codec/values.h"
 #include "core/bitio.h"
+#include "core/text.h"
 #include "edgefl/codec.h"
 
 namespace edgefl {
 
 namespace {
-
-constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                             1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 struct Cursor {
   const char* p;
@@ -24,71 +22,6 @@ struct Cursor {
     return true;
   }
 };
-
-// Decimal number: [0-9]+ [. [0-9]*] [e [+-] [0-9]+], or .[0-9]+. Rejects signs, inf, nan.
-bool parse_number(const char* begin, const char* end, double* out) {
-  const char* p = begin;
-  uint64_t mantissa = 0;
-  int digits = 0, exp10 = 0, significant = 0;
-  bool any = false;
-  while (p < end && *p >= '0' && *p <= '9') {
-    any = true;
-    if (significant < 19) {
-      mantissa = mantissa * 10 + uint64_t(*p - '0');
-      if (mantissa != 0) ++significant;
-    } else {
-      ++exp10;
-    }
-    ++p;
-    ++digits;
-  }
-  if (p < end && *p == '.') {
-    ++p;
-    while (p < end && *p >= '0' && *p <= '9') {
-      any = true;
-      if (significant < 19) {
-        mantissa = mantissa * 10 + uint64_t(*p - '0');
-        if (mantissa != 0) ++significant;
-        --exp10;
-      }
-      ++p;
-    }
-  }
-  if (!any) return false;
-  if (p < end && (*p == 'e' || *p == 'E')) {
-    ++p;
-    bool negative = false;
-    if (p < end && (*p == '+' || *p == '-')) negative = (*p++ == '-');
-    int e = 0;
-    bool exp_digits = false;
-    while (p < end && *p >= '0' && *p <= '9') {
-      exp_digits = true;
-      if (e < 1000) e = e * 10 + (*p - '0');
-      ++p;
-    }
-    if (!exp_digits) return false;
-    exp10 += negative ? -e : e;
-  }
-  if (p != end) return false;
-  (void)digits;
-  double v = double(mantissa);
-  if (mantissa == 0) {
-    *out = 0.0;
-    return true;
-  }
-  if (exp10 < -60 || exp10 > 60) return false;  // no codec parameter lives out there
-  while (exp10 > 22) {
-    v *= 1e22;
-    exp10 -= 22;
-  }
-  while (exp10 < -22) {
-    v /= 1e22;
-    exp10 += 22;
-  }
-  v = exp10 >= 0 ? v * kPow10[exp10] : v / kPow10[-exp10];
-  *out = v;
-  return true;
-}
 
 bool parse_uint(const char* begin, const char* end, uint32_t* out) {
   if (begin == end) return false;
@@ -104,7 +37,7 @@ bool parse_uint(const char* begin, const char* end, uint32_t* out) {
 
 bool parse_float(const char* begin, const char* end, float* out) {
   double v;
-  if (!parse_number(begin, end, &v)) return false;
+  if (!text::parse_decimal(begin, end, &v)) return false;
   if (!(v <= 3.0e38)) return false;
   *out = float(v);
   return true;
@@ -144,7 +77,7 @@ bool apply_sparsifier_arg(const Arg& a, bool first, CodecSpec* s) {
     if (!first) return false;
     if (s->sparsifier == SparsifierKind::kThreshold)
       return parse_float(a.value, a.value_end(), &s->threshold);
-    return parse_number(a.value, a.value_end(), &s->density);
+    return text::parse_decimal(a.value, a.value_end(), &s->density);
   }
   if (a.key_is("k") && a.value_len > 0 && s->sparsifier != SparsifierKind::kThreshold) {
     return parse_uint(a.value, a.value_end(), &s->k) && s->k > 0;
@@ -155,7 +88,7 @@ bool apply_sparsifier_arg(const Arg& a, bool first, CodecSpec* s) {
   }
   if (a.key_is("sample") && a.value_len > 0 &&
       (s->sparsifier == SparsifierKind::kTopK || s->sparsifier == SparsifierKind::kTopKApprox)) {
-    return parse_number(a.value, a.value_end(), &s->sample_fraction);
+    return text::parse_decimal(a.value, a.value_end(), &s->sample_fraction);
   }
   if (a.key_is("unscaled") && a.value_len == 0 && s->sparsifier == SparsifierKind::kRandomK) {
     s->randk_unscaled = true;
@@ -312,117 +245,6 @@ bool parse_stage(const char* begin, const char* end, bool want_sparsifier, Codec
   return !want_sparsifier || positional_seen;
 }
 
-// Appends text to a bounded buffer, counting the full length.
-struct Appender {
-  char* buf;
-  size_t cap;
-  size_t len = 0;
-  void put(char c) {
-    if (len + 1 < cap) buf[len] = c;
-    ++len;
-  }
-  void put(const char* str) {
-    while (*str) put(*str++);
-  }
-  void put_uint(uint64_t v) {
-    char tmp[24];
-    int n = 0;
-    do {
-      tmp[n++] = char('0' + v % 10);
-      v /= 10;
-    } while (v);
-    while (n) put(tmp[--n]);
-  }
-  // A non-negative float in the fewest significant digits (at most 9) that parse back to the
-  // same binary32; scientific notation outside [1e-5, 1e9).
-  void put_float(float f) {
-    char text[32];
-    for (int digits = 1; digits <= 9; ++digits) {
-      const size_t length = format_digits(f, digits, text);
-      double back;
-      if (parse_number(text, text + length, &back) && float(back) == f) break;
-    }
-    put(text);
-  }
-  // The same for a double (at most 17 significant digits).
-  void put_double(double v) {
-    char text[32];
-    for (int digits = 1; digits <= 17; ++digits) {
-      const size_t length = format_digits(v, digits, text);
-      double back;
-      if (parse_number(text, text + length, &back) && back == v) break;
-    }
-    put(text);
-  }
-
-  // Writes f rounded to `digits` significant digits into text (NUL-terminated); returns length.
-  static size_t format_digits(double v, int digits, char* text) {
-    Appender a{text, 32};
-    if (v == 0.0) {
-      a.put('0');
-      a.buf[a.len] = '\0';
-      return a.len;
-    }
-    int e10 = 0;
-    double probe = v;
-    while (probe >= 10.0) {
-      probe /= 10.0;
-      ++e10;
-    }
-    while (probe < 1.0) {
-      probe *= 10.0;
-      --e10;
-    }
-    const int shift = digits - 1 - e10;
-    double scaled = v;
-    int s = shift < 0 ? -shift : shift;
-    while (s > 22) {
-      scaled = shift < 0 ? scaled / 1e22 : scaled * 1e22;
-      s -= 22;
-    }
-    scaled = shift < 0 ? scaled / kPow10[s] : scaled * kPow10[s];
-    uint64_t mant = uint64_t(scaled + 0.5);
-    if (mant >= uint64_t(kPow10[digits])) {
-      mant /= 10;
-      ++e10;
-    }
-    char d[17];
-    for (int i = digits - 1; i >= 0; --i) {
-      d[i] = char('0' + mant % 10);
-      mant /= 10;
-    }
-    int last = digits - 1;
-    while (last > 0 && d[last] == '0') --last;
-    if (e10 >= -5 && e10 < 9) {
-      if (e10 < 0) {
-        a.put("0.");
-        for (int i = 0; i < -e10 - 1; ++i) a.put('0');
-        for (int i = 0; i <= last; ++i) a.put(d[i]);
-      } else {
-        for (int i = 0; i <= e10; ++i) a.put(i <= last ? d[i] : '0');
-        if (last > e10) {
-          a.put('.');
-          for (int i = e10 + 1; i <= last; ++i) a.put(d[i]);
-        }
-      }
-    } else {
-      a.put(d[0]);
-      if (last > 0) {
-        a.put('.');
-        for (int i = 1; i <= last; ++i) a.put(d[i]);
-      }
-      a.put('e');
-      if (e10 < 0) {
-        a.put('-');
-        e10 = -e10;
-      }
-      a.put_uint(uint64_t(e10));
-    }
-    a.buf[a.len < 31 ? a.len : 31] = '\0';
-    return a.len;
-  }
-};
-
 }  // namespace
 
 Status validate_codec_spec(const CodecSpec& s) {
@@ -524,7 +346,7 @@ Status parse_codec_spec(const char* text, CodecSpec* spec) {
 }
 
 size_t format_codec_spec(const CodecSpec& s, char* buf, size_t cap) {
-  Appender a{buf, cap};
+  text::Appender a{buf, cap};
   if (s.sparsifier != SparsifierKind::kNone) {
     a.put(s.sparsifier == SparsifierKind::kThreshold ? "thresh:"
           : s.sparsifier == SparsifierKind::kRandomK ? "randk:"

@@ -8,7 +8,6 @@
 // binary64 and no contraction (data.cmake passes -ffp-contract=off), a seed gives the same
 // partition on every platform; a golden test pins it.
 #include <stdint.h>
-#include <stdio.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/text.h"
 #include "edgefl/data.h"
 
 namespace edgefl {
@@ -164,77 +164,16 @@ constexpr double kMinAlpha = 1e-3;
 constexpr double kMaxAlpha = 1e6;
 constexpr uint32_t kMaxShards = 1000000;
 
-// Decimal number: digits [ '.' digits ] [ ('e'|'E') [+-] digits ], or '.' digits; no sign, inf or
-// nan. Parsed here rather than with strtod (it follows the C locale's decimal separator) or
-// std::from_chars (floating-point overloads are missing from libc++ before LLVM 20, which
-// Android and Apple builds use). Exact to one rounding for up to 19 digits and |exp10| <= 22.
 bool parse_decimal(const std::string& text, double* out) {
-  static const double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
-                                  1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-  size_t p = 0;
-  const size_t end = text.size();
-  uint64_t mantissa = 0;
-  int exp10 = 0, significant = 0;
-  bool any = false;
-  auto digit = [&](bool fraction) {
-    any = true;
-    if (significant < 19) {
-      mantissa = mantissa * 10 + uint64_t(text[p] - '0');
-      if (mantissa != 0) ++significant;
-      if (fraction) --exp10;
-    } else if (!fraction) {
-      ++exp10;
-    }
-    ++p;
-  };
-  while (p < end && text[p] >= '0' && text[p] <= '9') digit(false);
-  if (p < end && text[p] == '.') {
-    ++p;
-    while (p < end && text[p] >= '0' && text[p] <= '9') digit(true);
-  }
-  if (!any) return false;
-  if (p < end && (text[p] == 'e' || text[p] == 'E')) {
-    ++p;
-    bool negative = false;
-    if (p < end && (text[p] == '+' || text[p] == '-')) negative = text[p++] == '-';
-    int e = 0;
-    bool digits = false;
-    while (p < end && text[p] >= '0' && text[p] <= '9') {
-      digits = true;
-      if (e < 1000) e = e * 10 + (text[p] - '0');
-      ++p;
-    }
-    if (!digits) return false;
-    exp10 += negative ? -e : e;
-  }
-  if (p != end) return false;
-  if (mantissa == 0) {
-    *out = 0.0;
-    return true;
-  }
-  if (exp10 < -60 || exp10 > 60) return false;  // far outside any valid alpha
-  double v = double(mantissa);
-  for (; exp10 > 22; exp10 -= 22) v *= 1e22;
-  for (; exp10 < -22; exp10 += 22) v /= 1e22;
-  *out = exp10 >= 0 ? v * kPow10[exp10] : v / kPow10[-exp10];
-  return true;
+  return text::parse_decimal(text.data(), text.data() + text.size(), out);
 }
 
-// The shortest %g spelling that parse_decimal() reads back as `v` (v finite, > 0), without an
-// exponent between 1e-4 and 1e15 ("100", not "1e+02").
+// The shortest spelling that parse_decimal() reads back as `v` (v finite, > 0).
 std::string format_decimal(double v) {
-  const bool plain = v >= 1e-4 && v < 1e15;
-  char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    snprintf(buf, sizeof(buf), "%.*g", precision, v);
-    bool exponent = false;
-    for (char* c = buf; *c != '\0'; ++c) {
-      if (*c == ',') *c = '.';  // a locale's decimal comma
-      if (*c == 'e') exponent = true;
-    }
-    double back = 0.0;
-    if (parse_decimal(buf, &back) && back == v && !(plain && exponent)) break;
-  }
+  char buf[32];
+  text::Appender a{buf, sizeof buf};
+  a.put_double(v);
+  a.finish();
   return buf;
 }
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "core/text.h"
 #include "edgefl/config.h"
 #include "edgefl/model.h"
 #include "train/plan.h"
@@ -181,32 +182,6 @@ Status parse_cnn(const char* p, ModelSpec* spec) {
   return *p == '\0' ? Status::kOk : Status::kInvalidSpec;
 }
 
-struct Appender {
-  char* buf;
-  size_t cap;
-  size_t len = 0;
-  void put(char c) {
-    if (len + 1 < cap) buf[len] = c;
-    ++len;
-  }
-  void put(const char* text) {
-    while (*text) put(*text++);
-  }
-  void put_uint(uint64_t v) {
-    char tmp[24];
-    int n = 0;
-    do {
-      tmp[n++] = char('0' + v % 10);
-      v /= 10;
-    } while (v);
-    while (n) put(tmp[--n]);
-  }
-  size_t finish() {
-    if (cap > 0) buf[len < cap ? len : cap - 1] = '\0';
-    return len;
-  }
-};
-
 }  // namespace
 
 Status parse_model_spec(const char* text, ModelSpec* spec) {
@@ -236,7 +211,7 @@ size_t format_model_spec(const ModelSpec& spec, char* buf, size_t cap) {
     if (buf != nullptr && cap > 0) buf[0] = '\0';
     return 0;
   }
-  Appender a{buf, buf == nullptr ? 0 : cap};
+  text::Appender a{buf, buf == nullptr ? 0 : cap};
   if (spec.kind == ModelKind::kMlp) {
     a.put("mlp:");
     for (uint32_t i = 0; i <= spec.layers; ++i) {
@@ -304,7 +279,7 @@ Status tensor_info(const ModelSpec& spec, size_t i, TensorInfo* info) {
       number -= 2;
     }
   }
-  Appender a{t.name, sizeof t.name};
+  text::Appender a{t.name, sizeof t.name};
   a.put(prefix);
   a.put_uint(number);
   a.put(weight ? ".weight" : ".bias");
