@@ -1,4 +1,5 @@
 #include "bench.h"
+#include "core/rng.h"
 #include "sim.h"
 
 #include <math.h>
@@ -49,21 +50,6 @@ double gbps(size_t n, double seconds) {
   return static_cast<double>(n) * 4.0 / seconds / 1e9;
 }
 
-// splitmix64 (Steele, Lea, Flood 2014): a portable 64-bit generator.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-
- private:
-  uint64_t state_;
-};
-
 // Box-Muller over splitmix64; both outputs of each pair are used (cos first, then sin).
 class NormalGenerator {
  public:
@@ -83,7 +69,7 @@ class NormalGenerator {
   }
 
  private:
-  SplitMix64 rng_;
+  edgefl::SplitMix64 rng_;
   bool has_spare_ = false;
   double spare_ = 0.0;
 };

@@ -400,11 +400,12 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
       } else {
         acc << "  -     loss   -  ";
       }
-      err << std::fixed << "round " << std::setw(3) << round << "/" << c.rounds << "  acc " << acc.str() << "  up "
-          << format_bytes(double(rec.uplink_bytes)) << "  down " << format_bytes(double(rec.downlink_bytes))
-          << "  train " << std::setprecision(2) << rec.train_s << "s enc " << std::setprecision(3)
-          << rec.encode_s << "s dec " << rec.decode_s << "s  wall " << std::setprecision(2) << rec.wall_s
-          << "s  sim " << std::setprecision(1) << rec.sim_time_s << "s\n"
+      err << std::fixed << "round " << std::setw(3) << round << "/" << c.rounds << "  acc " << acc.str()
+          << "  up " << format_bytes(double(rec.uplink_bytes)) << "  down "
+          << format_bytes(double(rec.downlink_bytes)) << "  train " << std::setprecision(2) << rec.train_s
+          << "s enc " << std::setprecision(3) << rec.encode_s << "s dec " << rec.decode_s << "s  wall "
+          << std::setprecision(2) << rec.wall_s << "s  sim " << std::setprecision(1) << rec.sim_time_s
+          << "s\n"
           << std::defaultfloat;
     }
   }

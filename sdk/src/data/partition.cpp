@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/rng.h"
 #include "core/text.h"
 #include "edgefl/data.h"
 
@@ -25,16 +26,11 @@ namespace {
 
 // ----- random numbers ----------------------------------------------------------------------------
 
-// SplitMix64 (Steele, Lea, Flood, OOPSLA 2014).
-class SplitMix64 {
+// The core's SplitMix64 (core/rng.h) with an exactly uniform bounded draw and open-unit doubles.
+class PartitionRng {
  public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  explicit PartitionRng(uint64_t seed) : generator_(seed) {}
+  uint64_t next() { return generator_.next(); }
   // Uniform in [0, bound), exactly (Lemire, "Fast random integer generation in an interval",
   // ACM TOMACS 2019: multiply-shift with rejection of the biased low products).
   uint32_t below(uint32_t bound) {
@@ -53,7 +49,7 @@ class SplitMix64 {
   double open_unit() { return (double(next() >> 11) + 0.5) * 0x1.0p-53; }
 
  private:
-  uint64_t state_;
+  edgefl::SplitMix64 generator_;
 };
 
 // Natural log of x > 0 (finite): x = m 2^e with m in [sqrt(1/2), sqrt(2)), then
@@ -92,7 +88,7 @@ double det_exp(double x) {
 }
 
 // Standard normal: Marsaglia's polar method (Marsaglia & Bray, SIAM Review 1964).
-double normal(SplitMix64& rng) {
+double normal(PartitionRng& rng) {
   for (;;) {
     const double u = 2.0 * rng.open_unit() - 1.0;
     const double v = 2.0 * rng.open_unit() - 1.0;
@@ -106,7 +102,7 @@ double normal(SplitMix64& rng) {
 // variables", ACM TOMS 26(3), 2000: for alpha >= 1 directly; for alpha < 1 through
 // Gamma(alpha) = Gamma(alpha + 1) * U^(1/alpha), kept in log space so that tiny alphas (whose
 // variates underflow binary64) still give usable proportions.
-double log_gamma_variate(double alpha, SplitMix64& rng) {
+double log_gamma_variate(double alpha, PartitionRng& rng) {
   const double a = alpha < 1.0 ? alpha + 1.0 : alpha;
   const double d = a - 1.0 / 3.0;
   const double c = 1.0 / std::sqrt(9.0 * d);
@@ -132,7 +128,7 @@ double log_gamma_variate(double alpha, SplitMix64& rng) {
 }
 
 // p ~ Dirichlet(alpha, ..., alpha) of size n: normalized gammas, computed from their logs.
-void dirichlet(double alpha, size_t n, SplitMix64& rng, std::vector<double>* p) {
+void dirichlet(double alpha, size_t n, PartitionRng& rng, std::vector<double>* p) {
   p->resize(n);
   double max_log = -HUGE_VAL;
   for (size_t j = 0; j < n; ++j) {
@@ -148,7 +144,7 @@ void dirichlet(double alpha, size_t n, SplitMix64& rng, std::vector<double>* p) 
 }
 
 template <typename T>
-void fisher_yates(std::vector<T>* v, SplitMix64& rng) {
+void fisher_yates(std::vector<T>* v, PartitionRng& rng) {
   for (size_t i = v->size(); i > 1; --i) {
     const size_t j = rng.below(uint32_t(i));
     std::swap((*v)[i - 1], (*v)[j]);
@@ -200,7 +196,7 @@ bool check_spec(const PartitionSpec& spec, std::string* error) {
 
 using Partition = std::vector<std::vector<uint32_t>>;
 
-Partition partition_iid(size_t count, size_t clients, SplitMix64& rng) {
+Partition partition_iid(size_t count, size_t clients, PartitionRng& rng) {
   std::vector<uint32_t> order(count);
   for (size_t i = 0; i < count; ++i) order[i] = uint32_t(i);
   fisher_yates(&order, rng);
@@ -216,7 +212,7 @@ Partition partition_iid(size_t count, size_t clients, SplitMix64& rng) {
 }
 
 Partition partition_dirichlet(const std::vector<uint8_t>& labels, size_t clients, double alpha,
-                              SplitMix64& rng) {
+                              PartitionRng& rng) {
   std::vector<std::vector<uint32_t>> by_class(256);
   for (size_t i = 0; i < labels.size(); ++i) by_class[labels[i]].push_back(uint32_t(i));
   Partition parts(clients);
@@ -258,7 +254,8 @@ Partition partition_dirichlet(const std::vector<uint8_t>& labels, size_t clients
   return parts;
 }
 
-Partition partition_shards(const std::vector<uint8_t>& labels, size_t clients, uint32_t k, SplitMix64& rng) {
+Partition partition_shards(const std::vector<uint8_t>& labels, size_t clients, uint32_t k,
+                           PartitionRng& rng) {
   // Stable counting sort by label: ties keep index order.
   size_t start[257] = {};
   for (uint8_t l : labels) ++start[size_t(l) + 1];
@@ -361,7 +358,7 @@ std::vector<std::vector<uint32_t>> partition(const std::vector<uint8_t>& labels,
                           " x " + std::to_string(spec.shards_per_client) + " non-empty shards");
     return {};
   }
-  SplitMix64 rng(stream_seed(seed, spec.kind));
+  PartitionRng rng(stream_seed(seed, spec.kind));
   Partition parts;
   switch (spec.kind) {
     case PartitionKind::kIid: parts = partition_iid(n, clients, rng); break;
