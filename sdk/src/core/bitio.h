@@ -6,11 +6,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 namespace edgefl {
 
 class BitWriter {
  public:
+  BitWriter() : BitWriter(nullptr, 0) {}
   BitWriter(uint8_t* data, size_t size) : data_(data), size_(size) {}
 
   // Appends the low `count` bits of `value` (count <= 57).
@@ -103,6 +105,18 @@ class BitReader {
       }
     }
   }
+  // The next `count` bits (count <= 56) without consuming them; zeros past the end.
+  uint64_t peek(unsigned count) {
+    refill();
+    return count == 0 ? 0 : (acc_ & (~uint64_t(0) >> (64 - count)));
+  }
+  // Consumes `count` bits (count <= 56); past the end sets the sticky flag.
+  void skip(unsigned count) {
+    refill();
+    consume(count);
+  }
+  // Bits left in the data (consumed or not).
+  size_t bits_left() const { return size_ * 8 - consumed_; }
   // True once any read went past the end (or a unary run exceeded its limit).
   bool failed() const { return underflow_; }
   // Bits consumed so far.
@@ -110,6 +124,18 @@ class BitReader {
 
  private:
   void refill() {
+    if (fill_ <= 56 && size_ - pos_ >= 8) {
+      // Fast path: one unaligned little-endian load tops the accumulator up to 56..63 bits.
+      // Bits above the new fill level are the stream's next bits and are loaded again, equal,
+      // by the next refill.
+      uint64_t word;
+      memcpy(&word, data_ + pos_, 8);
+      acc_ |= word << fill_;
+      const unsigned bytes = (63 - fill_) >> 3;
+      pos_ += bytes;
+      fill_ += bytes * 8;
+      return;
+    }
     while (fill_ <= 56 && pos_ < size_) {
       acc_ |= uint64_t(data_[pos_++]) << fill_;
       fill_ += 8;

@@ -1,0 +1,88 @@
+// Internal: canonical, length-limited Huffman codes over small alphabets (at most 256 symbols),
+// with a compact code table and a table-driven decoder.
+//
+// Code table on the wire: one 4-bit code length per symbol of the alphabet (0 = absent), LSB-first,
+// so an alphabet of 32 symbols costs 16 bytes (the reference SketchML spends 96 bits per symbol).
+// Codes are canonical (Huffman 1952; canonical assignment as in RFC 1951 3.2.2): ordered by
+// (length, symbol), written LSB-first bit-reversed so that a decoder indexes a 2^L table with the
+// next L bits.
+//
+// Contracts: no allocation; the encoder's scratch is on the stack (about 3 KiB); the decoder's
+// table is caller memory (huffman_table_entries() entries). Decoding a corrupted table (lengths
+// over the limit, over-subscribed Kraft sum, no symbol) or a stream that hits an unassigned code
+// or runs past its end is an error, never an out-of-bounds read.
+#ifndef EDGEFL_SRC_ENTROPY_HUFFMAN_H_
+#define EDGEFL_SRC_ENTROPY_HUFFMAN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/bitio.h"
+#include "edgefl/status.h"
+
+namespace edgefl {
+namespace entropy {
+
+constexpr unsigned kHuffmanMaxSymbols = 256;
+constexpr unsigned kHuffmanMaxBits = 11;  // longest code: the decode table has 2^11 entries
+
+inline size_t huffman_table_entries() {
+  return size_t(1) << kHuffmanMaxBits;
+}
+// Bytes of the serialized code table for an alphabet of `symbols` symbols.
+inline size_t huffman_table_bytes(unsigned symbols) {
+  return (size_t(symbols) * 4 + 7) / 8;
+}
+
+// Optimal code lengths for freq[0..symbols), limited to kHuffmanMaxBits. Absent symbols (freq 0)
+// get length 0; a single present symbol gets length 1. symbols <= kHuffmanMaxSymbols.
+void huffman_lengths(const uint32_t* freq, unsigned symbols, uint8_t* lengths);
+
+// Total coded bits of the symbols counted in `freq` under `lengths`.
+uint64_t huffman_cost_bits(const uint32_t* freq, const uint8_t* lengths, unsigned symbols);
+
+class HuffmanEncoder {
+ public:
+  // `lengths` from huffman_lengths(); the encoder copies what it needs.
+  HuffmanEncoder(const uint8_t* lengths, unsigned symbols);
+  void write_table(BitWriter* w) const;
+  // `symbol` must have a non-zero length.
+  void put(BitWriter* w, unsigned symbol) const { w->put(codes_[symbol], lengths_[symbol]); }
+
+ private:
+  unsigned symbols_;
+  uint8_t lengths_[kHuffmanMaxSymbols];
+  uint16_t codes_[kHuffmanMaxSymbols];  // bit-reversed canonical codes
+};
+
+class HuffmanDecoder {
+ public:
+  // `table` holds huffman_table_entries() entries; it must outlive the decoder.
+  explicit HuffmanDecoder(uint16_t* table) : table_(table) {}
+  // Reads the code table of an alphabet of `symbols` symbols and builds the decode table.
+  // Fails: kCorruptPayload (bad lengths, Kraft sum over 1, no symbol, truncated).
+  [[nodiscard]] Status read_table(BitReader* r, unsigned symbols);
+  // Decodes one symbol; returns false on an unassigned code (the reader's failed() flags a
+  // read past the end).
+  // Decodes `count` symbols into out[0..count) from the bit stream data[0..size) starting at bit
+  // `*bit_position`, which receives the position after the last symbol. Four symbols per 64-bit
+  // load while at least 8 bytes remain, then bit by bit. Fails: kCorruptPayload on an
+  // unassigned code or a read past the end.
+  [[nodiscard]] Status decode(const uint8_t* data, size_t size, size_t* bit_position, uint8_t* out,
+                              size_t count) const;
+  bool get(BitReader* r, unsigned* symbol) const {
+    const uint16_t e = table_[r->peek(kHuffmanMaxBits)];
+    if (e == 0) return false;
+    r->skip(e & 15u);
+    *symbol = e >> 4;
+    return true;
+  }
+
+ private:
+  uint16_t* table_;  // entry = symbol << 4 | length; 0 = unassigned
+};
+
+}  // namespace entropy
+}  // namespace edgefl
+
+#endif  // EDGEFL_SRC_ENTROPY_HUFFMAN_H_
