@@ -91,7 +91,7 @@ const char kAddUsage[] =
 
 const char kBenchUsage[] =
     "usage: edgefl bench [--input IN.npy]... [--codecs LIST] [--reps N] [--json OUT.jsonl] [--quick]\n"
-    "                    [--no-bench1m] [--no-real]\n"
+    "                    [--no-bench1m] [--no-real] [--sparse] [--kernels]\n"
     "\n"
     "Measures every codec in LIST on Bench-1M (2^20 synthetic gradient-like floats, seed 42) and on\n"
     "each --input, with baselines memcpy and nth_element:0.01 measured in the same run. Prints a table\n"
@@ -105,7 +105,10 @@ const char kBenchUsage[] =
     "  --quick          3 repetitions unless --reps is given\n"
     "  --json FILE      write JSON lines to FILE\n"
     "  --no-bench1m     only the --input datasets\n"
-    "  --no-real        skip the real Fashion-MNIST CNN update (trained first, about 5 s)\n";
+    "  --no-real        skip the real Fashion-MNIST CNN update (trained first, about 5 s)\n"
+    "  --sparse         add Sparse-1M@1% and Sparse-1M@10% (uniform random keys, Gaussian values: the\n"
+    "                   SKCompress re-simulation setting)\n"
+    "  --kernels        measure skc bucketing and the entropy decoders on the first dataset\n";
 
 struct OptionDef {
   const char* name;  // "--codec"
@@ -394,8 +397,9 @@ bool load_encoding(const std::string& path, std::vector<uint8_t>* bytes, Encoded
 std::string not_summable_reason(const EncodedInfo& info) {
   if (is_summable(info)) return "";
   static const char kTail[] =
-      "; only shared-scale integer codes (q<bits>:shared=STEP) and fp32 values, dense or shared-seed "
-      "random-k, can be added without decoding (decode both, add, and re-encode instead)";
+      "; only shared-scale integer codes (q<bits>:shared=STEP), fp32 values (dense or shared-seed "
+      "random-k) and Count Sketches (cs) can be added without decoding (decode both, add, and re-encode "
+      "instead)";
   std::string why;
   switch (info.sparsifier) {
     case SparsifierKind::kTopK:
@@ -419,6 +423,10 @@ std::string not_summable_reason(const EncodedInfo& info) {
         why = "Hadamard (hq) codes are Lloyd-Max levels of a rotated, per-block-scaled vector";
         break;
       case ValueCoderKind::kFp32: why = "these fp32 encodings are not summable"; break;
+      case ValueCoderKind::kSkCompress:
+        why = "SKCompress buckets, sketches and keys are chosen per update (min/max cells do not add)";
+        break;
+      case ValueCoderKind::kCountSketch: break;  // always summable
     }
   }
   return why + kTail;
@@ -487,7 +495,9 @@ int run_decode(const std::string& in_efl, const std::string& out_npy, std::ostre
     return kExitFailure;
   }
   std::vector<float> values(info.n);
-  const Status s = decode({bytes.data(), bytes.size()}, {values.data(), values.size()});
+  std::vector<uint8_t> workspace(decode_workspace_size(info));
+  const Status s = decode({bytes.data(), bytes.size()}, {values.data(), values.size()},
+                          {workspace.data(), workspace.size()});
   if (s != Status::kOk) {
     err << "edgefl decode: " << in_efl << ": " << status_text(s) << "\n";
     return kExitFailure;
@@ -637,7 +647,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     const std::vector<OptionDef> defs = {{"--input", true, true},    {"--codecs", true, false},
                                          {"--reps", true, false},    {"--json", true, false},
                                          {"--quick", false, false},  {"--no-bench1m", false, false},
-                                         {"--no-real", false, false}};
+                                         {"--no-real", false, false}, {"--sparse", false, false},
+                                         {"--kernels", false, false}};
     if (!parse_args(argc, argv, 2, defs, &args, &error)) return usage_error(err, "bench", error, kBenchUsage);
     if (args.help) {
       out << kBenchUsage;
@@ -659,6 +670,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     options.quick = args.has("--quick");
     options.bench1m = !args.has("--no-bench1m");
     options.real_update = !args.has("--no-real") && !args.has("--no-bench1m");
+    options.sparse = args.has("--sparse");
+    options.kernels = args.has("--kernels");
     options.json_path = args.value("--json");
     if (args.has("--json") && options.json_path.empty()) {
       return usage_error(err, "bench", "--json needs a file name", kBenchUsage);

@@ -23,13 +23,18 @@
 //              |  'randk' ':' (FRACTION | 'k=' COUNT) { ',' 'unscaled' }
 //   IDX        := 'ef' | 'rice' | 'auto'
 //   values     := 'fp32' | 'fp16' | 'bf16'
-//              |  'q' BITS { ':' | ',' } ('block=' N | 'det' | 'shared=' STEP | 'clip')  BITS in {1,2,4,8}
+//              |  'q' BITS { ':' | ',' } ('block=' N | 'det' | 'shared=' STEP | 'clip' | 'ans')  BITS in {1,2,4,8}
 //              |  'hq' BITS [ ':' 'block=' N ]                                    BITS in {1,2,3,4}
 //              |  'qsgd' [ ':' ('s=' LEVELS | 'bucket=' N) {',' ...} ]
 //              |  'tern' [ ':' 'block=' N ]
 //              |  'sign' [ ':' 'block=' N ]
+//              |  'skc' [ ':' ('bins=' B | 'groups=' G | 'rows=' R | 'cols=' RATIO | 'k=' K) {',' ...} ]
+//   sketch     := 'cs' [ ':' (CELLS | 'cells=' FRACTION | 'cols=' C | 'rows=' R | 'top=' FRACTION
+//                            | 'k=' COUNT | 'step=' STEP) {',' ...} ]          (no sparsifier)
+//   alias      := 'sparq' ':' FRACTION   = topk:FRACTION,approx,idx=auto+q4:ans (edgefl's sparse codec)
 //
-// A sparsifier alone keeps its values in fp32.
+// A sparsifier alone keeps its values in fp32. skc without a sparsifier carries the non-zero
+// coordinates of the update.
 #ifndef EDGEFL_CODEC_H_
 #define EDGEFL_CODEC_H_
 
@@ -61,6 +66,8 @@ enum class ValueCoderKind : uint8_t {
   kTernGrad = 6,    // {-1,0,+1} x max|block|, stochastic (Wen et al., NeurIPS 2017)
   kScaledSign = 7,  // sign x mean|block| (1 bit; biased: pair it with error feedback)
   kHadamard = 8,    // randomized Hadamard rotation + Lloyd-Max levels + unbiasing scale (EDEN)
+  kSkCompress = 9,  // SKCompress as published: quantile buckets, MinMaxSketch, Huffman, delta keys
+  kCountSketch = 10,  // Count Sketch of the whole update, integer cells (FetchSGD); summable
 };
 
 // How the indices of a sparse update are coded. Ids are part of the wire format.
@@ -88,7 +95,20 @@ struct CodecSpec {
   bool stochastic = true;    // kUniform: stochastic (unbiased) or nearest rounding
   float shared_step = 0.0f;  // kUniform: > 0 selects shared-scale mode (code = round(x / step))
   bool clip = false;         // shared-scale: saturate codes at +-(2^(bits-1)-1) instead of failing
+  bool entropy_coded = false;  // kUniform blocked: rANS-code the codes when that is smaller ('ans')
   uint16_t levels = 0;       // kQsgd: s, the number of positive levels (1..32767)
+
+  // kSkCompress (defaults are the published ones).
+  uint16_t skc_bins = 256;        // equi-depth buckets, 2..256
+  uint8_t skc_groups = 8;         // bucket groups, 2..16
+  float skc_cols = 0.3f;          // MinMaxSketch columns per key of a group, (0, 4]
+  uint16_t quantile_k = 128;      // quantile sketch parameter k, even, 16..1024
+  // kSkCompress rows (1..4, default 2) and kCountSketch rows (1..15, default 5).
+  uint8_t sketch_rows = 0;
+  // kCountSketch: cells = sketch_cells x n (when sketch_cols == 0) split over the rows; the
+  // top `k` (or density x n) estimates are decoded; cells count shared_step units.
+  double sketch_cells = 0.0;
+  uint32_t sketch_cols = 0;
 };
 
 // Parses `text` (NUL-terminated). Fails with kInvalidSpec (and leaves *spec unchanged) on any
@@ -134,6 +154,7 @@ struct EncodedInfo {
   bool stochastic = false;
   bool shared_scale = false;
   bool randk_unscaled = false;
+  bool entropy_coded = false;  // the value region is rANS-coded (uniform blocked codes)
   float param = 0.0f;  // shared step (kUniform shared) or threshold (kThreshold)
   uint64_t seed = 0;
   uint32_t contributions = 0;  // encodings summed into this one (1 for a fresh encoding)
@@ -166,7 +187,7 @@ constexpr size_t kEncodedHeaderBytes = 52;
 [[nodiscard]] Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator);
 
 // True when two encodings of this kind can be added without decoding (shared-scale integer
-// codes, dense or random-k with a shared seed; fp32 values, dense or random-k).
+// codes, dense or random-k with a shared seed; fp32 values, dense or random-k; Count Sketches).
 bool is_summable(const EncodedInfo& info);
 
 // Largest encoding add_encoded() can produce from `a` and `b`.
@@ -178,6 +199,17 @@ size_t add_encoded_bound(const EncodedInfo& a, const EncodedInfo& b);
 // code would exceed 31 bits; kBufferTooSmall.
 [[nodiscard]] Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> out,
                                  size_t* written);
+
+// Scratch bytes decode() and decode_add() need for this encoding: 0 for every codec but skc
+// (its sketch tables) and cs (one float per coordinate while unsketching). The overloads
+// without a workspace fail with kWorkspaceTooSmall when this is not 0.
+size_t decode_workspace_size(const EncodedInfo& info);
+
+[[nodiscard]] Status decode(Span<const uint8_t> bytes, Span<float> out, Span<uint8_t> workspace);
+[[nodiscard]] Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulator,
+                                Span<uint8_t> workspace);
+[[nodiscard]] Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator,
+                                Span<uint8_t> workspace);
 
 // Short names for the enums ("topk", "q", "elias_fano", ...). Never null.
 const char* sparsifier_name(SparsifierKind kind);

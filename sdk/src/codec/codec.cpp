@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include <new>
+
 #include "codec/format.h"
 #include "codec/index_coding.h"
 #include "codec/kernels.h"
@@ -11,6 +13,8 @@
 #include "codec/values.h"
 #include "core/bitio.h"
 #include "core/rng.h"
+#include "sketch/count_sketch.h"
+#include "sketch/skc.h"
 
 namespace edgefl {
 
@@ -18,6 +22,48 @@ namespace {
 
 bool is_sparse(const CodecSpec& s) {
   return s.sparsifier != SparsifierKind::kNone;
+}
+
+bool is_skc(const CodecSpec& s) {
+  return s.values == ValueCoderKind::kSkCompress;
+}
+
+bool is_count_sketch(const CodecSpec& s) {
+  return s.values == ValueCoderKind::kCountSketch;
+}
+
+skc::Params skc_params(const CodecSpec& s) {
+  skc::Params p;
+  p.bins = s.skc_bins;
+  p.groups = s.skc_groups;
+  p.rows = s.sketch_rows;
+  p.cols = s.skc_cols;
+  p.quantile_k = s.quantile_k;
+  return p;
+}
+
+skc::Params skc_params(const EncodedInfo& h) {
+  skc::Params p;
+  p.bins = uint16_t(h.block);
+  p.groups = uint8_t(h.levels >> 4);
+  p.rows = uint8_t(h.levels & 15u);
+  p.cols = h.param;
+  return p;
+}
+
+// Count Sketch shape at dimension n.
+uint32_t cs_columns(const CodecSpec& s, size_t n) {
+  if (s.sketch_cols != 0) return s.sketch_cols;
+  const double t = s.sketch_cells * double(n) / double(s.sketch_rows);
+  uint32_t c = uint32_t(t);
+  if (double(c) < t) ++c;
+  return c < 1 ? 1 : c;
+}
+size_t cs_heavy_hitters(const CodecSpec& s, size_t n) {
+  if (n == 0) return 0;
+  size_t k = s.k != 0 ? s.k : size_t(s.density * double(n) + 0.5);
+  k = k < 1 ? 1 : k;
+  return k > n ? n : k;
 }
 
 // The k a spec asks for at dimension n: 0 for n = 0, else in [1, n].
@@ -91,9 +137,11 @@ struct WorkspaceLayout {
   size_t candidates = 0;
   size_t group = 0;
   size_t hadamard = 0;
+  size_t sketch = 0;
+  size_t entropy = 0;  // codes (one byte each) and a stream buffer the size of the plain region
   size_t total() const {
     // Each part used starts 64-byte aligned: up to 63 bytes of slack per part.
-    const size_t parts[] = {histogram, sample, candidates, group, hadamard};
+    const size_t parts[] = {histogram, sample, candidates, group, hadamard, sketch, entropy};
     size_t total = 0;
     for (size_t part : parts) total += part ? part + 64 : 0;
     return total;
@@ -104,6 +152,11 @@ WorkspaceLayout layout_for(const CodecSpec& s, size_t n) {
   WorkspaceLayout w;
   if (n == 0) return w;
   if (s.values == ValueCoderKind::kHadamard) w.hadamard = size_t(s.block) * sizeof(float);
+  if (is_skc(s)) w.sketch = skc::encode_workspace_bytes(skc_params(s), max_nnz(s, n));
+  if (s.entropy_coded) {
+    const size_t nnz = max_nnz(s, n);
+    w.entropy = nnz + size_t(values::region_bytes(value_params(s, 0), nnz));
+  }
   if (!is_sparse(s)) return w;
   if (s.sparsifier == SparsifierKind::kTopK || s.sparsifier == SparsifierKind::kTopKApprox) {
     w.histogram = select::kHistogramBins * sizeof(uint32_t);
@@ -115,6 +168,7 @@ WorkspaceLayout layout_for(const CodecSpec& s, size_t n) {
       w.candidates = (candidate_capacity(k, n) + 1) * sizeof(float);  // + one scratch slot
     }
   }
+  if (is_skc(s)) return w;
   const values::Params p = value_params(s, 0);
   const size_t group = values::group_size(p);
   const size_t nnz = max_nnz(s, n);
@@ -224,39 +278,95 @@ values::Params params_from_header(const EncodedInfo& h) {
   p.shared = h.shared_scale;
   p.step = h.param;
   p.sign_key = derive_key(h.seed, kPurposeHadamardSigns);
+  p.entropy = h.entropy_coded;
   return p;
 }
 
 // Verifies everything (header, checksum, indices, values), then calls sink(index, value) for
 // every carried coordinate in ascending index order.
+// skc: parse, decode the sketch tables into the workspace, validate every key, then emit.
 template <typename Sink>
-Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Sink&& sink) {
+Status decode_skc(const EncodedInfo& h, const uint8_t* region, Span<uint8_t> workspace, Sink&& sink) {
+  const skc::Params p = skc_params(h);
+  skc::Layout l;
+  EDGEFL_RETURN_IF_ERROR(skc::parse(p, h.n, h.nnz, region, h.value_bytes, &l));
+  if (workspace.size() < decode_workspace_size(h) || workspace.data() == nullptr) return Status::kWorkspaceTooSmall;
+  uint16_t* table = reinterpret_cast<uint16_t*>(align64(workspace.data()));
+  uint8_t* cells = reinterpret_cast<uint8_t*>(table + entropy::huffman_table_entries());
+  EDGEFL_RETURN_IF_ERROR(skc::decode_sketches(p, l, cells, table));
+  EDGEFL_RETURN_IF_ERROR(skc::visit(p, l, h.n, h.seed, cells, false, [](size_t, float) {}));
+  sink.begin();
+  return skc::visit(p, l, h.n, h.seed, cells, true, sink);
+}
+
+// Count Sketch: every coordinate's estimate into the workspace, then the top nnz of them.
+template <typename Sink>
+Status decode_count_sketch(const EncodedInfo& h, const uint8_t* cells, Span<uint8_t> workspace, Sink&& sink) {
+  if (workspace.size() < decode_workspace_size(h) || workspace.data() == nullptr) return Status::kWorkspaceTooSmall;
+  uint8_t* cursor = align64(workspace.data());
+  uint32_t* histogram = reinterpret_cast<uint32_t*>(cursor);
+  float* estimates = reinterpret_cast<float*>(align64(cursor + select::kHistogramBins * sizeof(uint32_t)));
+  const unsigned rows = h.levels;
+  count_sketch::RowHash hashes[count_sketch::kMaxRows];
+  for (unsigned r = 0; r < rows; ++r) hashes[r] = count_sketch::row_hash(h.seed, r);
+  for (uint32_t i = 0; i < h.n; ++i) estimates[i] = count_sketch::estimate(cells, rows, h.block, hashes, i, h.param);
+  select::Selection sel;
+  sel.k = h.nnz;
+  if (h.nnz < h.n) {
+    sel.rule = select::Selection::Rule::kAboveWithTies;
+    EDGEFL_RETURN_IF_ERROR(select::radix_select(estimates, h.n, h.nnz, histogram, &sel.threshold, &sel.ties));
+  }
+  sink.begin();
+  sel.for_each(estimates, h.n, [&](uint32_t i) { sink(size_t(i), estimates[i]); });
+  return Status::kOk;
+}
+
+template <typename Sink>
+Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> workspace, Sink&& sink) {
   EncodedInfo h;
   EDGEFL_RETURN_IF_ERROR(inspect(bytes, &h));
   if (h.n != expected_n) return Status::kDimensionMismatch;
+  if (h.values == ValueCoderKind::kSkCompress) {
+    return decode_skc(h, bytes.data() + h.header_bytes, workspace, sink);
+  }
+  if (h.values == ValueCoderKind::kCountSketch) {
+    return decode_count_sketch(h, bytes.data() + h.header_bytes, workspace, sink);
+  }
   const uint8_t* index_data = bytes.data() + h.header_bytes;
   const uint8_t* value_data = index_data + h.index_bytes;
   EDGEFL_RETURN_IF_ERROR(validate_indices(h, index_data));
   const values::Params p = params_from_header(h);
-  EDGEFL_RETURN_IF_ERROR(values::validate_region(p, value_data, h.nnz));
+  if (p.entropy) {
+    EDGEFL_RETURN_IF_ERROR(values::validate_entropy_region(p, value_data, h.value_bytes, h.nnz));
+  } else {
+    EDGEFL_RETURN_IF_ERROR(values::validate_region(p, value_data, h.nnz));
+  }
+  // One visit of (position in the value sequence, value) for either region layout.
+  auto for_each_value = [&](auto&& f) {
+    if (p.entropy) {
+      values::decode_entropy_region(p, value_data, h.value_bytes, h.nnz, f);
+    } else {
+      values::decode_region(p, value_data, h.nnz, f);
+    }
+  };
   sink.begin();
   switch (h.sparsifier) {
     case SparsifierKind::kNone:
-      values::decode_region(p, value_data, h.nnz, [&](uint64_t pos, float v) { sink(size_t(pos), v); });
+      for_each_value([&](uint64_t pos, float v) { sink(size_t(pos), v); });
       break;
     case SparsifierKind::kRandomK: {
       // Indices come from the seed; decode_region visits values in index order.
       select::RandomIndexStream gen(h.n, h.nnz, h.seed);
-      values::decode_region(p, value_data, h.nnz, [&](uint64_t, float v) { sink(gen.next(), v); });
+      for_each_value([&](uint64_t, float v) { sink(gen.next(), v); });
       break;
     }
     default:
       if (h.index_coding == IndexCoding::kEliasFano) {
         index_coding::EliasFanoReader r(h.n, h.nnz, index_data);
-        values::decode_region(p, value_data, h.nnz, [&](uint64_t, float v) { sink(size_t(r.next()), v); });
+        for_each_value([&](uint64_t, float v) { sink(size_t(r.next()), v); });
       } else {
         index_coding::RiceReader r(h.n, h.nnz, index_data, h.index_bytes);
-        values::decode_region(p, value_data, h.nnz, [&](uint64_t, float v) { sink(size_t(r.next()), v); });
+        for_each_value([&](uint64_t, float v) { sink(size_t(r.next()), v); });
       }
       break;
   }
@@ -273,6 +383,8 @@ size_t workspace_size(const CodecSpec& spec, size_t n) {
 size_t encoded_bound(const CodecSpec& spec, size_t n) {
   if (validate_codec_spec(spec) != Status::kOk) return 0;
   const size_t nnz = max_nnz(spec, n);
+  if (is_skc(spec)) return kEncodedHeaderBytes + size_t(skc::region_bound(skc_params(spec), nnz));
+  if (is_count_sketch(spec)) return kEncodedHeaderBytes + size_t(spec.sketch_rows) * cs_columns(spec, n) * 4;
   const values::Params p = value_params(spec, 0);
   return kEncodedHeaderBytes + index_bound(spec, n, nnz) + size_t(values::region_bytes(p, nnz));
 }
@@ -308,6 +420,8 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
   float* candidates = reinterpret_cast<float*>(take(layout.candidates));
   float* group_buffer = reinterpret_cast<float*>(take(layout.group));
   float* scratch = reinterpret_cast<float*>(take(layout.hadamard));
+  uint8_t* sketch_memory = take(layout.sketch);
+  uint8_t* entropy_memory = take(layout.entropy);
 
   const float* x = update.data();
   const values::Params p = value_params(spec, seed);
@@ -345,7 +459,40 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
       return Status::kValueOutOfRange;
   }
 
-  if (!is_sparse(spec)) {
+  if (is_count_sketch(spec)) {
+    const uint32_t max_bits = n > 0 ? kern.max_abs_bits(x, n) : 0;
+    if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
+    // Codes must fit in int32 (and so must every cell: checked as they are added).
+    if (double(bits_float(max_bits)) / double(spec.shared_step) >= 2147483647.0) return Status::kValueOutOfRange;
+    const unsigned rows = spec.sketch_rows;
+    const uint32_t cols = cs_columns(spec, n);
+    h.nnz = uint32_t(cs_heavy_hitters(spec, n));
+    h.bits = 32;
+    h.block = cols;
+    h.levels = rows;
+    h.param = spec.shared_step;
+    h.stochastic = true;
+    h.shared_scale = false;
+    h.index_coding = IndexCoding::kNone;
+    h.value_bytes = size_t(rows) * cols * 4;
+    memset(payload, 0, h.value_bytes);
+    count_sketch::RowHash hashes[count_sketch::kMaxRows];
+    for (unsigned r = 0; r < rows; ++r) hashes[r] = count_sketch::row_hash(seed, r);
+    const uint32_t round_key = derive_key(seed, kPurposeRounding);
+    for (size_t i = 0; i < n; ++i) {
+      if (x[i] == 0.0f) continue;
+      const double t = double(x[i]) / double(spec.shared_step);
+      const double floor_t = double(int64_t(t) - (double(int64_t(t)) > t ? 1 : 0));
+      const int64_t code = int64_t(floor_t) + (double(unit_float(hash32(round_key, uint32_t(i)))) < t - floor_t ? 1 : 0);
+      if (code == 0) continue;
+      for (unsigned r = 0; r < rows; ++r) {
+        uint8_t* cell = payload + 4 * (size_t(r) * cols + hashes[r].column(uint32_t(i), cols));
+        const int64_t sum = int64_t(int32_t(load_le32(cell))) + int64_t(hashes[r].sign(uint32_t(i))) * code;
+        if (sum > 2147483647 || sum < -2147483647) return Status::kValueOutOfRange;
+        store_le32(cell, uint32_t(int32_t(sum)));
+      }
+    }
+  } else if (!is_sparse(spec) && !is_skc(spec)) {
     if (n > 0 && kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
     h.index_coding = IndexCoding::kNone;
     h.nnz = uint32_t(n);
@@ -359,6 +506,11 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
     if (n == 0) {
       sel.rule = select::Selection::Rule::kAll;
       sel.k = 0;
+    } else if (spec.sparsifier == SparsifierKind::kNone) {  // skc of a dense update: its non-zeros
+      if (kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
+      sel.rule = select::Selection::Rule::kAtLeast;
+      sel.threshold = 1;  // abs_key(x) >= 1: x != 0
+      sel.k = kern.count_abs_at_least(x, n, 1);
     } else if (spec.sparsifier == SparsifierKind::kTopK ||
                (spec.sparsifier == SparsifierKind::kTopKApprox && k == n)) {
       if (k == n) {
@@ -423,6 +575,35 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
     }
     h.nnz = uint32_t(sel.k);
 
+    if (is_skc(spec)) {
+      // SKCompress: three passes over the set (quantiles; group counts and key widths; sketch
+      // inserts and keys), then the Huffman-coded tables.
+      const skc::Params sp = skc_params(spec);
+      skc::Encoder* enc = new (sketch_memory) skc::Encoder(sp, max_nnz(spec, n), seed, sketch_memory);
+      sel.for_each(x, n, [&](uint32_t i) { enc->observe(x[i]); });
+      enc->plan();
+      sel.for_each(x, n, [&](uint32_t i) { enc->count(i, x[i]); });
+      EDGEFL_RETURN_IF_ERROR(enc->layout(payload, out.size() - kEncodedHeaderBytes));
+      sel.for_each(x, n, [&](uint32_t i) { enc->insert(i, x[i]); });
+      size_t region = 0;
+      EDGEFL_RETURN_IF_ERROR(enc->finish(&region));
+      h.index_coding = IndexCoding::kNone;
+      h.index_bytes = 0;
+      h.value_bytes = region;
+      h.bits = 8;
+      h.block = sp.bins;
+      h.levels = uint16_t(sp.rows | (sp.groups << 4));
+      h.param = sp.cols;
+      h.stochastic = false;
+      h.shared_scale = false;
+      h.header_bytes = kEncodedHeaderBytes;
+      h.total_bytes = kEncodedHeaderBytes + h.value_bytes;
+      format::write_header(h, out.data());
+      store_le32(out.data() + format::kChecksumOffset, format::compute_checksum(out.data(), h.total_bytes));
+      *written = h.total_bytes;
+      return Status::kOk;
+    }
+
     // 2. Index coding and region sizes.
     IndexCoding coding = spec.sparsifier == SparsifierKind::kRandomK ? IndexCoding::kNone : spec.index_coding;
     size_t index_bytes = 0;
@@ -473,6 +654,12 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
     h.index_bytes = index_bytes;
   }
 
+  if (spec.entropy_coded && h.nnz > 0) {
+    const size_t raw = h.value_bytes;
+    uint8_t* region = payload + h.index_bytes;
+    h.value_bytes = values::entropy_recode(p, region, raw, h.nnz, entropy_memory, entropy_memory + h.nnz);
+    h.entropy_coded = h.value_bytes < raw;
+  }
   h.header_bytes = kEncodedHeaderBytes;
   h.total_bytes = kEncodedHeaderBytes + h.index_bytes + h.value_bytes;
   format::write_header(h, out.data());
@@ -490,7 +677,30 @@ Status inspect(Span<const uint8_t> bytes, EncodedInfo* info) {
   return Status::kOk;
 }
 
+size_t decode_workspace_size(const EncodedInfo& info) {
+  if (info.values == ValueCoderKind::kSkCompress) {
+    return 64 + entropy::huffman_table_entries() * sizeof(uint16_t) +
+           skc::decode_workspace_bytes(skc_params(info), info.nnz);
+  }
+  if (info.values == ValueCoderKind::kCountSketch) {
+    return 128 + select::kHistogramBins * sizeof(uint32_t) + size_t(info.n) * sizeof(float);
+  }
+  return 0;
+}
+
 Status decode(Span<const uint8_t> bytes, Span<float> out) {
+  return decode(bytes, out, Span<uint8_t>());
+}
+
+Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulator) {
+  return decode_add(bytes, weight, accumulator, Span<uint8_t>());
+}
+
+Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator) {
+  return decode_add(bytes, weight, accumulator, Span<uint8_t>());
+}
+
+Status decode(Span<const uint8_t> bytes, Span<float> out, Span<uint8_t> workspace) {
   if (out.size() > 0 && out.data() == nullptr) return Status::kInvalidArgument;
   struct DenseSink {
     Span<float> out;
@@ -499,10 +709,10 @@ Status decode(Span<const uint8_t> bytes, Span<float> out) {
     }
     void operator()(size_t i, float v) { out[i] = v; }
   } sink{out};
-  return decode_with(bytes, out.size(), sink);
+  return decode_with(bytes, out.size(), workspace, sink);
 }
 
-Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulator) {
+Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulator, Span<uint8_t> workspace) {
   if (!(weight - weight == 0.0f)) return Status::kInvalidArgument;  // NaN or Inf
   if (accumulator.size() > 0 && accumulator.data() == nullptr) return Status::kInvalidArgument;
   struct AddSink {
@@ -511,10 +721,10 @@ Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulat
     void begin() {}
     void operator()(size_t i, float v) { acc[i] += w * v; }
   } sink{accumulator.data(), weight};
-  return decode_with(bytes, accumulator.size(), sink);
+  return decode_with(bytes, accumulator.size(), workspace, sink);
 }
 
-Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator) {
+Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator, Span<uint8_t> workspace) {
   if (!(weight - weight == 0.0)) return Status::kInvalidArgument;  // NaN or Inf
   if (accumulator.size() > 0 && accumulator.data() == nullptr) return Status::kInvalidArgument;
   struct AddSink {
@@ -523,10 +733,12 @@ Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumul
     void begin() {}
     void operator()(size_t i, float v) { acc[i] += w * double(v); }
   } sink{accumulator.data(), weight};
-  return decode_with(bytes, accumulator.size(), sink);
+  return decode_with(bytes, accumulator.size(), workspace, sink);
 }
 
 bool is_summable(const EncodedInfo& info) {
+  if (info.values == ValueCoderKind::kCountSketch) return true;
+  if (info.values == ValueCoderKind::kSkCompress) return false;
   const bool support =
       info.sparsifier == SparsifierKind::kNone || info.sparsifier == SparsifierKind::kRandomK;
   const bool ints = info.values == ValueCoderKind::kUniform && info.shared_scale;
@@ -535,6 +747,7 @@ bool is_summable(const EncodedInfo& info) {
 
 size_t add_encoded_bound(const EncodedInfo& a, const EncodedInfo& b) {
   (void)b;
+  if (a.values == ValueCoderKind::kCountSketch) return a.total_bytes;
   // At most 32-bit codes (or fp32 values) for every carried coordinate.
   return kEncodedHeaderBytes + size_t(a.nnz) * 4;
 }
@@ -546,6 +759,31 @@ Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> o
   EDGEFL_RETURN_IF_ERROR(inspect(a, &ha));
   EDGEFL_RETURN_IF_ERROR(inspect(b, &hb));
   if (!is_summable(ha) || !is_summable(hb)) return Status::kNotSummable;
+  if (ha.values == ValueCoderKind::kCountSketch || hb.values == ValueCoderKind::kCountSketch) {
+    // Cell by cell, exactly, when both sketches share dimension, shape, step, seed and k.
+    if (ha.values != hb.values || ha.n != hb.n || ha.nnz != hb.nnz || ha.levels != hb.levels ||
+        ha.block != hb.block || ha.seed != hb.seed || memcmp(&ha.param, &hb.param, 4) != 0) {
+      return Status::kIncompatible;
+    }
+    if (uint64_t(ha.contributions) + hb.contributions > 0xFFFFFFFFull) return Status::kOverflow;
+    if (out.size() < ha.total_bytes || out.data() == nullptr) return Status::kBufferTooSmall;
+    const uint8_t* ca = a.data() + ha.header_bytes;
+    const uint8_t* cb = b.data() + hb.header_bytes;
+    for (size_t i = 0; i < ha.value_bytes; i += 4) {
+      const int64_t sum = int64_t(int32_t(load_le32(ca + i))) + int64_t(int32_t(load_le32(cb + i)));
+      if (sum > 2147483647 || sum < -2147483647) return Status::kOverflow;
+    }
+    uint8_t* cells = out.data() + kEncodedHeaderBytes;
+    for (size_t i = 0; i < ha.value_bytes; i += 4) {
+      store_le32(cells + i, uint32_t(int32_t(load_le32(ca + i)) + int32_t(load_le32(cb + i))));
+    }
+    EncodedInfo h = ha;
+    h.contributions = ha.contributions + hb.contributions;
+    format::write_header(h, out.data());
+    store_le32(out.data() + format::kChecksumOffset, format::compute_checksum(out.data(), h.total_bytes));
+    *written = h.total_bytes;
+    return Status::kOk;
+  }
   if (ha.n != hb.n || ha.sparsifier != hb.sparsifier || ha.values != hb.values || ha.nnz != hb.nnz ||
       ha.shared_scale != hb.shared_scale || ha.randk_unscaled != hb.randk_unscaled) {
     return Status::kIncompatible;

@@ -6,6 +6,7 @@
 #include "codec/values.h"
 #include "core/bitio.h"
 #include "core/crc32c.h"
+#include "sketch/skc.h"
 
 namespace edgefl {
 namespace format {
@@ -23,7 +24,7 @@ void write_header(const EncodedInfo& info, uint8_t* out) {
   store_le32(out + 12, info.nnz);
   out[16] = info.bits;
   out[17] = uint8_t((info.stochastic ? kFlagStochastic : 0) | (info.shared_scale ? kFlagSharedScale : 0) |
-                    (info.randk_unscaled ? kFlagRandkUnscaled : 0));
+                    (info.randk_unscaled ? kFlagRandkUnscaled : 0) | (info.entropy_coded ? kFlagEntropyCoded : 0));
   store_le16(out + 18, info.levels);
   store_le32(out + 20, info.block);
   memcpy(out + 24, &info.param, 4);
@@ -41,7 +42,33 @@ uint32_t compute_checksum(const uint8_t* encoding, size_t total_bytes) {
 
 namespace {
 
+// skc and cs: their own parameter fields (format.h).
+Status check_sketch_parameters(const EncodedInfo& h) {
+  if (h.nnz > h.n || h.index_coding != IndexCoding::kNone || h.contributions == 0 || h.randk_unscaled ||
+      h.shared_scale) {
+    return Status::kBadParameters;
+  }
+  if (h.values == ValueCoderKind::kSkCompress) {
+    const unsigned rows = h.levels & 15u, groups = h.levels >> 4;
+    if (h.sparsifier == SparsifierKind::kRandomK || h.bits != 8 || h.block < 2 || h.block > 256 || rows < 1 ||
+        rows > 4 || groups < 2 || groups > 16 || !(h.param > 0.0f && h.param <= 4.0f) || h.stochastic ||
+        h.contributions != 1) {
+      return Status::kBadParameters;
+    }
+    return Status::kOk;
+  }
+  if (h.sparsifier != SparsifierKind::kNone || h.bits != 32 || h.levels < 1 || h.levels > 15 || h.block < 1 ||
+      (h.n > 0 && h.nnz == 0) ||
+      h.block > EDGEFL_MAX_DIMENSION || !(h.param > 0.0f && h.param <= values::kMaxScale / 2147483648.0f)) {
+    return Status::kBadParameters;
+  }
+  return Status::kOk;
+}
+
 Status check_parameters(const EncodedInfo& h) {
+  if (h.values == ValueCoderKind::kSkCompress || h.values == ValueCoderKind::kCountSketch) {
+    return check_sketch_parameters(h);
+  }
   // Sparsifier and index coding.
   const bool dense = h.sparsifier == SparsifierKind::kNone;
   if (dense && h.nnz != h.n) return Status::kBadParameters;
@@ -91,6 +118,8 @@ Status check_parameters(const EncodedInfo& h) {
         return Status::kBadParameters;
       }
       break;
+    case ValueCoderKind::kSkCompress:
+    case ValueCoderKind::kCountSketch: break;  // check_sketch_parameters()
   }
   if (h.values != ValueCoderKind::kQsgd && h.levels != 0) return Status::kBadParameters;
   if (h.contributions > 1 && !is_summable(h)) return Status::kBadParameters;
@@ -105,7 +134,7 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   if (memcmp(p, kMagic, 4) != 0) return Status::kBadMagic;
   if (p[4] != kFormatVersion) return Status::kUnsupportedVersion;
   if (p[5] > uint8_t(SparsifierKind::kRandomK) || p[6] < uint8_t(ValueCoderKind::kFp32) ||
-      p[6] > uint8_t(ValueCoderKind::kHadamard) || p[7] > uint8_t(IndexCoding::kRice)) {
+      p[6] > uint8_t(ValueCoderKind::kCountSketch) || p[7] > uint8_t(IndexCoding::kRice)) {
     return Status::kUnknownCodec;
   }
   EncodedInfo h;
@@ -121,6 +150,7 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   h.stochastic = (flags & kFlagStochastic) != 0;
   h.shared_scale = (flags & kFlagSharedScale) != 0;
   h.randk_unscaled = (flags & kFlagRandkUnscaled) != 0;
+  h.entropy_coded = (flags & kFlagEntropyCoded) != 0;
   h.levels = load_le16(p + 18);
   h.block = load_le32(p + 20);
   memcpy(&h.param, p + 24, 4);
@@ -132,10 +162,30 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   h.header_bytes = kHeaderBytes;
   if (h.n > EDGEFL_MAX_DIMENSION) return Status::kDimensionTooLarge;
   if (!(h.param - h.param == 0.0f)) return Status::kBadParameters;  // NaN or Inf
-  if (h.sparsifier == SparsifierKind::kThreshold ? !(h.param > 0.0f) : (!h.shared_scale && h.param != 0.0f)) {
+  const bool sketch = h.values == ValueCoderKind::kSkCompress || h.values == ValueCoderKind::kCountSketch;
+  if (!sketch &&
+      (h.sparsifier == SparsifierKind::kThreshold ? !(h.param > 0.0f) : (!h.shared_scale && h.param != 0.0f))) {
     return Status::kBadParameters;
   }
   EDGEFL_RETURN_IF_ERROR(check_parameters(h));
+  if (sketch) {
+    if (h.index_bytes != 0) return Status::kSizeMismatch;
+    if (h.values == ValueCoderKind::kCountSketch) {
+      if (h.value_bytes != uint64_t(h.levels) * h.block * 4) return Status::kSizeMismatch;
+    } else {
+      skc::Params sp;
+      sp.bins = uint16_t(h.block);
+      sp.groups = uint8_t(h.levels >> 4);
+      sp.rows = uint8_t(h.levels & 15u);
+      sp.cols = h.param;
+      if (h.value_bytes < 13 || h.value_bytes > skc::region_bound(sp, h.nnz)) return Status::kSizeMismatch;
+    }
+    h.total_bytes = kHeaderBytes + h.value_bytes;
+    if (bytes.size() < h.total_bytes) return Status::kTruncated;
+    if (bytes.size() > h.total_bytes) return Status::kSizeMismatch;
+    *info = h;
+    return Status::kOk;
+  }
   // Sizes implied by the parameters.
   uint64_t expected_index = 0;
   if (h.index_coding == IndexCoding::kEliasFano) {
@@ -153,7 +203,15 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   vp.bits = h.bits;
   vp.block = h.block;
   vp.shared = h.shared_scale;
-  if (h.value_bytes != values::region_bytes(vp, h.nnz)) return Status::kSizeMismatch;
+  if (h.entropy_coded) {
+    // Smaller than the plain region, and at least the scales, the table and the two states.
+    if (h.values != ValueCoderKind::kUniform || h.shared_scale || h.nnz == 0) return Status::kBadParameters;
+    const uint64_t floor = 8 * ((uint64_t(h.nnz) + h.block - 1) / h.block) +
+                           entropy::rans_table_bytes(1u << h.bits) + 8;
+    if (h.value_bytes >= values::region_bytes(vp, h.nnz) || h.value_bytes < floor) return Status::kSizeMismatch;
+  } else if (h.value_bytes != values::region_bytes(vp, h.nnz)) {
+    return Status::kSizeMismatch;
+  }
   h.total_bytes = kHeaderBytes + h.index_bytes + h.value_bytes;
   if (bytes.size() < h.total_bytes) return Status::kTruncated;
   if (bytes.size() > h.total_bytes) return Status::kSizeMismatch;

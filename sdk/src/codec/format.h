@@ -13,7 +13,8 @@
 //  12      4   nnz             coordinates carried, <= n (== n when dense)
 //  16      1   bits            code width: 32 fp32, 16 fp16/bf16, 1..32 uniform, 1..4 hadamard,
 //                              1+ceil(log2(s+1)) qsgd, 2 terngrad, 1 sign
-//  17      1   flags           bit0 stochastic, bit1 shared-scale, bit2 random-k unscaled; others 0
+//  17      1   flags           bit0 stochastic, bit1 shared-scale, bit2 random-k unscaled,
+//                              bit3 entropy-coded value region (uniform blocked); others 0
 //  18      2   levels          qsgd s; 0 otherwise
 //  20      4   block           coordinates per scale / bucket; 0 for fp32/fp16/bf16 and shared-scale
 //  24      4   param (f32)     shared step (uniform, shared-scale) or threshold; 0 otherwise
@@ -29,6 +30,8 @@
 //
 // Value region, one group per block of `block` carried values (the last may be short):
 //   fp32/fp16/bf16 : the values, no blocks.
+//   uniform + ans  : (flag bit3) every block's f32 min and f32 step, then the rANS table and
+//                    stream of all codes (values.h, entropy/rans.h); smaller than the plain form.
 //   uniform        : f32 min, f32 step, then ceil(count * bits / 8) bytes of codes (LSB-first);
 //                    value = min + code * step. Shared-scale: no per-block data; codes are
 //                    two's-complement `bits`-wide integers for the whole region; value = code*step.
@@ -38,6 +41,12 @@
 //   sign           : f32 mean|x|, then ceil(count / 8) bytes, bit set = negative.
 //   hadamard       : blocks are padded to a power of two P; f32 scale, then ceil(P * bits / 8)
 //                    bytes of codes (Lloyd-Max centroid indices).
+//
+// Sketch codecs use the header fields their own way and have no index region:
+//   skc (9)  : bits 8; block = buckets (2..256); levels = rows | groups << 4; param = MinMaxSketch
+//              columns per key; nnz = keys carried; value region as in sketch/skc.h.
+//   cs (10)  : sparsifier none; bits 32; levels = rows; block = columns; param = step; nnz = the
+//              heavy hitters decoded; value region = rows x columns int32 cells (count_sketch.h).
 #ifndef EDGEFL_SRC_CODEC_FORMAT_H_
 #define EDGEFL_SRC_CODEC_FORMAT_H_
 
@@ -57,7 +66,8 @@ constexpr size_t kChecksumOffset = 48;
 constexpr uint8_t kFlagStochastic = 1u << 0;
 constexpr uint8_t kFlagSharedScale = 1u << 1;
 constexpr uint8_t kFlagRandkUnscaled = 1u << 2;
-constexpr uint8_t kKnownFlags = kFlagStochastic | kFlagSharedScale | kFlagRandkUnscaled;
+constexpr uint8_t kFlagEntropyCoded = 1u << 3;
+constexpr uint8_t kKnownFlags = kFlagStochastic | kFlagSharedScale | kFlagRandkUnscaled | kFlagEntropyCoded;
 
 // Writes the header for `info` (checksum field left 0) into `out` (kHeaderBytes bytes).
 void write_header(const EncodedInfo& info, uint8_t* out);

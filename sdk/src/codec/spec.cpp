@@ -110,7 +110,55 @@ bool apply_sparsifier_arg(const Arg& a, bool first, CodecSpec* s) {
   return false;
 }
 
+bool apply_sketch_arg(const Arg& a, CodecSpec* s) {
+  uint32_t v = 0;
+  if (s->values == ValueCoderKind::kSkCompress) {
+    if (a.key_is("cols")) {
+      return parse_float(a.value, a.value_end(), &s->skc_cols);
+    }
+    if (!parse_uint(a.value, a.value_end(), &v) || v > 65535) return false;
+    if (a.key_is("bins")) {
+      s->skc_bins = uint16_t(v);
+    } else if (a.key_is("groups") && v <= 255) {
+      s->skc_groups = uint8_t(v);
+    } else if (a.key_is("rows") && v <= 255) {
+      s->sketch_rows = uint8_t(v);
+    } else if (a.key_is("k")) {
+      s->quantile_k = uint16_t(v);
+    } else {
+      return false;
+    }
+    return true;
+  }
+  // Count Sketch.
+  if (a.key_len == 0 || a.key_is("cells")) {
+    s->sketch_cols = 0;
+    return text::parse_decimal(a.value, a.value_end(), &s->sketch_cells);
+  }
+  if (a.key_is("top")) {
+    s->k = 0;
+    return text::parse_decimal(a.value, a.value_end(), &s->density);
+  }
+  if (a.key_is("step")) return parse_float(a.value, a.value_end(), &s->shared_step);
+  if (!parse_uint(a.value, a.value_end(), &v)) return false;
+  if (a.key_is("cols")) {
+    s->sketch_cols = v;
+    s->sketch_cells = 0.0;
+  } else if (a.key_is("rows") && v <= 255) {
+    s->sketch_rows = uint8_t(v);
+  } else if (a.key_is("k")) {
+    s->k = v;
+    s->density = 0.0;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 bool apply_value_arg(const Arg& a, CodecSpec* s) {
+  if (s->values == ValueCoderKind::kSkCompress || s->values == ValueCoderKind::kCountSketch) {
+    return (a.key_len == 0 || a.value_len > 0) && apply_sketch_arg(a, s);
+  }
   if (a.key_is("block") && a.value_len > 0 && s->values != ValueCoderKind::kQsgd &&
       s->values != ValueCoderKind::kFp32 && s->values != ValueCoderKind::kFp16 &&
       s->values != ValueCoderKind::kBf16) {
@@ -127,6 +175,10 @@ bool apply_value_arg(const Arg& a, CodecSpec* s) {
   }
   if (a.key_is("clip") && a.value_len == 0 && s->values == ValueCoderKind::kUniform) {
     s->clip = true;
+    return true;
+  }
+  if (a.key_is("ans") && a.value_len == 0 && s->values == ValueCoderKind::kUniform) {
+    s->entropy_coded = true;
     return true;
   }
   if (a.key_is("det") && a.value_len == 0 && s->values == ValueCoderKind::kUniform) {
@@ -159,6 +211,23 @@ bool parse_value_name(const char* begin, const char* end, CodecSpec* s) {
     s->values = ValueCoderKind::kBf16;
     s->bits = 16;
     s->block = 0;
+    return true;
+  }
+  if (is("skc")) {
+    s->values = ValueCoderKind::kSkCompress;
+    s->bits = 8;
+    s->block = 0;
+    s->sketch_rows = 2;
+    return true;
+  }
+  if (is("cs")) {
+    s->values = ValueCoderKind::kCountSketch;
+    s->bits = 32;
+    s->block = 0;
+    s->sketch_rows = 5;
+    s->sketch_cells = 0.1;
+    s->density = 0.01;
+    s->shared_step = 1.0f / 1048576.0f;
     return true;
   }
   if (is("qsgd")) {
@@ -266,6 +335,26 @@ Status validate_codec_spec(const CodecSpec& s) {
       break;
     default: return Status::kInvalidSpec;
   }
+  if (s.values == ValueCoderKind::kSkCompress) {
+    if (s.sparsifier == SparsifierKind::kRandomK || s.index_coding != IndexCoding::kNone || s.bits != 8 ||
+        s.skc_bins < 2 || s.skc_bins > 256 || s.skc_groups < 2 || s.skc_groups > 16 || s.sketch_rows < 1 ||
+        s.sketch_rows > 4 || !(s.skc_cols > 0.0f && s.skc_cols <= 4.0f) || s.quantile_k < 16 ||
+        s.quantile_k > 1024 || s.quantile_k % 2 != 0) {
+      return Status::kInvalidSpec;
+    }
+    return Status::kOk;
+  }
+  if (s.values == ValueCoderKind::kCountSketch) {
+    const bool cells_ok = s.sketch_cols != 0 ? s.sketch_cols <= EDGEFL_MAX_DIMENSION
+                                             : (s.sketch_cells > 0.0 && s.sketch_cells <= 4.0);
+    const bool top_ok = s.k != 0 || (s.density > 0.0 && s.density <= 1.0);
+    if (s.sparsifier != SparsifierKind::kNone || s.index_coding != IndexCoding::kNone || s.bits != 32 ||
+        s.sketch_rows < 1 || s.sketch_rows > 15 || !cells_ok || !top_ok || !finite_positive(s.shared_step) ||
+        s.shared_step > values::kMaxScale / 2147483648.0f) {
+      return Status::kInvalidSpec;
+    }
+    return Status::kOk;
+  }
   if (s.sparsifier == SparsifierKind::kNone || s.sparsifier == SparsifierKind::kRandomK) {
     if (s.index_coding != IndexCoding::kNone && s.index_coding != IndexCoding::kEliasFano) {
       return Status::kInvalidSpec;
@@ -276,6 +365,7 @@ Status validate_codec_spec(const CodecSpec& s) {
   }
   if (s.randk_unscaled && s.sparsifier != SparsifierKind::kRandomK) return Status::kInvalidSpec;
   if (s.clip && !(s.values == ValueCoderKind::kUniform && s.shared_step != 0.0f)) return Status::kInvalidSpec;
+  if (s.entropy_coded && !(s.values == ValueCoderKind::kUniform && s.shared_step == 0.0f)) return Status::kInvalidSpec;
   switch (s.values) {
     case ValueCoderKind::kFp32:
       if (s.bits != 32) return Status::kInvalidSpec;
@@ -319,6 +409,18 @@ Status parse_codec_spec(const char* text, CodecSpec* spec) {
   if (text == nullptr || spec == nullptr) return Status::kInvalidArgument;
   const size_t len = strlen(text);
   if (len == 0 || len > 256) return Status::kInvalidSpec;
+  // The alias of edgefl's sparse codec: sparq:FRACTION = topk:FRACTION,approx,idx=auto+q4.
+  char expanded[300];
+  if (len > 6 && memcmp(text, "sparq:", 6) == 0) {
+    if (memchr(text, '+', len) != nullptr || memchr(text + 6, ',', len - 6) != nullptr) return Status::kInvalidSpec;
+    text::Appender e{expanded, sizeof(expanded)};
+    e.put("topk:");
+    for (size_t i = 6; i < len; ++i) e.put(text[i]);
+    e.put(",approx,idx=auto+q4:ans");
+    if (e.len >= sizeof(expanded)) return Status::kInvalidSpec;
+    expanded[e.len] = '\0';
+    return parse_codec_spec(expanded, spec);
+  }
   CodecSpec s;
   s.index_coding = IndexCoding::kNone;
   const char* end = text + len;
@@ -340,6 +442,10 @@ Status parse_codec_spec(const char* text, CodecSpec* spec) {
     }
   }
   if (s.sparsifier == SparsifierKind::kRandomK) s.index_coding = IndexCoding::kNone;
+  // skc codes its own keys: the sparsifier's index coding does not apply.
+  if (s.values == ValueCoderKind::kSkCompress && s.index_coding == IndexCoding::kEliasFano) {
+    s.index_coding = IndexCoding::kNone;
+  }
   if (!ok || validate_codec_spec(s) != Status::kOk) return Status::kInvalidSpec;
   *spec = s;
   return Status::kOk;
@@ -387,6 +493,7 @@ size_t format_codec_spec(const CodecSpec& s, char* buf, size_t cap) {
         a.put(":block=");
         a.put_uint(s.block);
         if (!s.stochastic) a.put(",det");
+        if (s.entropy_coded) a.put(",ans");
       }
       break;
     case ValueCoderKind::kHadamard:
@@ -408,6 +515,38 @@ size_t format_codec_spec(const CodecSpec& s, char* buf, size_t cap) {
     case ValueCoderKind::kScaledSign:
       a.put("sign:block=");
       a.put_uint(s.block);
+      break;
+    case ValueCoderKind::kSkCompress:
+      a.put("skc:bins=");
+      a.put_uint(s.skc_bins);
+      a.put(",groups=");
+      a.put_uint(s.skc_groups);
+      a.put(",rows=");
+      a.put_uint(s.sketch_rows);
+      a.put(",cols=");
+      a.put_float(s.skc_cols);
+      a.put(",k=");
+      a.put_uint(s.quantile_k);
+      break;
+    case ValueCoderKind::kCountSketch:
+      if (s.sketch_cols != 0) {
+        a.put("cs:cols=");
+        a.put_uint(s.sketch_cols);
+      } else {
+        a.put("cs:cells=");
+        a.put_double(s.sketch_cells);
+      }
+      a.put(",rows=");
+      a.put_uint(s.sketch_rows);
+      if (s.k != 0) {
+        a.put(",k=");
+        a.put_uint(s.k);
+      } else {
+        a.put(",top=");
+        a.put_double(s.density);
+      }
+      a.put(",step=");
+      a.put_float(s.shared_step);
       break;
   }
   if (cap > 0) buf[a.len < cap ? a.len : cap - 1] = '\0';
@@ -435,6 +574,8 @@ const char* value_coder_name(ValueCoderKind kind) {
     case ValueCoderKind::kTernGrad: return "terngrad";
     case ValueCoderKind::kScaledSign: return "scaled_sign";
     case ValueCoderKind::kHadamard: return "hadamard";
+    case ValueCoderKind::kSkCompress: return "skcompress";
+    case ValueCoderKind::kCountSketch: return "count_sketch";
   }
   return "unknown";
 }

@@ -229,6 +229,8 @@ Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t fi
       encode_hadamard(p, v, count, first, out, scratch);
       return Status::kOk;
     }
+    case ValueCoderKind::kSkCompress:
+    case ValueCoderKind::kCountSketch: break;  // coded in sketch/, never in groups
   }
   return Status::kInvalidSpec;
 }
@@ -287,6 +289,68 @@ Status validate_region(const Params& p, const uint8_t* data, uint64_t total) {
     pos += count;
   }
   return Status::kOk;
+}
+
+size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64_t total, uint8_t* codes,
+                      uint8_t* stream) {
+  if (total == 0 || p.kind != ValueCoderKind::kUniform || p.shared) return raw_bytes;
+  const unsigned symbols = 1u << p.bits;
+  // Unpack the codes (and keep the scales in order at the front of the stream scratch).
+  uint32_t counts[256] = {};
+  uint64_t pos = 0;
+  const uint8_t* g = region;
+  uint8_t* scales = stream;
+  while (pos < total) {
+    const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
+    memcpy(scales, g, 8);
+    scales += 8;
+    BitReader r(g + 8, size_t((uint64_t(count) * p.bits + 7) / 8));
+    for (uint32_t i = 0; i < count; ++i) {
+      const unsigned c = unsigned(r.get(p.bits));
+      codes[pos + i] = uint8_t(c);
+      counts[c]++;
+    }
+    g += group_bytes(p, count);
+    pos += count;
+  }
+  const size_t scale_bytes = size_t(entropy_scales_bytes(p, total));
+  const size_t table_bytes = entropy::rans_table_bytes(symbols);
+  if (scale_bytes + table_bytes + 8 >= raw_bytes) return raw_bytes;
+  uint16_t freq[256];
+  entropy::rans_frequencies(counts, symbols, freq);
+  // Worth trying only if the estimate beats the raw codes.
+  const uint64_t estimate = (entropy::rans_cost_bits(counts, freq, symbols) + 7) / 8;
+  if (scale_bytes + table_bytes + estimate >= raw_bytes) return raw_bytes;
+  const size_t room = raw_bytes - scale_bytes - table_bytes;
+  const size_t size = entropy::rans_encode(codes, size_t(total), freq, symbols, stream + scale_bytes, room);
+  if (size == 0 || scale_bytes + table_bytes + size >= raw_bytes) return raw_bytes;
+  // Layout: scales, table, stream.
+  memcpy(region, stream, scale_bytes);
+  BitWriter w(region + scale_bytes, table_bytes);
+  entropy::rans_write_table(freq, symbols, &w);
+  w.finish_and_fill();
+  memmove(region + scale_bytes + table_bytes, stream + scale_bytes, size);
+  return scale_bytes + table_bytes + size;
+}
+
+Status validate_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total) {
+  if (p.kind != ValueCoderKind::kUniform || p.shared || p.bits > 8 || total == 0) return Status::kCorruptPayload;
+  const unsigned symbols = 1u << p.bits;
+  const size_t scales = size_t(entropy_scales_bytes(p, total));
+  const size_t table_bytes = entropy::rans_table_bytes(symbols);
+  if (bytes < scales + table_bytes + 8) return Status::kSizeMismatch;
+  for (size_t g = 0; g < scales; g += 8) {
+    float a, b;
+    memcpy(&a, data + g, 4);
+    memcpy(&b, data + g + 4, 4);
+    if (!(a >= -kMaxScale && a <= kMaxScale) || !scale_ok(b)) return Status::kCorruptPayload;
+  }
+  entropy::RansDecoder dec;
+  BitReader table(data + scales, table_bytes);
+  EDGEFL_RETURN_IF_ERROR(dec.read_table(&table, symbols));
+  EDGEFL_RETURN_IF_ERROR(dec.begin(data + scales + table_bytes, bytes - scales - table_bytes));
+  for (uint64_t i = 0; i < total; ++i) (void)dec.get(size_t(i));
+  return dec.finish();
 }
 
 }  // namespace values

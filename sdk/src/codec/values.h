@@ -13,6 +13,7 @@
 #include "core/half.h"
 #include "core/rng.h"
 #include "edgefl/codec.h"
+#include "entropy/rans.h"
 
 namespace edgefl {
 namespace values {
@@ -34,6 +35,7 @@ struct Params {
   float step = 0.0f;       // shared step
   uint32_t round_key = 0;  // hash key of stochastic rounding
   uint32_t sign_key = 0;   // hash key of the Hadamard signs
+  bool entropy = false;    // uniform blocked: codes rANS-coded (entropy region layout)
 };
 
 // True for coders whose groups are blocks with per-block data.
@@ -72,6 +74,8 @@ inline size_t group_bytes(const Params& p, uint32_t count) {
     case ValueCoderKind::kScaledSign: return size_t(4 + (c + 7) / 8);
     case ValueCoderKind::kHadamard:
       return count == 0 ? 0 : size_t(4 + (uint64_t(next_pow2(count)) * p.bits + 7) / 8);
+    case ValueCoderKind::kSkCompress:
+    case ValueCoderKind::kCountSketch: return 0;  // not value coders of groups (sketch/)
   }
   return 0;
 }
@@ -95,6 +99,42 @@ Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t fi
 // Checks a value region before any value is used: scales finite and bounded, codes valid,
 // fp values finite. `data` holds region_bytes(p, total) bytes.
 Status validate_region(const Params& p, const uint8_t* data, uint64_t total);
+
+// ---- Entropy-coded uniform codes (`q<bits>:ans`) ----------------------------------------------
+// Region: the G = ceil(total / block) blocks' (f32 min, f32 step) pairs, then the rANS frequency
+// table of the 2^bits codes (entropy/rans.h), then the rANS stream of the codes in order.
+inline uint64_t entropy_scales_bytes(const Params& p, uint64_t total) {
+  return 8 * ((total + p.block - 1) / p.block);
+}
+
+// Re-codes the raw uniform region region[0..raw_bytes) of `total` values in place when rANS
+// makes it smaller; returns the new size, or raw_bytes (unchanged) when it would not pay.
+// `codes` holds `total` bytes; `stream` holds raw_bytes bytes (scratch).
+size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64_t total, uint8_t* codes,
+                      uint8_t* stream);
+
+// Checks an entropy region (scales, table, the whole stream and its final states).
+Status validate_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total);
+
+template <typename Sink>
+void decode_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total, Sink&& sink) {
+  if (total == 0) return;
+  const size_t scales = size_t(entropy_scales_bytes(p, total));
+  const unsigned symbols = 1u << p.bits;
+  entropy::RansDecoder dec;
+  BitReader table(data + scales, entropy::rans_table_bytes(symbols));
+  if (dec.read_table(&table, symbols) != Status::kOk) return;  // validated before
+  const size_t stream = scales + entropy::rans_table_bytes(symbols);
+  if (dec.begin(data + stream, bytes - stream) != Status::kOk) return;
+  float a = 0, b = 0;
+  for (uint64_t i = 0; i < total; ++i) {
+    if (i % p.block == 0) {
+      memcpy(&a, data + 8 * (i / p.block), 4);
+      memcpy(&b, data + 8 * (i / p.block) + 4, 4);
+    }
+    sink(i, a + float(dec.get(size_t(i))) * b);
+  }
+}
 
 // Lloyd-Max reconstruction levels of a unit Gaussian (Max 1960) for 1..4 bits, ascending.
 const float* lloyd_max_levels(unsigned bits);
