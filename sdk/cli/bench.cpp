@@ -1,6 +1,8 @@
 #include "bench.h"
 #include "core/rng.h"
 #include "sim.h"
+#include "entropy/rans.h"
+#include "sketch/skc.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <chrono>
 #include <fstream>
 #include <limits>
+#include <new>
 #include <ostream>
 
 #include "edgefl/codec.h"
@@ -124,6 +127,57 @@ BenchResult failed_result(const std::string& dataset, const std::string& codec, 
   return r;
 }
 
+// skc: the fraction of carried keys whose decoded value is the representative of the bucket the
+// true value falls in (the bucket found by binary search over the encoding's own splits).
+double skc_exact_bucket_rate(Span<const uint8_t> bytes, const EncodedInfo& info, const float* x,
+                             std::vector<uint8_t>* workspace) {
+  skc::Params p;
+  p.bins = static_cast<uint16_t>(info.block);
+  p.groups = static_cast<uint8_t>(info.levels >> 4);
+  p.rows = static_cast<uint8_t>(info.levels & 15u);
+  p.cols = info.param;
+  skc::Layout l;
+  const uint8_t* region = bytes.data() + info.header_bytes;
+  if (skc::parse(p, info.n, info.nnz, region, info.value_bytes, &l) != Status::kOk) return kNull;
+  workspace->assign(decode_workspace_size(info), 0);
+  uint16_t* table = reinterpret_cast<uint16_t*>(workspace->data());
+  uint8_t* cells = workspace->data() + entropy::huffman_table_entries() * sizeof(uint16_t);
+  if (skc::decode_sketches(p, l, cells, table) != Status::kOk) return kNull;
+  std::vector<float> splits(l.split_count);
+  if (!splits.empty()) memcpy(splits.data(), l.splits, splits.size() * 4);
+  size_t exact = 0, total = 0;
+  const Status s = skc::visit(p, l, info.n, info.seed, cells, true, [&](size_t key, float value) {
+    const float v = x[key] == 0.0f ? 0.0f : x[key];
+    const unsigned b = static_cast<unsigned>(std::upper_bound(splits.begin(), splits.end(), v) - splits.begin());
+    exact += skc::bucket_representative(l, b) == value ? 1 : 0;
+    ++total;
+  });
+  return s == Status::kOk && total > 0 ? static_cast<double>(exact) / static_cast<double>(total) : kNull;
+}
+
+// cs: the fraction of the true top-k (k = nnz decoded) among the decoded (non-zero) coordinates.
+double topk_recall(const float* x, size_t n, const std::vector<float>& decoded, size_t k) {
+  if (k == 0 || k > n) return kNull;
+  std::vector<float> mags(n);
+  for (size_t i = 0; i < n; ++i) mags[i] = fabsf(x[i]);
+  std::nth_element(mags.begin(), mags.begin() + static_cast<ptrdiff_t>(n - k), mags.end());
+  const float kth = mags[n - k];
+  size_t above = 0, hits_above = 0, hits_tied = 0, tied = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float a = fabsf(x[i]);
+    if (a > kth) {
+      ++above;
+      hits_above += decoded[i] != 0.0f ? 1 : 0;
+    } else if (a == kth) {
+      ++tied;
+      hits_tied += decoded[i] != 0.0f ? 1 : 0;
+    }
+  }
+  // Ties at the k-th magnitude: any of them counts toward the k - above slots left.
+  const size_t slots = k - above;
+  return static_cast<double>(hits_above + std::min(hits_tied, std::min(slots, tied))) / static_cast<double>(k);
+}
+
 double sum_squares(const float* x, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
@@ -166,6 +220,130 @@ std::vector<float> make_bench1m(size_t n, uint64_t seed) {
     for (size_t i = block; i < end; ++i) x[i] = static_cast<float>(normal.next() * scale);
   }
   return x;
+}
+
+std::vector<float> make_sparse_gaussian(double density, size_t n, uint64_t seed) {
+  std::vector<float> x(n, 0.0f);
+  const size_t k = std::min(n, static_cast<size_t>(density * static_cast<double>(n) + 0.5));
+  // A partial Fisher-Yates shuffle picks k distinct positions uniformly.
+  std::vector<uint32_t> positions(n);
+  for (size_t i = 0; i < n; ++i) positions[i] = static_cast<uint32_t>(i);
+  SplitMix64 g(seed);
+  NormalGenerator normal(seed ^ 0x5350415253450000ull);
+  for (size_t j = 0; j < k; ++j) {
+    const size_t pick = j + g.below(static_cast<uint32_t>(n - j));
+    std::swap(positions[j], positions[pick]);
+    float v = 0.0f;
+    while (v == 0.0f) v = static_cast<float>(normal.next() * 1e-3);
+    x[positions[j]] = v;
+  }
+  return x;
+}
+
+// Kernel throughputs, reported as rows of their own (encode_gbps = the kernel's GB/s).
+// skc bucketing: bytes of fp32 input per second through the lookup table + fix-up.
+// huffman decode: decoded symbols (bytes) per second, a skewed 32-symbol alphabet.
+std::vector<BenchResult> bench_kernels(const std::string& dataset, const float* x, size_t n, int reps) {
+  std::vector<BenchResult> rows;
+  const int runs = std::max(reps, 5);
+  {
+    BenchResult r = failed_result(dataset, "kernel:skc_bucketing", "kernel:skc_bucketing", n, reps, "");
+    skc::Params p;
+    std::vector<uint8_t> ws(skc::encode_workspace_bytes(p, n) + 64);
+    uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws.data()) + 63) & ~uintptr_t(63));
+    skc::Encoder* enc = new (base) skc::Encoder(p, n, 1, base);
+    for (size_t i = 0; i < n; ++i) enc->observe(x[i]);
+    enc->plan();
+    std::vector<double> times;
+    uint64_t checksum = 0;
+    for (int run = 0; run < runs; ++run) {
+      const Clock::time_point start = Clock::now();
+      uint64_t sum = 0;
+      for (size_t i = 0; i < n; ++i) sum += enc->bucket(x[i]);
+      times.push_back(seconds_since(start));
+      checksum += sum;
+    }
+    r.encode_gbps = gbps(n, median(times));
+    r.error = checksum == 0 && n > 0 ? "bucketing returned only bucket 0" : "";
+    rows.push_back(r);
+  }
+  {
+    BenchResult r = failed_result(dataset, "kernel:huffman_decode", "kernel:huffman_decode", n, reps, "");
+    // Symbols with a geometric distribution over 32 values (like the MinMaxSketch tables).
+    std::vector<uint8_t> symbols(n);
+    SplitMix64 g(3);
+    uint32_t freq[32] = {};
+    for (size_t i = 0; i < n; ++i) {
+      unsigned s = 0;
+      while (s < 31 && g.below(100) < 60) ++s;
+      symbols[i] = static_cast<uint8_t>(s);
+      freq[s]++;
+    }
+    uint8_t lengths[32];
+    entropy::huffman_lengths(freq, 32, lengths);
+    entropy::HuffmanEncoder henc(lengths, 32);
+    std::vector<uint8_t> stream(n * 2 + 64);
+    BitWriter w(stream.data(), stream.size());
+    henc.write_table(&w);
+    for (size_t i = 0; i < n; ++i) henc.put(&w, symbols[i]);
+    const size_t bytes = w.finish();
+    std::vector<uint16_t> table(entropy::huffman_table_entries());
+    std::vector<uint8_t> decoded(n);
+    std::vector<double> times;
+    bool ok = true;
+    for (int run = 0; run < runs; ++run) {
+      const Clock::time_point start = Clock::now();
+      BitReader rd(stream.data(), bytes);
+      entropy::HuffmanDecoder dec(table.data());
+      ok = ok && dec.read_table(&rd, 32) == Status::kOk;
+      size_t bit = rd.bit_position();
+      ok = ok && dec.decode(stream.data(), bytes, &bit, decoded.data(), n) == Status::kOk;
+      times.push_back(seconds_since(start));
+    }
+    if (!ok || decoded != symbols) r.error = "huffman round trip failed";
+    // GB/s of symbols: one byte per decoded symbol (gbps() counts 4 bytes per element).
+    r.encode_gbps = gbps(n, median(times)) / 4.0;
+    r.bits_per_coord = 8.0 * static_cast<double>(bytes) / static_cast<double>(n);
+    rows.push_back(r);
+  }
+  {
+    BenchResult r = failed_result(dataset, "kernel:rans_decode", "kernel:rans_decode", n, reps, "");
+    // 4-bit codes with a skewed (binomial-like) distribution, as q4 codes of top-k values.
+    std::vector<uint8_t> symbols(n);
+    SplitMix64 g(5);
+    uint32_t counts[16] = {};
+    for (size_t i = 0; i < n; ++i) {
+      unsigned s = 0;
+      for (int j = 0; j < 15; ++j) s += g.below(100) < 30 ? 1 : 0;
+      symbols[i] = static_cast<uint8_t>(s);
+      counts[s]++;
+    }
+    uint16_t freq[16];
+    entropy::rans_frequencies(counts, 16, freq);
+    std::vector<uint8_t> stream(n + 64);
+    const size_t bytes = entropy::rans_encode(symbols.data(), n, freq, 16, stream.data(), stream.size());
+    std::vector<uint8_t> table_bytes(entropy::rans_table_bytes(16));
+    BitWriter tw(table_bytes.data(), table_bytes.size());
+    entropy::rans_write_table(freq, 16, &tw);
+    tw.finish();
+    std::vector<uint8_t> decoded(n);
+    std::vector<double> times;
+    bool ok = bytes > 0;
+    for (int run = 0; run < runs && ok; ++run) {
+      const Clock::time_point start = Clock::now();
+      entropy::RansDecoder dec;
+      BitReader tr(table_bytes.data(), table_bytes.size());
+      ok = dec.read_table(&tr, 16) == Status::kOk && dec.begin(stream.data(), bytes) == Status::kOk;
+      for (size_t i = 0; i < n && ok; ++i) decoded[i] = static_cast<uint8_t>(dec.get(i));
+      ok = ok && dec.finish() == Status::kOk;
+      times.push_back(seconds_since(start));
+    }
+    if (!ok || decoded != symbols) r.error = "rANS round trip failed";
+    r.encode_gbps = gbps(n, median(times)) / 4.0;
+    r.bits_per_coord = 8.0 * static_cast<double>(bytes) / static_cast<double>(n);
+    rows.push_back(r);
+  }
+  return rows;
 }
 
 std::vector<std::string> split_codec_list(const std::string& list) {
@@ -338,8 +516,10 @@ BenchResult bench_codec(const std::string& dataset, const float* x, size_t n, co
   std::vector<float> decoded(n), accumulator(n);
   std::vector<double> mean_decoded(n, 0.0);
   std::vector<double> encode_times, decode_times, decode_add_times;
+  std::vector<uint8_t> decode_workspace, probe_workspace;
   const double x_energy = sum_squares(x, n);
   double vnmse_sum = 0, shrink_sum = 0, nnz_sum = 0, bytes_sum = 0, max_abs_diff = 0;
+  double bucket_rate_sum = 0, recall_sum = 0;
 
   for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up with seed 1 (and checks determinism)
     const uint64_t seed = rep == 0 ? 1 : static_cast<uint64_t>(rep);
@@ -374,8 +554,10 @@ BenchResult bench_codec(const std::string& dataset, const float* x, size_t n, co
       return r;
     }
 
+    decode_workspace.resize(std::max<size_t>(decode_workspace_size(info), 1));
+    const Span<uint8_t> dws(decode_workspace.data(), decode_workspace.size());
     start = Clock::now();
-    s = decode(bytes, {decoded.data(), n});
+    s = decode(bytes, {decoded.data(), n}, dws);
     const double t_decode = seconds_since(start);
     if (s != Status::kOk) {
       r.error = "decode: " + status_text(s);
@@ -384,7 +566,7 @@ BenchResult bench_codec(const std::string& dataset, const float* x, size_t n, co
 
     std::fill(accumulator.begin(), accumulator.end(), 0.0f);
     start = Clock::now();
-    s = decode_add(bytes, 1.0f, {accumulator.data(), n});
+    s = decode_add(bytes, 1.0f, {accumulator.data(), n}, dws);
     const double t_decode_add = seconds_since(start);
     if (s != Status::kOk) {
       r.error = "decode_add: " + status_text(s);
@@ -404,6 +586,10 @@ BenchResult bench_codec(const std::string& dataset, const float* x, size_t n, co
     decode_add_times.push_back(t_decode_add);
     nnz_sum += info.nnz;
     bytes_sum += static_cast<double>(written);
+    if (info.values == ValueCoderKind::kSkCompress) {
+      bucket_rate_sum += skc_exact_bucket_rate(bytes, info, x, &probe_workspace);
+    }
+    if (info.values == ValueCoderKind::kCountSketch) recall_sum += topk_recall(x, n, decoded, info.nnz);
 
     double err = 0, dot = 0, scale = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -445,6 +631,12 @@ BenchResult bench_codec(const std::string& dataset, const float* x, size_t n, co
     r.count_error = target > 0 ? r.nnz / target - 1.0 : kNull;
   }
   r.decode_add_max_abs_diff = max_abs_diff;
+  if (spec.values == ValueCoderKind::kSkCompress) {
+    r.exact_bucket_rate = bucket_rate_sum / reps;
+    r.sparse = true;
+    r.bits_per_nnz = r.nnz > 0 ? r.encoded_bytes * 8.0 / r.nnz : kNull;
+  }
+  if (spec.values == ValueCoderKind::kCountSketch) r.topk_recall = recall_sum / reps;
   return r;
 }
 
@@ -472,6 +664,8 @@ std::string bench_result_json(const BenchResult& r) {
       .add_number("workspace_ratio", r.workspace_ratio, 6)
       .add_number("count_error", r.count_error, 6)
       .add_uint("reps", static_cast<uint64_t>(r.reps));
+  if (!isnan(r.exact_bucket_rate)) w.add_number("exact_bucket_rate", r.exact_bucket_rate, 5);
+  if (!isnan(r.topk_recall)) w.add_number("topk_recall", r.topk_recall, 5);
   if (r.codec != "memcpy" && r.codec.compare(0, 11, "nth_element") != 0) {
     w.add_bool("deterministic", r.deterministic).add_bool("decode_add_consistent", r.decode_add_consistent);
   }
@@ -512,6 +706,8 @@ void print_bench_table(const std::vector<BenchResult>& results, std::ostream& ou
       snprintf(buf, sizeof buf, "  %*s", kColumns[i].width, cells[i].c_str());
       line += buf;
     }
+    if (!isnan(r.exact_bucket_rate)) line += "  exact_bucket " + fmt(r.exact_bucket_rate, "%.3f");
+    if (!isnan(r.topk_recall)) line += "  topk_recall " + fmt(r.topk_recall, "%.3f");
     if (!r.deterministic) line += "  [bytes depend on buffer contents]";
     if (!r.decode_add_consistent) line += "  [decode_add != decode]";
     out << line << "\n";
@@ -537,6 +733,10 @@ int run_bench(const BenchOptions& options, std::ostream& out, std::ostream& err)
   };
   std::vector<Dataset> datasets;
   if (options.bench1m) datasets.push_back({"Bench-1M", make_bench1m()});
+  if (options.sparse) {
+    datasets.push_back({"Sparse-1M@1%", make_sparse_gaussian(0.01)});
+    datasets.push_back({"Sparse-1M@10%", make_sparse_gaussian(0.10)});
+  }
   if (options.real_update) {
     // A real gradient-like update: the first client's update in round 5 of bf16 FedAvg of the
     // CNN on Fashion-MNIST (about 5 s to train).
@@ -577,6 +777,9 @@ int run_bench(const BenchOptions& options, std::ostream& out, std::ostream& err)
     results.push_back(bench_memcpy(d.name, x, n, reps));
     const double memcpy_gbps = results.back().encode_gbps;
     results.push_back(bench_nth_element(d.name, x, n, 0.01, reps));
+    if (options.kernels && &d == &datasets.front()) {
+      for (BenchResult& k : bench_kernels(d.name, x, n, reps)) results.push_back(k);
+    }
     for (const std::string& spec : specs) {
       std::string resolved, error;
       if (!resolve_auto_spec(spec, x, n, &resolved, &error)) {

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <iosfwd>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,8 @@ struct BenchOptions {
   bool quick = false;
   bool bench1m = true;      // include the synthetic Bench-1M dataset
   bool real_update = true;  // include a real CNN update trained on Fashion-MNIST (sim.h)
+  bool sparse = false;      // include Sparse-1M@1% and @10% (make_sparse_gaussian)
+  bool kernels = false;     // measure skc bucketing and the entropy decoders (GB/s, vs memcpy)
   std::string json_path;    // JSONL output, one object per line; empty = none
 };
 
@@ -45,6 +48,11 @@ struct BenchOptions {
 // Computed in double and rounded to float; identical on every IEEE-754 platform up to libm's
 // last-ulp differences in exp/log/cos/sin, which the final rounding to float almost always hides.
 std::vector<float> make_bench1m(size_t n = kBench1MSize, uint64_t seed = kBench1MSeed);
+
+// An already sparse update like the SKCompress re-simulation of ../shared/reference/compression.md:
+// n = 10^6 coordinates, exactly round(density * n) non-zeros at uniform random positions, values
+// N(0, 1) x 1e-3 (splitmix64 + Box-Muller).
+std::vector<float> make_sparse_gaussian(double density, size_t n = 1000000, uint64_t seed = 7);
 
 // Splits `list` at ';', trims spaces, drops empty entries.
 std::vector<std::string> split_codec_list(const std::string& list);
@@ -85,6 +93,10 @@ struct BenchResult {
   bool deterministic = true;          // seed 1 gave the same bytes into a zeroed and a dirty buffer
   bool decode_add_consistent = true;  // decode_add into zeros matched decode (within 1e-5 rel.)
   double decode_add_max_abs_diff = 0;
+  // skc: fraction of carried keys decoded to their true bucket (mean over reps), else NaN.
+  double exact_bucket_rate = std::numeric_limits<double>::quiet_NaN();
+  // cs: |decoded support & true top-k| / k, k = the heavy hitters decoded (mean over reps), else NaN.
+  double topk_recall = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Measures memcpy of the 4n bytes of x (median over max(reps, 15) runs).
