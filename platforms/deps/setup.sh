@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages edgefl builds, tests and runs with. Idempotent; needs root
-# (or sudo). Nothing is downloaded from anywhere but Debian's archive.
+# Installs the Debian 12 packages edgefl builds, tests and runs with, then fetches the source of
+# mbedTLS 3.6 LTS from Debian 13 (fetch-mbedtls.sh: SHA-256 pinned, unpacked under
+# platforms/deps/src/). Idempotent; installing needs root (or sudo). Nothing is downloaded from
+# anywhere but Debian's archive.
 #
 #   platforms/deps/setup.sh            # build + test dependencies
 #   platforms/deps/setup.sh --cross    # also the ARM cross compilers and QEMU
 set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -16,7 +19,9 @@ packages=(
   libsqlite3-dev         # server state
   dataset-fashion-mnist  # real training data in /usr/share/datasets/fashion-mnist
   clang                  # libFuzzer targets and the clang build
+  libclang-rt-14-dev     # libFuzzer and the sanitizer runtimes for clang (only recommended by clang)
   python3                # helper scripts in tests
+  debian-archive-keyring bzip2 xz-utils  # fetch-mbedtls.sh: Debian 13's keys; unpacking the tarball
 )
 cross_packages=(g++-aarch64-linux-gnu g++-arm-linux-gnueabihf gcc-arm-none-eabi
                 libnewlib-arm-none-eabi qemu-user qemu-system-arm)
@@ -28,15 +33,24 @@ missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ((${#missing[@]} == 0)); then
-  echo "setup: all ${#want[@]} packages present"
-  exit 0
+# Debian 13's archive keys came to Debian 12 in debian-archive-keyring 2023.3+deb12u2 (a stable
+# update): an older one is upgraded by installing it again.
+keyring_version=$(dpkg-query -W -f='${Version}' debian-archive-keyring 2>/dev/null || true)
+if [[ -n "$keyring_version" ]] && dpkg --compare-versions "$keyring_version" lt 2023.3+deb12u2; then
+  missing+=(debian-archive-keyring)
 fi
 
-sudo=""
-if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#want[@]} packages present"
+else
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# mbedTLS 3.6 (Debian 12 has only 2.28: no TLS 1.3, end of life). No root needed.
+bash "$here/fetch-mbedtls.sh"
 echo "setup: done"
