@@ -36,6 +36,13 @@ enum class Status : int32_t {
   kNotSummable = 40,   // `add` on encodings whose codes cannot be added without decoding
   kIncompatible = 41,  // `add` on encodings with different dimension, seed, scale or codec
   kOverflow = 42,      // an integer sum would not fit in 32 bits
+  // Wire protocol (frames and messages from the network: edgefl/wire.h).
+  kFrameTooLarge = 60,            // a frame header declares more payload than its message type allows
+  kUnknownMessageType = 61,       // a frame header names a message type this build does not know
+  kProtocolVersionMismatch = 62,  // a frame (or a Hello) of another protocol version
+  kMalformedMessage = 63,         // the payload fails FlatBuffers verification, or is too short to be one
+  kInvalidMessage = 64,           // a verified message breaks a field rule (range, length, text, finiteness)
+  kMessageTypeMismatch = 65,      // the payload holds another message type than its frame header says
 };
 
 // A stable, human-readable name for `s` ("ok", "checksum_mismatch", ...). Never null.

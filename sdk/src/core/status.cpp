@@ -48,6 +48,16 @@ constexpr StatusText kStatusTexts[] = {
     {Status::kNotSummable, "not_summable", EDGEFL_MSG("these encodings cannot be added without decoding")},
     {Status::kIncompatible, "incompatible", EDGEFL_MSG("encodings differ in dimension, seed, step or codec")},
     {Status::kOverflow, "overflow", EDGEFL_MSG("an integer sum does not fit in 31 bits")},
+    {Status::kFrameTooLarge, "frame_too_large",
+     EDGEFL_MSG("the frame declares more payload than its message type allows")},
+    {Status::kUnknownMessageType, "unknown_message_type", EDGEFL_MSG("the frame names an unknown message type")},
+    {Status::kProtocolVersionMismatch, "protocol_version_mismatch",
+     EDGEFL_MSG("the peer speaks another protocol version")},
+    {Status::kMalformedMessage, "malformed_message", EDGEFL_MSG("the message fails FlatBuffers verification")},
+    {Status::kInvalidMessage, "invalid_message",
+     EDGEFL_MSG("a message field is out of range, mis-sized, not finite or not valid text")},
+    {Status::kMessageTypeMismatch, "message_type_mismatch",
+     EDGEFL_MSG("the payload holds another message type than the frame header says")},
 };
 }  // namespace
 

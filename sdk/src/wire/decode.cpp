@@ -1,0 +1,270 @@
+// decode(): a capped payload -> identifier -> Verifier with explicit limits -> envelope type
+// against the frame header -> plain structs -> field rules -> chunk CRC32C.
+#include <stdint.h>
+#include <string.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/crc32c.h"
+#include "edgefl/wire.h"
+#include "wire/checks.h"
+#include "wire/schema.h"
+
+namespace edgefl {
+namespace wire {
+
+namespace {
+
+using internal::check_fixed_length;
+using internal::check_message;
+using internal::fail;
+namespace fb = internal::fb;
+
+std::string to_string(const flatbuffers::String* s) {
+  return s != nullptr ? std::string(s->c_str(), s->size()) : std::string();
+}
+
+std::vector<uint8_t> to_bytes(const flatbuffers::Vector<uint8_t>* v) {
+  return v != nullptr ? std::vector<uint8_t>(v->data(), v->data() + v->size()) : std::vector<uint8_t>();
+}
+
+template <size_t N>
+Status to_array(const flatbuffers::Vector<uint8_t>* v, std::array<uint8_t, N>* out, DecodeDetail* detail,
+                const char* field) {
+  EDGEFL_RETURN_IF_ERROR(check_fixed_length(v != nullptr, v != nullptr ? v->size() : 0, N, detail, field));
+  memcpy(out->data(), v->data(), N);
+  return Status::kOk;
+}
+
+Status check_crc(const flatbuffers::Vector<uint8_t>* data, uint32_t crc, DecodeDetail* detail,
+                 const char* field) {
+  const uint32_t actual = data != nullptr ? crc32c_update(0, data->data(), data->size()) : 0;
+  return actual == crc ? Status::kOk : fail(detail, Violation::kChecksumMismatch, field);
+}
+
+// --- FlatBuffer table -> struct (field rules come after, from check_message) -------------------
+
+Status convert(const fb::Hello& t, Hello* m, DecodeDetail*) {
+  m->protocol_version = t.protocol_version();
+  m->sdk_version = to_string(t.sdk_version());
+  m->supported_sparsifiers = t.supported_sparsifiers();
+  m->supported_value_coders = t.supported_value_coders();
+  m->supported_index_codings = t.supported_index_codings();
+  m->memory_budget_bytes = t.memory_budget_bytes();
+  m->capability_flags = t.capability_flags();
+  m->cpu_cores = t.cpu_cores();
+  m->uplink_kbps = t.uplink_kbps();
+  m->downlink_kbps = t.downlink_kbps();
+  return Status::kOk;
+}
+
+Status convert(const fb::TaskOffer& t, TaskOffer* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  m->round_nonce = to_bytes(t.round_nonce());
+  m->model_version = t.model_version();
+  m->model_bytes = t.model_bytes();
+  EDGEFL_RETURN_IF_ERROR(to_array(t.model_digest(), &m->model_digest, detail, "TaskOffer.model_digest"));
+  m->parameter_count = t.parameter_count();
+  m->model_spec = to_string(t.model_spec());
+  const fb::TrainingConfig* training = t.training();
+  if (training == nullptr) return fail(detail, Violation::kMissing, "TaskOffer.training");
+  m->training.batch_size = training->batch_size();
+  m->training.local_epochs = training->local_epochs();
+  m->training.max_steps = training->max_steps();
+  m->training.learning_rate = training->learning_rate();
+  m->training.momentum = training->momentum();
+  m->training.weight_decay = training->weight_decay();
+  m->training.prox_mu = training->prox_mu();
+  m->training.seed = training->seed();
+  m->uplink_codec = to_string(t.uplink_codec());
+  m->downlink_codec = to_string(t.downlink_codec());
+  m->codec_seed = t.codec_seed();
+  m->deadline_ms = t.deadline_ms();
+  m->max_upload_bytes = t.max_upload_bytes();
+  m->max_chunk_bytes = t.max_chunk_bytes();
+  return Status::kOk;
+}
+
+Status convert(const fb::RetryLater& t, RetryLater* m, DecodeDetail*) {
+  m->retry_after_ms = t.retry_after_ms();
+  m->retry_window_ms = t.retry_window_ms();
+  m->reason = static_cast<RetryReason>(t.reason());
+  return Status::kOk;
+}
+
+Status convert(const fb::ModelRequest& t, ModelRequest* m, DecodeDetail*) {
+  m->round_id = t.round_id();
+  m->model_version = t.model_version();
+  m->offset = t.offset();
+  m->max_length = t.max_length();
+  return Status::kOk;
+}
+
+Status convert(const fb::ModelChunk& t, ModelChunk* m, DecodeDetail*) {
+  m->round_id = t.round_id();
+  m->model_version = t.model_version();
+  m->offset = t.offset();
+  m->total_bytes = t.total_bytes();
+  m->data = to_bytes(t.data());
+  return Status::kOk;
+}
+
+Status convert(const fb::UploadStart& t, UploadStart* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  m->round_nonce = to_bytes(t.round_nonce());
+  EDGEFL_RETURN_IF_ERROR(to_array(t.upload_id(), &m->upload_id, detail, "UploadStart.upload_id"));
+  m->total_bytes = t.total_bytes();
+  return Status::kOk;
+}
+
+Status convert(const fb::UploadStatus& t, UploadStatus* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  EDGEFL_RETURN_IF_ERROR(to_array(t.upload_id(), &m->upload_id, detail, "UploadStatus.upload_id"));
+  m->offset = t.offset();
+  m->total_bytes = t.total_bytes();
+  return Status::kOk;
+}
+
+Status convert(const fb::UploadChunk& t, UploadChunk* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  EDGEFL_RETURN_IF_ERROR(to_array(t.upload_id(), &m->upload_id, detail, "UploadChunk.upload_id"));
+  m->offset = t.offset();
+  m->total_bytes = t.total_bytes();
+  m->data = to_bytes(t.data());
+  return Status::kOk;
+}
+
+Status convert(const fb::Commit& t, Commit* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  m->round_nonce = to_bytes(t.round_nonce());
+  EDGEFL_RETURN_IF_ERROR(to_array(t.upload_id(), &m->upload_id, detail, "Commit.upload_id"));
+  m->total_bytes = t.total_bytes();
+  m->sample_count = t.sample_count();
+  if (const auto* metrics = t.metrics()) {
+    // Checked before anything is copied (the verifier's table count stops far longer lists).
+    if (metrics->size() > kMaxMetrics) return fail(detail, Violation::kTooLong, "Commit.metrics");
+    m->metrics.reserve(metrics->size());
+    for (flatbuffers::uoffset_t i = 0; i < metrics->size(); ++i) {
+      const fb::Metric* metric = metrics->Get(i);
+      m->metrics.push_back(Metric{to_string(metric->name()), metric->value()});
+    }
+  }
+  return to_array(t.digest(), &m->digest, detail, "Commit.digest");
+}
+
+Status convert(const fb::Ack& t, Ack* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  EDGEFL_RETURN_IF_ERROR(to_array(t.upload_id(), &m->upload_id, detail, "Ack.upload_id"));
+  m->disposition = static_cast<UpdateDisposition>(t.disposition());
+  return Status::kOk;
+}
+
+Status convert(const fb::Error& t, Error* m, DecodeDetail*) {
+  m->code = static_cast<ErrorCode>(t.code());
+  m->message = to_string(t.message());
+  return Status::kOk;
+}
+
+// The CRC32C of chunk data, checked once the fields are known to be valid.
+Status check_wire_only(const fb::ModelChunk& t, DecodeDetail* detail) {
+  return check_crc(t.data(), t.crc32c(), detail, "ModelChunk.crc32c");
+}
+Status check_wire_only(const fb::UploadChunk& t, DecodeDetail* detail) {
+  return check_crc(t.data(), t.crc32c(), detail, "UploadChunk.crc32c");
+}
+template <typename Table>
+Status check_wire_only(const Table&, DecodeDetail*) {
+  return Status::kOk;
+}
+
+template <typename T, typename Table>
+Status finish(const Table* table, Message* out, DecodeDetail* detail) {
+  if (table == nullptr) return Status::kMalformedMessage;  // unreachable after the type checks
+  T message;
+  EDGEFL_RETURN_IF_ERROR(convert(*table, &message, detail));
+  EDGEFL_RETURN_IF_ERROR(check_message(message, detail));
+  EDGEFL_RETURN_IF_ERROR(check_wire_only(*table, detail));
+  out->emplace<T>(std::move(message));
+  return Status::kOk;
+}
+
+Status decode_envelope(const fb::Envelope& envelope, MessageType type, Message* out, DecodeDetail* detail) {
+  switch (type) {
+    case MessageType::kHello: return finish<Hello>(envelope.message_as_Hello(), out, detail);
+    case MessageType::kTaskOffer: return finish<TaskOffer>(envelope.message_as_TaskOffer(), out, detail);
+    case MessageType::kRetryLater: return finish<RetryLater>(envelope.message_as_RetryLater(), out, detail);
+    case MessageType::kModelRequest:
+      return finish<ModelRequest>(envelope.message_as_ModelRequest(), out, detail);
+    case MessageType::kModelChunk: return finish<ModelChunk>(envelope.message_as_ModelChunk(), out, detail);
+    case MessageType::kUploadStart:
+      return finish<UploadStart>(envelope.message_as_UploadStart(), out, detail);
+    case MessageType::kUploadStatus:
+      return finish<UploadStatus>(envelope.message_as_UploadStatus(), out, detail);
+    case MessageType::kUploadChunk:
+      return finish<UploadChunk>(envelope.message_as_UploadChunk(), out, detail);
+    case MessageType::kCommit: return finish<Commit>(envelope.message_as_Commit(), out, detail);
+    case MessageType::kAck: return finish<Ack>(envelope.message_as_Ack(), out, detail);
+    case MessageType::kError: return finish<Error>(envelope.message_as_Error(), out, detail);
+  }
+  return Status::kUnknownMessageType;
+}
+
+}  // namespace
+
+Status decode(const FrameHeader& header, Span<const uint8_t> payload, Message* out, DecodeDetail* detail) {
+  if (detail != nullptr) *detail = DecodeDetail{};
+  if (out == nullptr) return Status::kInvalidArgument;
+  // The header again: a caller may have built it by hand.
+  if (header.version != kProtocolVersion) return Status::kProtocolVersionMismatch;
+  const size_t cap = max_payload_bytes(header.type);
+  if (cap == 0) return Status::kUnknownMessageType;
+  if (header.payload_length > cap) return Status::kFrameTooLarge;
+  if (header.payload_length < kMinPayloadBytes) return Status::kMalformedMessage;
+  if (payload.size() < header.payload_length) return Status::kTruncated;
+  if (payload.size() > header.payload_length) return Status::kSizeMismatch;
+  if (payload.data() == nullptr) return Status::kInvalidArgument;
+
+  // FlatBuffers reads scalars in place: give it 8-byte aligned memory (a copy of at most the cap).
+  const uint8_t* bytes = payload.data();
+  const size_t size = payload.size();
+  std::vector<uint64_t> aligned;
+  if (reinterpret_cast<uintptr_t>(bytes) % alignof(uint64_t) != 0) {
+    aligned.resize((size + sizeof(uint64_t) - 1) / sizeof(uint64_t));
+    memcpy(aligned.data(), bytes, size);
+    bytes = reinterpret_cast<const uint8_t*>(aligned.data());
+  }
+
+  if (!flatbuffers::BufferHasIdentifier(bytes, fb::EnvelopeIdentifier())) return Status::kBadMagic;
+  flatbuffers::Verifier::Options options;
+  options.max_depth = internal::kVerifierMaxDepth;
+  options.max_tables = internal::kVerifierMaxTables;
+  options.check_alignment = true;
+  options.check_nested_flatbuffers = false;  // the schema has none; never follow one
+  flatbuffers::Verifier verifier(bytes, size, options);
+  if (!fb::VerifyEnvelopeBuffer(verifier)) return Status::kMalformedMessage;
+
+  // An unknown union type verifies as true (FlatBuffers generates `default: return true`): the
+  // type byte is compared with the header's known type before the body is touched.
+  const fb::Envelope* envelope = fb::GetEnvelope(bytes);
+  const uint8_t body_type = static_cast<uint8_t>(envelope->message_type());
+  if (body_type == static_cast<uint8_t>(fb::Message::NONE) || envelope->message() == nullptr) {
+    return Status::kMalformedMessage;
+  }
+  if (body_type != static_cast<uint8_t>(header.type)) return Status::kMessageTypeMismatch;
+  return decode_envelope(*envelope, header.type, out, detail);
+}
+
+Status decode_frame(Span<const uint8_t> frame, Message* out, DecodeDetail* detail) {
+  if (detail != nullptr) *detail = DecodeDetail{};
+  FrameHeader header;
+  EDGEFL_RETURN_IF_ERROR(read_frame_header(frame, &header));
+  const size_t rest = frame.size() - kFrameHeaderBytes;
+  if (rest < header.payload_length) return Status::kTruncated;
+  if (rest > header.payload_length) return Status::kSizeMismatch;
+  return decode(header, frame.subspan(kFrameHeaderBytes, rest), out, detail);
+}
+
+}  // namespace wire
+}  // namespace edgefl

@@ -1,0 +1,278 @@
+// encode(): field rules first (the encoder never writes what decode() refuses), then one
+// FlatBuffer with the file identifier "EFW1", then the frame header.
+#include <stdint.h>
+#include <string.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/crc32c.h"
+#include "edgefl/wire.h"
+#include "wire/checks.h"
+#include "wire/schema.h"
+#include "wire/testing.h"
+
+namespace edgefl {
+namespace wire {
+
+namespace {
+
+using internal::check_message;
+namespace fb = internal::fb;
+using flatbuffers::FlatBufferBuilder;
+using flatbuffers::Offset;
+
+// Optional text is omitted when empty (decode() reads an absent string as "").
+Offset<flatbuffers::String> optional_string(FlatBufferBuilder& b, const std::string& s) {
+  return s.empty() ? Offset<flatbuffers::String>() : b.CreateString(s.data(), s.size());
+}
+
+template <typename Bytes>
+Offset<flatbuffers::Vector<uint8_t>> bytes(FlatBufferBuilder& b, const Bytes& v) {
+  return b.CreateVector(v.data(), v.size());
+}
+
+uint32_t crc_of(const std::vector<uint8_t>& data) {
+  return crc32c_update(0, data.data(), data.size());
+}
+
+// --- struct -> FlatBuffer table ---------------------------------------------------------------
+
+Offset<fb::Hello> build(FlatBufferBuilder& b, const Hello& m) {
+  const auto sdk_version = b.CreateString(m.sdk_version.data(), m.sdk_version.size());
+  fb::HelloBuilder t(b);
+  t.add_protocol_version(m.protocol_version);
+  t.add_sdk_version(sdk_version);
+  t.add_supported_sparsifiers(m.supported_sparsifiers);
+  t.add_supported_value_coders(m.supported_value_coders);
+  t.add_supported_index_codings(m.supported_index_codings);
+  t.add_memory_budget_bytes(m.memory_budget_bytes);
+  t.add_capability_flags(m.capability_flags);
+  t.add_cpu_cores(m.cpu_cores);
+  t.add_uplink_kbps(m.uplink_kbps);
+  t.add_downlink_kbps(m.downlink_kbps);
+  return t.Finish();
+}
+
+Offset<fb::TaskOffer> build(FlatBufferBuilder& b, const TaskOffer& m) {
+  const auto nonce = bytes(b, m.round_nonce);
+  const auto digest = bytes(b, m.model_digest);
+  const auto model_spec = optional_string(b, m.model_spec);
+  fb::TrainingConfigBuilder tc(b);
+  tc.add_batch_size(m.training.batch_size);
+  tc.add_local_epochs(m.training.local_epochs);
+  tc.add_max_steps(m.training.max_steps);
+  tc.add_learning_rate(m.training.learning_rate);
+  tc.add_momentum(m.training.momentum);
+  tc.add_weight_decay(m.training.weight_decay);
+  tc.add_prox_mu(m.training.prox_mu);
+  tc.add_seed(m.training.seed);
+  const auto training = tc.Finish();
+  const auto uplink = b.CreateString(m.uplink_codec.data(), m.uplink_codec.size());
+  const auto downlink = optional_string(b, m.downlink_codec);
+  fb::TaskOfferBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_round_nonce(nonce);
+  t.add_model_version(m.model_version);
+  t.add_model_bytes(m.model_bytes);
+  t.add_model_digest(digest);
+  t.add_parameter_count(m.parameter_count);
+  t.add_model_spec(model_spec);
+  t.add_training(training);
+  t.add_uplink_codec(uplink);
+  t.add_downlink_codec(downlink);
+  t.add_codec_seed(m.codec_seed);
+  t.add_deadline_ms(m.deadline_ms);
+  t.add_max_upload_bytes(m.max_upload_bytes);
+  t.add_max_chunk_bytes(m.max_chunk_bytes);
+  return t.Finish();
+}
+
+Offset<fb::RetryLater> build(FlatBufferBuilder& b, const RetryLater& m) {
+  fb::RetryLaterBuilder t(b);
+  t.add_retry_after_ms(m.retry_after_ms);
+  t.add_retry_window_ms(m.retry_window_ms);
+  t.add_reason(static_cast<fb::RetryReason>(m.reason));
+  return t.Finish();
+}
+
+Offset<fb::ModelRequest> build(FlatBufferBuilder& b, const ModelRequest& m) {
+  fb::ModelRequestBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_model_version(m.model_version);
+  t.add_offset(m.offset);
+  t.add_max_length(m.max_length);
+  return t.Finish();
+}
+
+Offset<fb::ModelChunk> build(FlatBufferBuilder& b, const ModelChunk& m) {
+  const auto data = bytes(b, m.data);
+  fb::ModelChunkBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_model_version(m.model_version);
+  t.add_offset(m.offset);
+  t.add_total_bytes(m.total_bytes);
+  t.add_data(data);
+  t.add_crc32c(crc_of(m.data));
+  return t.Finish();
+}
+
+Offset<fb::UploadStart> build(FlatBufferBuilder& b, const UploadStart& m) {
+  const auto nonce = bytes(b, m.round_nonce);
+  const auto upload_id = bytes(b, m.upload_id);
+  fb::UploadStartBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_round_nonce(nonce);
+  t.add_upload_id(upload_id);
+  t.add_total_bytes(m.total_bytes);
+  return t.Finish();
+}
+
+Offset<fb::UploadStatus> build(FlatBufferBuilder& b, const UploadStatus& m) {
+  const auto upload_id = bytes(b, m.upload_id);
+  fb::UploadStatusBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_upload_id(upload_id);
+  t.add_offset(m.offset);
+  t.add_total_bytes(m.total_bytes);
+  return t.Finish();
+}
+
+Offset<fb::UploadChunk> build(FlatBufferBuilder& b, const UploadChunk& m) {
+  const auto upload_id = bytes(b, m.upload_id);
+  const auto data = bytes(b, m.data);
+  fb::UploadChunkBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_upload_id(upload_id);
+  t.add_offset(m.offset);
+  t.add_total_bytes(m.total_bytes);
+  t.add_data(data);
+  t.add_crc32c(crc_of(m.data));
+  return t.Finish();
+}
+
+Offset<fb::Commit> build(FlatBufferBuilder& b, const Commit& m) {
+  const auto nonce = bytes(b, m.round_nonce);
+  const auto upload_id = bytes(b, m.upload_id);
+  std::vector<Offset<fb::Metric>> metric_offsets;
+  metric_offsets.reserve(m.metrics.size());
+  for (const Metric& metric : m.metrics) {
+    const auto name = b.CreateString(metric.name.data(), metric.name.size());
+    fb::MetricBuilder mb(b);
+    mb.add_name(name);
+    mb.add_value(metric.value);
+    metric_offsets.push_back(mb.Finish());
+  }
+  const auto metrics = metric_offsets.empty() ? Offset<flatbuffers::Vector<Offset<fb::Metric>>>()
+                                              : b.CreateVector(metric_offsets);
+  const auto digest = bytes(b, m.digest);
+  fb::CommitBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_round_nonce(nonce);
+  t.add_upload_id(upload_id);
+  t.add_total_bytes(m.total_bytes);
+  t.add_sample_count(m.sample_count);
+  t.add_metrics(metrics);
+  t.add_digest(digest);
+  return t.Finish();
+}
+
+Offset<fb::Ack> build(FlatBufferBuilder& b, const Ack& m) {
+  const auto upload_id = bytes(b, m.upload_id);
+  fb::AckBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_upload_id(upload_id);
+  t.add_disposition(static_cast<fb::UpdateDisposition>(m.disposition));
+  return t.Finish();
+}
+
+Offset<fb::Error> build(FlatBufferBuilder& b, const Error& m) {
+  const auto message = optional_string(b, m.message);
+  fb::ErrorBuilder t(b);
+  t.add_code(static_cast<fb::ErrorCode>(m.code));
+  t.add_message(message);
+  return t.Finish();
+}
+
+// Bytes the builder starts with: enough for the whole message, so it never grows by copying.
+size_t initial_size(const ModelChunk& m) {
+  return m.data.size() + 256;
+}
+size_t initial_size(const UploadChunk& m) {
+  return m.data.size() + 256;
+}
+template <typename T>
+size_t initial_size(const T&) {
+  return 1024;
+}
+
+template <typename T>
+Status encode_message(const T& message, std::vector<uint8_t>* frame, DecodeDetail* detail,
+                      bool checked = true) {
+  if (detail != nullptr) *detail = DecodeDetail{};
+  if (frame == nullptr) return Status::kInvalidArgument;
+  if (checked) EDGEFL_RETURN_IF_ERROR(check_message(message, detail));
+  constexpr MessageType type = message_type_of<T>();
+  FlatBufferBuilder b(initial_size(message));
+  const auto body = build(b, message);
+  const auto envelope = fb::CreateEnvelope(b, static_cast<fb::Message>(type), body.Union());
+  fb::FinishEnvelopeBuffer(b, envelope);
+  const size_t size = b.GetSize();
+  if (size > max_payload_bytes(type)) return Status::kFrameTooLarge;
+  std::vector<uint8_t> out(kFrameHeaderBytes + size);
+  EDGEFL_RETURN_IF_ERROR(
+      write_frame_header(type, static_cast<uint32_t>(size), {out.data(), kFrameHeaderBytes}));
+  memcpy(out.data() + kFrameHeaderBytes, b.GetBufferPointer(), size);
+  *frame = std::move(out);
+  return Status::kOk;
+}
+
+}  // namespace
+
+namespace testing {
+Status encode_unchecked(const Message& message, std::vector<uint8_t>* frame) {
+  return std::visit([frame](const auto& m) { return encode_message(m, frame, nullptr, false); }, message);
+}
+}  // namespace testing
+
+Status encode(const Message& message, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return std::visit([frame, detail](const auto& m) { return encode_message(m, frame, detail); }, message);
+}
+
+Status encode(const Hello& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const TaskOffer& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const RetryLater& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const ModelRequest& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const ModelChunk& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const UploadStart& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const UploadStatus& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const UploadChunk& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const Commit& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const Ack& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const Error& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+
+}  // namespace wire
+}  // namespace edgefl

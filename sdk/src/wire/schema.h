@@ -1,0 +1,78 @@
+// Internal: the generated FlatBuffers code of sdk/proto/edgefl_wire.fbs (flatc writes it into the
+// build tree; it is never committed), the Verifier limits, and compile-time proof that the public
+// enums of edgefl/wire.h carry the schema's ids.
+#ifndef EDGEFL_SRC_WIRE_SCHEMA_H_
+#define EDGEFL_SRC_WIRE_SCHEMA_H_
+
+#include <stdint.h>
+
+#include <flatbuffers/flatbuffers.h>
+
+#include "edgefl/wire.h"
+#include "edgefl_wire_generated.h"
+
+namespace edgefl {
+namespace wire {
+namespace internal {
+
+namespace fb = ::edgefl::wire::fb;
+
+// Verifier limits. The deepest valid message is Envelope -> Commit -> Metric (3 tables); the one
+// with most tables is a Commit: 2 + kMaxMetrics. Anything beyond is refused before it is walked.
+// The size limit is the payload length itself, which read_frame_header() capped per type.
+constexpr flatbuffers::uoffset_t kVerifierMaxDepth = 4;
+constexpr flatbuffers::uoffset_t kVerifierMaxTables = 64;
+static_assert(2 + kMaxMetrics <= kVerifierMaxTables, "a Commit with kMaxMetrics metrics must verify");
+
+template <typename Public, typename Generated>
+constexpr bool same_id(Public p, Generated g) {
+  return static_cast<uint8_t>(p) == static_cast<uint8_t>(g);
+}
+
+static_assert(same_id(MessageType::kHello, fb::Message::Hello) &&
+                  same_id(MessageType::kTaskOffer, fb::Message::TaskOffer) &&
+                  same_id(MessageType::kRetryLater, fb::Message::RetryLater) &&
+                  same_id(MessageType::kModelRequest, fb::Message::ModelRequest) &&
+                  same_id(MessageType::kModelChunk, fb::Message::ModelChunk) &&
+                  same_id(MessageType::kUploadStart, fb::Message::UploadStart) &&
+                  same_id(MessageType::kUploadStatus, fb::Message::UploadStatus) &&
+                  same_id(MessageType::kUploadChunk, fb::Message::UploadChunk) &&
+                  same_id(MessageType::kCommit, fb::Message::Commit) &&
+                  same_id(MessageType::kAck, fb::Message::Ack) &&
+                  same_id(MessageType::kError, fb::Message::Error) &&
+                  same_id(MessageType::kError, fb::Message::MAX),
+              "MessageType ids must equal the schema's union ids");
+static_assert(same_id(RetryReason::kNoRound, fb::RetryReason::NoRound) &&
+                  same_id(RetryReason::kNotSelected, fb::RetryReason::NotSelected) &&
+                  same_id(RetryReason::kRoundFull, fb::RetryReason::RoundFull) &&
+                  same_id(RetryReason::kServerBusy, fb::RetryReason::ServerBusy) &&
+                  same_id(RetryReason::kDraining, fb::RetryReason::Draining) &&
+                  same_id(RetryReason::kDraining, fb::RetryReason::MAX),
+              "RetryReason ids must equal the schema's");
+static_assert(same_id(UpdateDisposition::kAccepted, fb::UpdateDisposition::Accepted) &&
+                  same_id(UpdateDisposition::kDuplicate, fb::UpdateDisposition::Duplicate) &&
+                  same_id(UpdateDisposition::kStraggler, fb::UpdateDisposition::Straggler) &&
+                  same_id(UpdateDisposition::kLate, fb::UpdateDisposition::Late) &&
+                  same_id(UpdateDisposition::kRejected, fb::UpdateDisposition::Rejected) &&
+                  same_id(UpdateDisposition::kRejected, fb::UpdateDisposition::MAX),
+              "UpdateDisposition ids must equal the schema's");
+static_assert(same_id(ErrorCode::kBadMessage, fb::ErrorCode::BadMessage) &&
+                  same_id(ErrorCode::kUnexpectedMessage, fb::ErrorCode::UnexpectedMessage) &&
+                  same_id(ErrorCode::kVersionMismatch, fb::ErrorCode::VersionMismatch) &&
+                  same_id(ErrorCode::kUnauthorized, fb::ErrorCode::Unauthorized) &&
+                  same_id(ErrorCode::kUnknownRound, fb::ErrorCode::UnknownRound) &&
+                  same_id(ErrorCode::kNonceMismatch, fb::ErrorCode::NonceMismatch) &&
+                  same_id(ErrorCode::kUnknownUpload, fb::ErrorCode::UnknownUpload) &&
+                  same_id(ErrorCode::kOffsetMismatch, fb::ErrorCode::OffsetMismatch) &&
+                  same_id(ErrorCode::kTooLarge, fb::ErrorCode::TooLarge) &&
+                  same_id(ErrorCode::kDigestMismatch, fb::ErrorCode::DigestMismatch) &&
+                  same_id(ErrorCode::kRateLimited, fb::ErrorCode::RateLimited) &&
+                  same_id(ErrorCode::kInternal, fb::ErrorCode::Internal) &&
+                  same_id(ErrorCode::kInternal, fb::ErrorCode::MAX),
+              "ErrorCode ids must equal the schema's");
+
+}  // namespace internal
+}  // namespace wire
+}  // namespace edgefl
+
+#endif  // EDGEFL_SRC_WIRE_SCHEMA_H_

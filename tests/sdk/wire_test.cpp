@@ -1,0 +1,1213 @@
+// tests/sdk/wire_test.cpp: the wire protocol (edgefl/wire.h). Frames are refused from their header
+// alone when their type or length is wrong; every message type survives encode -> decode field by
+// field; every rule of the schema is enforced with its own Violation, identically by validate(),
+// encode() and decode(); corrupted frames give an error or a valid message, never a crash.
+// Deterministic: every random input comes from a fixed seed.
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <flatbuffers/flatbuffers.h>
+
+#include "edgefl/status.h"
+#include "edgefl/wire.h"
+#include "edgefl_wire_generated.h"
+#include "support/wire_samples.h"
+#include "wire/testing.h"
+
+namespace doctest {
+template <>
+struct StringMaker<edgefl::Status> {
+  static String convert(edgefl::Status s) {
+    return String(edgefl::status_name(s)) + "(" + toString(static_cast<int>(s)) + ")";
+  }
+};
+template <>
+struct StringMaker<edgefl::wire::Violation> {
+  static String convert(edgefl::wire::Violation v) { return String(edgefl::wire::violation_name(v)); }
+};
+}  // namespace doctest
+
+namespace {
+
+namespace w = edgefl::wire;
+namespace fbw = edgefl::wire::fb;
+namespace samples = edgefl_test::wire_samples;
+using edgefl::Status;
+using w::MessageType;
+using w::Violation;
+
+constexpr MessageType kAllTypes[] = {
+    MessageType::kHello,        MessageType::kTaskOffer,   MessageType::kRetryLater,
+    MessageType::kModelRequest, MessageType::kModelChunk,  MessageType::kUploadStart,
+    MessageType::kUploadStatus, MessageType::kUploadChunk, MessageType::kCommit,
+    MessageType::kAck,          MessageType::kError};
+
+uint64_t next_random(uint64_t* state) {  // SplitMix64
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::vector<uint8_t> header_bytes(uint8_t version, uint8_t type, uint32_t length) {
+  return {0x45,
+          0x46,
+          version,
+          type,
+          static_cast<uint8_t>(length),
+          static_cast<uint8_t>(length >> 8),
+          static_cast<uint8_t>(length >> 16),
+          static_cast<uint8_t>(length >> 24)};
+}
+
+std::vector<uint8_t> encode_ok(const w::Message& m) {
+  std::vector<uint8_t> frame;
+  w::DecodeDetail detail;
+  const Status s = w::encode(m, &frame, &detail);
+  INFO("field: " << detail.field);
+  REQUIRE(s == Status::kOk);
+  return frame;
+}
+
+std::vector<uint8_t> encode_raw(const w::Message& m) {
+  std::vector<uint8_t> frame;
+  REQUIRE(w::testing::encode_unchecked(m, &frame) == Status::kOk);
+  return frame;
+}
+
+// A frame around a FlatBuffer built by hand, with the header the test chooses.
+std::vector<uint8_t> frame_of(MessageType type, const flatbuffers::FlatBufferBuilder& b) {
+  const std::vector<uint8_t> head =
+      header_bytes(1, static_cast<uint8_t>(type), static_cast<uint32_t>(b.GetSize()));
+  std::vector<uint8_t> frame(head.size() + b.GetSize());
+  memcpy(frame.data(), head.data(), head.size());
+  memcpy(frame.data() + head.size(), b.GetBufferPointer(), b.GetSize());
+  return frame;
+}
+
+struct Decoded {
+  Status status = Status::kOk;
+  w::DecodeDetail detail;
+  w::Message message;
+};
+
+// Decodes a copy of `frame` in an exactly sized heap block, so that ASan sees any read past it.
+// The output starts as an Error sentinel, and must still be one after a failure.
+Decoded decode(const std::vector<uint8_t>& frame) {
+  const std::vector<uint8_t> exact(frame);
+  Decoded d;
+  const w::Error sentinel{w::ErrorCode::kInternal, "sentinel"};
+  d.message = sentinel;
+  d.status = w::decode_frame({exact.data(), exact.size()}, &d.message, &d.detail);
+  if (d.status != Status::kOk) {
+    const w::Error* e = std::get_if<w::Error>(&d.message);
+    CHECK((e != nullptr && *e == sentinel));
+  }
+  return d;
+}
+
+// --- field-by-field comparison (each field its own CHECK, so a dropped field is named) ----------
+
+void check_fields(const w::Hello& a, const w::Hello& b) {
+  CHECK(a.protocol_version == b.protocol_version);
+  CHECK(a.sdk_version == b.sdk_version);
+  CHECK(a.supported_sparsifiers == b.supported_sparsifiers);
+  CHECK(a.supported_value_coders == b.supported_value_coders);
+  CHECK(a.supported_index_codings == b.supported_index_codings);
+  CHECK(a.memory_budget_bytes == b.memory_budget_bytes);
+  CHECK(a.capability_flags == b.capability_flags);
+  CHECK(a.cpu_cores == b.cpu_cores);
+  CHECK(a.uplink_kbps == b.uplink_kbps);
+  CHECK(a.downlink_kbps == b.downlink_kbps);
+}
+void check_fields(const w::TaskOffer& a, const w::TaskOffer& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.round_nonce == b.round_nonce);
+  CHECK(a.model_version == b.model_version);
+  CHECK(a.model_bytes == b.model_bytes);
+  CHECK(a.model_digest == b.model_digest);
+  CHECK(a.parameter_count == b.parameter_count);
+  CHECK(a.model_spec == b.model_spec);
+  CHECK(a.training.batch_size == b.training.batch_size);
+  CHECK(a.training.local_epochs == b.training.local_epochs);
+  CHECK(a.training.max_steps == b.training.max_steps);
+  CHECK(a.training.learning_rate == b.training.learning_rate);
+  CHECK(a.training.momentum == b.training.momentum);
+  CHECK(a.training.weight_decay == b.training.weight_decay);
+  CHECK(a.training.prox_mu == b.training.prox_mu);
+  CHECK(a.training.seed == b.training.seed);
+  CHECK(a.uplink_codec == b.uplink_codec);
+  CHECK(a.downlink_codec == b.downlink_codec);
+  CHECK(a.codec_seed == b.codec_seed);
+  CHECK(a.deadline_ms == b.deadline_ms);
+  CHECK(a.max_upload_bytes == b.max_upload_bytes);
+  CHECK(a.max_chunk_bytes == b.max_chunk_bytes);
+}
+void check_fields(const w::RetryLater& a, const w::RetryLater& b) {
+  CHECK(a.retry_after_ms == b.retry_after_ms);
+  CHECK(a.retry_window_ms == b.retry_window_ms);
+  CHECK(a.reason == b.reason);
+}
+void check_fields(const w::ModelRequest& a, const w::ModelRequest& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.model_version == b.model_version);
+  CHECK(a.offset == b.offset);
+  CHECK(a.max_length == b.max_length);
+}
+void check_fields(const w::ModelChunk& a, const w::ModelChunk& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.model_version == b.model_version);
+  CHECK(a.offset == b.offset);
+  CHECK(a.total_bytes == b.total_bytes);
+  CHECK(a.data == b.data);
+}
+void check_fields(const w::UploadStart& a, const w::UploadStart& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.round_nonce == b.round_nonce);
+  CHECK(a.upload_id == b.upload_id);
+  CHECK(a.total_bytes == b.total_bytes);
+}
+void check_fields(const w::UploadStatus& a, const w::UploadStatus& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.upload_id == b.upload_id);
+  CHECK(a.offset == b.offset);
+  CHECK(a.total_bytes == b.total_bytes);
+}
+void check_fields(const w::UploadChunk& a, const w::UploadChunk& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.upload_id == b.upload_id);
+  CHECK(a.offset == b.offset);
+  CHECK(a.total_bytes == b.total_bytes);
+  CHECK(a.data == b.data);
+}
+void check_fields(const w::Commit& a, const w::Commit& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.round_nonce == b.round_nonce);
+  CHECK(a.upload_id == b.upload_id);
+  CHECK(a.total_bytes == b.total_bytes);
+  CHECK(a.sample_count == b.sample_count);
+  REQUIRE(a.metrics.size() == b.metrics.size());
+  for (size_t i = 0; i < a.metrics.size(); ++i) {
+    CHECK(a.metrics[i].name == b.metrics[i].name);
+    CHECK(a.metrics[i].value == b.metrics[i].value);
+  }
+  CHECK(a.digest == b.digest);
+}
+void check_fields(const w::Ack& a, const w::Ack& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.upload_id == b.upload_id);
+  CHECK(a.disposition == b.disposition);
+}
+void check_fields(const w::Error& a, const w::Error& b) {
+  CHECK(a.code == b.code);
+  CHECK(a.message == b.message);
+}
+
+// Encodes, decodes and compares field by field; also checks operator== and the message type.
+void check_round_trip(const w::Message& original) {
+  const std::vector<uint8_t> frame = encode_ok(original);
+  CHECK(frame.size() - w::kFrameHeaderBytes <= w::max_payload_bytes(w::message_type(original)));
+  const Decoded d = decode(frame);
+  REQUIRE(d.status == Status::kOk);
+  REQUIRE(d.message.index() == original.index());
+  CHECK(w::message_type(d.message) == w::message_type(original));
+  std::visit(
+      [&](const auto& expected) {
+        using T = std::decay_t<decltype(expected)>;
+        const T* got = std::get_if<T>(&d.message);
+        REQUIRE(got != nullptr);
+        check_fields(expected, *got);
+        CHECK(expected == *got);
+      },
+      original);
+}
+
+// The largest valid message of every type (each string and list at its limit).
+std::vector<w::Message> largest_messages() {
+  std::vector<w::Message> out;
+  w::Hello hello = samples::hello();
+  hello.sdk_version = std::string(w::kMaxSdkVersionChars, 'v');
+  hello.memory_budget_bytes = w::kMaxMemoryBudgetBytes;
+  out.push_back(hello);
+
+  w::TaskOffer offer = samples::task_offer();
+  offer.model_spec = std::string(w::kMaxModelSpecChars, 'm');
+  offer.uplink_codec = "topk:k=1000000,approx,sample=0.0125,idx=auto+q8:block=1024,det";
+  offer.downlink_codec = "randk:0.123456789,unscaled";
+  offer.model_bytes = w::kMaxModelBytes;
+  offer.parameter_count = w::kMaxParameterCount;
+  offer.max_upload_bytes = w::kMaxUploadBytes;
+  offer.max_chunk_bytes = w::kMaxChunkBytes;
+  out.push_back(offer);
+
+  w::RetryLater retry = samples::retry_later();
+  retry.retry_after_ms = w::kMaxRetryMs;
+  retry.retry_window_ms = w::kMaxRetryMs;
+  out.push_back(retry);
+
+  w::ModelRequest request = samples::model_request();
+  request.offset = w::kMaxModelBytes - 1;
+  request.max_length = w::kMaxChunkBytes;
+  out.push_back(request);
+
+  w::ModelChunk model_chunk = samples::model_chunk();
+  model_chunk.total_bytes = w::kMaxModelBytes;
+  model_chunk.offset = w::kMaxModelBytes - w::kMaxChunkBytes;
+  model_chunk.data = samples::pattern(w::kMaxChunkBytes, 3);
+  out.push_back(model_chunk);
+
+  w::UploadStart start = samples::upload_start();
+  start.round_nonce = samples::pattern(w::kRoundNonceLongBytes, 9);
+  start.total_bytes = w::kMaxUploadBytes;
+  out.push_back(start);
+
+  w::UploadStatus status = samples::upload_status();
+  status.total_bytes = w::kMaxUploadBytes;
+  status.offset = w::kMaxUploadBytes;
+  out.push_back(status);
+
+  w::UploadChunk upload_chunk = samples::upload_chunk();
+  upload_chunk.total_bytes = w::kMaxUploadBytes;
+  upload_chunk.offset = w::kMaxUploadBytes - w::kMaxChunkBytes;
+  upload_chunk.data = samples::pattern(w::kMaxChunkBytes, 5);
+  out.push_back(upload_chunk);
+
+  w::Commit commit = samples::commit();
+  commit.metrics.clear();
+  for (size_t i = 0; i < w::kMaxMetrics; ++i) {
+    std::string name = "metric_" + std::to_string(i) + "_";
+    name.resize(w::kMaxMetricNameChars, 'x');
+    commit.metrics.push_back({name, -1.0e300 * static_cast<double>(i)});
+  }
+  out.push_back(commit);
+
+  w::Ack ack = samples::ack();
+  ack.round_id = std::numeric_limits<uint64_t>::max();
+  out.push_back(ack);
+
+  w::Error error = samples::error();
+  error.message.clear();
+  while (error.message.size() + 3 <= w::kMaxErrorMessageBytes) error.message += "\xE2\x9C\x93";  // U+2713
+  while (error.message.size() < w::kMaxErrorMessageBytes) error.message += '.';
+  out.push_back(error);
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("wire.frame") {
+  TEST_CASE("a header round-trips through write_frame_header and read_frame_header") {
+    for (MessageType type : kAllTypes) {
+      uint8_t buf[w::kFrameHeaderBytes] = {};
+      const uint32_t length = static_cast<uint32_t>(w::max_payload_bytes(type));
+      REQUIRE(w::write_frame_header(type, length, {buf, sizeof buf}) == Status::kOk);
+      CHECK(buf[0] == 'E');
+      CHECK(buf[1] == 'F');
+      CHECK(buf[2] == 1);
+      CHECK(buf[3] == static_cast<uint8_t>(type));
+      CHECK((buf[4] | buf[5] << 8 | buf[6] << 16 | uint32_t{buf[7]} << 24) == length);
+      w::FrameHeader h;
+      REQUIRE(w::read_frame_header({buf, sizeof buf}, &h) == Status::kOk);
+      CHECK(h.version == w::kProtocolVersion);
+      CHECK(h.type == type);
+      CHECK(h.payload_length == length);
+    }
+  }
+
+  TEST_CASE("the caps are the documented ones, and every cap is at most kMaxPayloadBytes") {
+    CHECK(w::max_payload_bytes(MessageType::kHello) == 4096);
+    CHECK(w::max_payload_bytes(MessageType::kTaskOffer) == 16384);
+    CHECK(w::max_payload_bytes(MessageType::kRetryLater) == 1024);
+    CHECK(w::max_payload_bytes(MessageType::kModelRequest) == 1024);
+    CHECK(w::max_payload_bytes(MessageType::kModelChunk) == (1u << 20) + 1024);
+    CHECK(w::max_payload_bytes(MessageType::kUploadStart) == 1024);
+    CHECK(w::max_payload_bytes(MessageType::kUploadStatus) == 1024);
+    CHECK(w::max_payload_bytes(MessageType::kUploadChunk) == (1u << 20) + 1024);
+    CHECK(w::max_payload_bytes(MessageType::kCommit) == 8192);
+    CHECK(w::max_payload_bytes(MessageType::kAck) == 1024);
+    CHECK(w::max_payload_bytes(MessageType::kError) == 4096);
+    for (MessageType type : kAllTypes) CHECK(w::max_payload_bytes(type) <= w::kMaxPayloadBytes);
+    CHECK(w::max_payload_bytes(static_cast<MessageType>(0)) == 0);
+    CHECK(w::max_payload_bytes(static_cast<MessageType>(12)) == 0);
+  }
+
+  TEST_CASE("a declared length above the type's cap is refused from the 8 header bytes alone") {
+    // Only the header exists: no payload buffer is passed, so nothing but the header can be read.
+    for (MessageType type : kAllTypes) {
+      const uint32_t cap = static_cast<uint32_t>(w::max_payload_bytes(type));
+      for (uint32_t length : {cap + 1, cap + 4096, 0x7FFFFFFFu, 0xFFFFFFFFu}) {
+        const std::vector<uint8_t> head = header_bytes(1, static_cast<uint8_t>(type), length);
+        w::FrameHeader h;
+        h.payload_length = 12345;
+        CHECK(w::read_frame_header({head.data(), head.size()}, &h) == Status::kFrameTooLarge);
+        CHECK(h.payload_length == 12345);  // untouched
+      }
+      const std::vector<uint8_t> at_cap = header_bytes(1, static_cast<uint8_t>(type), cap);
+      w::FrameHeader h;
+      CHECK(w::read_frame_header({at_cap.data(), at_cap.size()}, &h) == Status::kOk);
+    }
+    // A chunk-sized length is fine for a chunk and too large for a control message.
+    const uint32_t chunk = 64u << 10;
+    w::FrameHeader h;
+    const auto upload = header_bytes(1, static_cast<uint8_t>(MessageType::kUploadChunk), chunk);
+    const auto hello = header_bytes(1, static_cast<uint8_t>(MessageType::kHello), chunk);
+    CHECK(w::read_frame_header({upload.data(), upload.size()}, &h) == Status::kOk);
+    CHECK(w::read_frame_header({hello.data(), hello.size()}, &h) == Status::kFrameTooLarge);
+  }
+
+  TEST_CASE("unknown message types are refused") {
+    for (int type : {0, 12, 13, 0x7F, 0x80, 0xFF}) {
+      const auto head = header_bytes(1, static_cast<uint8_t>(type), 64);
+      w::FrameHeader h;
+      CHECK(w::read_frame_header({head.data(), head.size()}, &h) == Status::kUnknownMessageType);
+      CHECK_FALSE(w::is_known_message_type(static_cast<MessageType>(type)));
+      CHECK(std::string(w::message_type_name(static_cast<MessageType>(type))) == "unknown");
+    }
+  }
+
+  TEST_CASE(
+      "another protocol version is refused with kProtocolVersionMismatch, before the type is looked at") {
+    for (int version : {0, 2, 3, 0xFF}) {
+      for (int type : {1, 2, 0, 200}) {
+        const auto head = header_bytes(static_cast<uint8_t>(version), static_cast<uint8_t>(type), 64);
+        w::FrameHeader h;
+        CHECK(w::read_frame_header({head.data(), head.size()}, &h) == Status::kProtocolVersionMismatch);
+      }
+    }
+    // decode() re-checks a header built by hand.
+    const std::vector<uint8_t> frame = encode_ok(samples::ack());
+    w::FrameHeader h;
+    REQUIRE(w::read_frame_header({frame.data(), frame.size()}, &h) == Status::kOk);
+    h.version = 2;
+    w::Message m;
+    CHECK(w::decode(h, {frame.data() + 8, frame.size() - 8}, &m) == Status::kProtocolVersionMismatch);
+  }
+
+  TEST_CASE("bad magic, short headers and payloads too short for a FlatBuffer are refused") {
+    w::FrameHeader h;
+    auto head = header_bytes(1, 1, 64);
+    head[0] = 'X';
+    CHECK(w::read_frame_header({head.data(), head.size()}, &h) == Status::kBadMagic);
+    head = header_bytes(1, 1, 64);
+    head[1] = 'G';
+    CHECK(w::read_frame_header({head.data(), head.size()}, &h) == Status::kBadMagic);
+    head = header_bytes(1, 1, 64);
+    for (size_t n = 0; n < w::kFrameHeaderBytes; ++n) {
+      CHECK(w::read_frame_header({head.data(), n}, &h) == Status::kTruncated);
+    }
+    for (uint32_t length : {0u, 1u, 7u}) {
+      head = header_bytes(1, 1, length);
+      CHECK(w::read_frame_header({head.data(), head.size()}, &h) == Status::kMalformedMessage);
+    }
+    CHECK(w::read_frame_header({head.data(), head.size()}, nullptr) == Status::kInvalidArgument);
+  }
+
+  TEST_CASE("write_frame_header refuses what read_frame_header would refuse") {
+    uint8_t buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    CHECK(w::write_frame_header(MessageType::kHello, 64, {buf, 7}) == Status::kBufferTooSmall);
+    CHECK(w::write_frame_header(static_cast<MessageType>(0), 64, {buf, 8}) == Status::kUnknownMessageType);
+    CHECK(w::write_frame_header(MessageType::kHello, 4097, {buf, 8}) == Status::kFrameTooLarge);
+    CHECK(w::write_frame_header(MessageType::kHello, 7, {buf, 8}) == Status::kMalformedMessage);
+    for (int i = 0; i < 8; ++i) CHECK(buf[i] == i + 1);  // nothing written
+  }
+
+  TEST_CASE("names and directions") {
+    CHECK(std::string(w::message_type_name(MessageType::kHello)) == "hello");
+    CHECK(std::string(w::message_type_name(MessageType::kUploadChunk)) == "upload_chunk");
+    CHECK(w::message_direction(MessageType::kHello) == w::Direction::kClientToServer);
+    CHECK(w::message_direction(MessageType::kTaskOffer) == w::Direction::kServerToClient);
+    CHECK(w::message_direction(MessageType::kCommit) == w::Direction::kClientToServer);
+    CHECK(w::message_direction(MessageType::kAck) == w::Direction::kServerToClient);
+    CHECK(w::message_direction(MessageType::kError) == w::Direction::kEither);
+    CHECK(w::message_type_of<w::Commit>() == MessageType::kCommit);
+    CHECK(std::string(edgefl::status_name(Status::kFrameTooLarge)) == "frame_too_large");
+    CHECK(std::string(edgefl::status_name(Status::kMessageTypeMismatch)) == "message_type_mismatch");
+    CHECK(std::string(w::violation_name(Violation::kOffsetBeyondTotal)) == "offset_beyond_total");
+  }
+}
+
+TEST_SUITE("wire.roundtrip") {
+  TEST_CASE("every message type round-trips field by field") {
+    const std::vector<w::Message> all = samples::all();
+    REQUIRE(all.size() == 11);
+    for (const w::Message& m : all) {
+      CAPTURE(std::string(w::message_type_name(w::message_type(m))));
+      check_round_trip(m);
+    }
+  }
+
+  TEST_CASE("the largest valid message of every type fits its cap and round-trips") {
+    for (const w::Message& m : largest_messages()) {
+      const MessageType type = w::message_type(m);
+      CAPTURE(std::string(w::message_type_name(type)));
+      const std::vector<uint8_t> frame = encode_ok(m);
+      const size_t payload = frame.size() - w::kFrameHeaderBytes;
+      MESSAGE(std::string(w::message_type_name(type))
+              << ": largest payload " << payload << " of " << w::max_payload_bytes(type));
+      CHECK(payload <= w::max_payload_bytes(type));
+      check_round_trip(m);
+    }
+  }
+
+  TEST_CASE("optional fields may be empty: no model spec, raw downlink, no metrics, empty error text") {
+    w::TaskOffer offer = samples::task_offer();
+    offer.model_spec.clear();
+    offer.downlink_codec.clear();
+    check_round_trip(offer);
+    offer.downlink_codec = "bf16";
+    offer.model_bytes = 123;  // any size once the download is encoded
+    check_round_trip(offer);
+    w::Commit commit = samples::commit();
+    commit.metrics.clear();
+    check_round_trip(commit);
+    w::Error error = samples::error();
+    error.message.clear();
+    check_round_trip(error);
+    w::Hello hello = samples::hello();
+    hello.supported_sparsifiers = 0;
+    hello.supported_index_codings = 0;
+    hello.capability_flags = 0;
+    hello.cpu_cores = 0;
+    check_round_trip(hello);
+    w::UploadStatus status = samples::upload_status();
+    status.offset = 0;
+    check_round_trip(status);
+    w::RetryLater retry = samples::retry_later();
+    retry.retry_window_ms = 0;
+    check_round_trip(retry);
+  }
+
+  TEST_CASE("encoding is deterministic and the variant overload gives the struct overload's bytes") {
+    for (const w::Message& m : samples::all()) {
+      std::vector<uint8_t> a, b;
+      REQUIRE(w::encode(m, &a) == Status::kOk);
+      REQUIRE(w::encode(m, &b) == Status::kOk);
+      CHECK(a == b);
+      std::visit(
+          [&](const auto& typed) {
+            std::vector<uint8_t> c;
+            REQUIRE(w::encode(typed, &c) == Status::kOk);
+            CHECK(c == a);
+          },
+          m);
+      // Re-encoding what was decoded gives the same bytes again.
+      const Decoded d = decode(a);
+      REQUIRE(d.status == Status::kOk);
+      CHECK(encode_ok(d.message) == a);
+    }
+  }
+
+  TEST_CASE("a payload at any alignment decodes") {
+    const std::vector<uint8_t> frame = encode_ok(samples::commit());
+    w::FrameHeader h;
+    REQUIRE(w::read_frame_header({frame.data(), frame.size()}, &h) == Status::kOk);
+    for (size_t shift = 0; shift < 8; ++shift) {
+      std::vector<uint8_t> buf(shift + h.payload_length);
+      memcpy(buf.data() + shift, frame.data() + 8, h.payload_length);
+      w::Message m;
+      REQUIRE(w::decode(h, {buf.data() + shift, h.payload_length}, &m) == Status::kOk);
+      CHECK(std::get<w::Commit>(m) == samples::commit());
+    }
+  }
+
+  TEST_CASE("the schema carries the file identifier EFW1 at payload bytes 4..7") {
+    const std::vector<uint8_t> frame = encode_ok(samples::hello());
+    CHECK(memcmp(frame.data() + 8 + 4, "EFW1", 4) == 0);
+    CHECK(std::string(fbw::EnvelopeIdentifier()) == "EFW1");
+  }
+}
+
+TEST_SUITE("wire.malformed") {
+  TEST_CASE("every truncation of a valid frame is kTruncated; trailing bytes are kSizeMismatch") {
+    for (const w::Message& m : samples::all()) {
+      const std::vector<uint8_t> frame = encode_ok(m);
+      for (size_t n = 0; n < frame.size(); ++n) {
+        const std::vector<uint8_t> cut(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(n));
+        CHECK(decode(cut).status == Status::kTruncated);
+      }
+      std::vector<uint8_t> longer = frame;
+      longer.push_back(0);
+      CHECK(decode(longer).status == Status::kSizeMismatch);
+    }
+    // decode() with a payload shorter than the header says.
+    const std::vector<uint8_t> frame = encode_ok(samples::task_offer());
+    w::FrameHeader h;
+    REQUIRE(w::read_frame_header({frame.data(), frame.size()}, &h) == Status::kOk);
+    w::Message m;
+    CHECK(w::decode(h, {frame.data() + 8, h.payload_length - 1}, &m) == Status::kTruncated);
+    CHECK(w::decode(h, {frame.data() + 8, h.payload_length}, nullptr) == Status::kInvalidArgument);
+  }
+
+  TEST_CASE("a wrong file identifier is kBadMagic") {
+    for (const w::Message& m : samples::all()) {
+      std::vector<uint8_t> frame = encode_ok(m);
+      frame[8 + 7] = '2';  // "EFW2"
+      CHECK(decode(frame).status == Status::kBadMagic);
+    }
+    // A FlatBuffer finished without any identifier.
+    flatbuffers::FlatBufferBuilder b;
+    const auto body =
+        fbw::CreateAck(b, 42, b.CreateVector(std::vector<uint8_t>(16, 1)), fbw::UpdateDisposition::Accepted);
+    b.Finish(fbw::CreateEnvelope(b, fbw::Message::Ack, body.Union()));
+    CHECK(decode(frame_of(MessageType::kAck, b)).status == Status::kBadMagic);
+  }
+
+  TEST_CASE("a frame whose payload holds another message type is kMessageTypeMismatch") {
+    const std::vector<w::Message> all = samples::all();
+    for (size_t i = 0; i < all.size(); ++i) {
+      const std::vector<uint8_t> frame = encode_ok(all[i]);
+      for (MessageType type : kAllTypes) {
+        if (type == w::message_type(all[i])) continue;
+        std::vector<uint8_t> relabelled = frame;
+        relabelled[3] = static_cast<uint8_t>(type);
+        const size_t payload = frame.size() - 8;
+        CAPTURE(std::string(w::message_type_name(type)));
+        CHECK(decode(relabelled).status ==
+              (payload > w::max_payload_bytes(type) ? Status::kFrameTooLarge : Status::kMessageTypeMismatch));
+      }
+    }
+  }
+
+  TEST_CASE("a FlatBuffer whose root is not an Envelope is refused") {
+    // A bare Hello table as the root, with the right identifier: it does not verify as an Envelope.
+    flatbuffers::FlatBufferBuilder b;
+    const auto version = b.CreateString("0.1.0");
+    fbw::HelloBuilder hb(b);
+    hb.add_protocol_version(1);
+    hb.add_sdk_version(version);
+    hb.add_supported_value_coders(2);
+    hb.add_memory_budget_bytes(1 << 20);
+    b.Finish(hb.Finish(), fbw::EnvelopeIdentifier());
+    CHECK(decode(frame_of(MessageType::kHello, b)).status == Status::kMalformedMessage);
+
+    // A bare Ack table: its round_id (8 bytes) sits where the Envelope keeps its type byte.
+    flatbuffers::FlatBufferBuilder a;
+    a.Finish(fbw::CreateAck(a, 0x0101, a.CreateVector(std::vector<uint8_t>(16, 1)),
+                            fbw::UpdateDisposition::Accepted),
+             fbw::EnvelopeIdentifier());
+    const Status s = decode(frame_of(MessageType::kAck, a)).status;
+    CHECK((s == Status::kMalformedMessage || s == Status::kMessageTypeMismatch));
+  }
+
+  TEST_CASE("an envelope with no message, or with a type id this build does not know, is refused") {
+    {
+      flatbuffers::FlatBufferBuilder b;
+      fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b));  // NONE
+      CHECK(decode(frame_of(MessageType::kHello, b)).status == Status::kMalformedMessage);
+    }
+    {
+      flatbuffers::FlatBufferBuilder b;  // type Ack, body absent
+      fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, fbw::Message::Ack));
+      CHECK(decode(frame_of(MessageType::kAck, b)).status == Status::kMalformedMessage);
+    }
+    {
+      // Union type 200 (unknown: FlatBuffers' verifier accepts it) around an Ack body, framed as Ack.
+      flatbuffers::FlatBufferBuilder b;
+      const auto body = fbw::CreateAck(b, 42, b.CreateVector(std::vector<uint8_t>(16, 1)),
+                                       fbw::UpdateDisposition::Accepted);
+      fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, static_cast<fbw::Message>(200), body.Union()));
+      CHECK(decode(frame_of(MessageType::kAck, b)).status == Status::kMessageTypeMismatch);
+    }
+  }
+
+  TEST_CASE("more tables than the verifier allows is kMalformedMessage, before any field rule") {
+    // 62 metrics = 64 tables with the envelope and the commit: the verifier's limit; 63 is over it.
+    w::Commit commit = samples::commit();
+    commit.metrics.clear();
+    for (int i = 0; i < 63; ++i) commit.metrics.push_back({"m" + std::to_string(i), 1.0});
+    CHECK(decode(encode_raw(commit)).status == Status::kMalformedMessage);
+    commit.metrics.pop_back();
+    const Decoded d = decode(encode_raw(commit));
+    CHECK(d.status == Status::kInvalidMessage);  // verifies, then breaks the kMaxMetrics rule
+    CHECK(d.detail.violation == Violation::kTooLong);
+    CHECK(std::string(d.detail.field) == "Commit.metrics");
+  }
+
+  TEST_CASE("many references to one shared Metric table count as many tables") {
+    flatbuffers::FlatBufferBuilder b;
+    const auto name = b.CreateString("loss");
+    const auto metric = fbw::CreateMetric(b, name, 1.0);
+    const std::vector<flatbuffers::Offset<fbw::Metric>> refs(500, metric);
+    const auto metrics = b.CreateVector(refs);
+    const auto nonce = b.CreateVector(std::vector<uint8_t>(16, 7));
+    const auto id = b.CreateVector(std::vector<uint8_t>(16, 8));
+    const auto digest = b.CreateVector(std::vector<uint8_t>(32, 9));
+    const auto body = fbw::CreateCommit(b, 1, nonce, id, 100, 10, metrics, digest);
+    fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, fbw::Message::Commit, body.Union()));
+    CHECK(decode(frame_of(MessageType::kCommit, b)).status == Status::kMalformedMessage);
+  }
+
+  TEST_CASE("fixed-length fields missing or mis-sized on the wire, and a missing training table") {
+    struct Case {
+      const char* name;
+      std::vector<uint8_t> frame;
+      Violation violation;
+      const char* field;
+    };
+    std::vector<Case> cases;
+    auto ack_with_id = [](const std::vector<uint8_t>* id) {
+      flatbuffers::FlatBufferBuilder b;
+      flatbuffers::Offset<flatbuffers::Vector<uint8_t>> id_offset;
+      if (id != nullptr) id_offset = b.CreateVector(*id);
+      const auto body = fbw::CreateAck(b, 42, id_offset, fbw::UpdateDisposition::Accepted);
+      fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, fbw::Message::Ack, body.Union()));
+      return frame_of(MessageType::kAck, b);
+    };
+    const std::vector<uint8_t> id15(15, 1), id17(17, 1), id0;
+    cases.push_back({"upload id absent", ack_with_id(nullptr), Violation::kMissing, "Ack.upload_id"});
+    cases.push_back({"upload id empty", ack_with_id(&id0), Violation::kEmpty, "Ack.upload_id"});
+    cases.push_back({"upload id 15 bytes", ack_with_id(&id15), Violation::kWrongLength, "Ack.upload_id"});
+    cases.push_back({"upload id 17 bytes", ack_with_id(&id17), Violation::kWrongLength, "Ack.upload_id"});
+
+    auto commit_with_digest = [](size_t digest_bytes) {
+      flatbuffers::FlatBufferBuilder b;
+      const auto nonce = b.CreateVector(std::vector<uint8_t>(16, 7));
+      const auto id = b.CreateVector(std::vector<uint8_t>(16, 8));
+      const auto digest = b.CreateVector(std::vector<uint8_t>(digest_bytes, 9));
+      const auto body = fbw::CreateCommit(b, 1, nonce, id, 100, 10, 0, digest);
+      fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, fbw::Message::Commit, body.Union()));
+      return frame_of(MessageType::kCommit, b);
+    };
+    cases.push_back({"digest 31 bytes", commit_with_digest(31), Violation::kWrongLength, "Commit.digest"});
+    cases.push_back({"digest 0 bytes", commit_with_digest(0), Violation::kEmpty, "Commit.digest"});
+    {
+      const std::vector<uint8_t> good = commit_with_digest(32);
+      CHECK(decode(good).status == Status::kOk);
+    }
+
+    auto offer = [](bool with_training, bool with_digest) {
+      const w::TaskOffer m = samples::task_offer();
+      flatbuffers::FlatBufferBuilder b;
+      const auto nonce = b.CreateVector(m.round_nonce);
+      const auto digest = with_digest ? b.CreateVector(m.model_digest.data(), m.model_digest.size())
+                                      : flatbuffers::Offset<flatbuffers::Vector<uint8_t>>();
+      const auto training = with_training ? fbw::CreateTrainingConfig(b, 32, 1, 0, 0.1f, 0.0f, 0.0f, 0.0f, 1)
+                                          : flatbuffers::Offset<fbw::TrainingConfig>();
+      const auto uplink = b.CreateString(m.uplink_codec);
+      const auto body = fbw::CreateTaskOffer(b, m.round_id, nonce, m.model_version, m.model_bytes, digest,
+                                             m.parameter_count, 0, training, uplink, 0, 0, m.deadline_ms,
+                                             m.max_upload_bytes, m.max_chunk_bytes);
+      fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, fbw::Message::TaskOffer, body.Union()));
+      return frame_of(MessageType::kTaskOffer, b);
+    };
+    cases.push_back({"training absent", offer(false, true), Violation::kMissing, "TaskOffer.training"});
+    cases.push_back(
+        {"model digest absent", offer(true, false), Violation::kMissing, "TaskOffer.model_digest"});
+    CHECK(decode(offer(true, true)).status == Status::kOk);
+
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      const Decoded d = decode(c.frame);
+      CHECK(d.status == Status::kInvalidMessage);
+      CHECK(d.detail.violation == c.violation);
+      CHECK(std::string(d.detail.field) == c.field);
+    }
+  }
+
+  TEST_CASE("a chunk whose data does not match its CRC32C is refused") {
+    for (const w::Message& m : {w::Message(samples::model_chunk()), w::Message(samples::upload_chunk())}) {
+      std::vector<uint8_t> frame = encode_ok(m);
+      const std::vector<uint8_t>& data =
+          m.index() == 4 ? std::get<w::ModelChunk>(m).data : std::get<w::UploadChunk>(m).data;
+      // Find the data in the payload and change one byte of it.
+      size_t at = 0;
+      for (size_t i = 8; i + data.size() <= frame.size(); ++i) {
+        if (memcmp(frame.data() + i, data.data(), data.size()) == 0) at = i;
+      }
+      REQUIRE(at != 0);
+      frame[at + data.size() / 2] ^= 0x10;
+      const Decoded d = decode(frame);
+      CHECK(d.status == Status::kInvalidMessage);
+      CHECK(d.detail.violation == Violation::kChecksumMismatch);
+      CHECK(std::string(d.detail.field) == (m.index() == 4 ? "ModelChunk.crc32c" : "UploadChunk.crc32c"));
+    }
+  }
+
+  TEST_CASE("a string too long for the frame cap never reaches the decoder") {
+    w::Error error;
+    error.code = w::ErrorCode::kInternal;
+    error.message = std::string(5000, 'x');
+    std::vector<uint8_t> frame;
+    CHECK(w::testing::encode_unchecked(error, &frame) == Status::kFrameTooLarge);
+    const auto head = header_bytes(1, static_cast<uint8_t>(MessageType::kError), 5000 + 64);
+    w::FrameHeader h;
+    CHECK(w::read_frame_header({head.data(), head.size()}, &h) == Status::kFrameTooLarge);
+  }
+}
+
+namespace {
+
+struct RuleCase {
+  std::string name;
+  w::Message message;
+  Status status;
+  Violation violation;
+  std::string field;
+};
+
+template <typename T, typename F>
+RuleCase rule(const char* name, T message, F mutate, Violation violation, const char* field,
+              Status status = Status::kInvalidMessage) {
+  mutate(message);
+  return RuleCase{name, w::Message(std::move(message)), status, violation, field};
+}
+
+std::vector<RuleCase> rule_cases() {
+  using V = Violation;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<uint8_t> zeros16(16, 0), bytes15(15, 1), bytes33(33, 1);
+  std::vector<RuleCase> c;
+  // Hello
+  const w::Hello h = samples::hello();
+  c.push_back(rule(
+      "hello: protocol version 2", h, [](w::Hello& m) { m.protocol_version = 2; }, V::kInconsistent,
+      "Hello.protocol_version", Status::kProtocolVersionMismatch));
+  c.push_back(rule(
+      "hello: empty sdk version", h, [](w::Hello& m) { m.sdk_version.clear(); }, V::kEmpty,
+      "Hello.sdk_version"));
+  c.push_back(rule(
+      "hello: 33-char sdk version", h, [](w::Hello& m) { m.sdk_version = std::string(33, '1'); }, V::kTooLong,
+      "Hello.sdk_version"));
+  c.push_back(rule(
+      "hello: newline in sdk version", h, [](w::Hello& m) { m.sdk_version = "0.1\n"; }, V::kBadText,
+      "Hello.sdk_version"));
+  c.push_back(rule(
+      "hello: NUL in sdk version", h, [](w::Hello& m) { m.sdk_version = std::string("0.1\0x", 5); },
+      V::kBadText, "Hello.sdk_version"));
+  c.push_back(rule(
+      "hello: no value coder", h, [](w::Hello& m) { m.supported_value_coders = 0; }, V::kOutOfRange,
+      "Hello.supported_value_coders"));
+  c.push_back(rule(
+      "hello: value coder bit 0", h, [](w::Hello& m) { m.supported_value_coders = 3; }, V::kOutOfRange,
+      "Hello.supported_value_coders"));
+  c.push_back(rule(
+      "hello: sparsifier bit 5", h, [](w::Hello& m) { m.supported_sparsifiers = 1u << 5; }, V::kOutOfRange,
+      "Hello.supported_sparsifiers"));
+  c.push_back(rule(
+      "hello: index coding bit 3", h, [](w::Hello& m) { m.supported_index_codings = 8; }, V::kOutOfRange,
+      "Hello.supported_index_codings"));
+  c.push_back(rule(
+      "hello: no memory", h, [](w::Hello& m) { m.memory_budget_bytes = 0; }, V::kOutOfRange,
+      "Hello.memory_budget_bytes"));
+  c.push_back(rule(
+      "hello: memory above 2^48", h, [](w::Hello& m) { m.memory_budget_bytes = (1ull << 48) + 1; },
+      V::kOutOfRange, "Hello.memory_budget_bytes"));
+  c.push_back(rule(
+      "hello: unknown capability bit", h, [](w::Hello& m) { m.capability_flags = 1u << 3; }, V::kOutOfRange,
+      "Hello.capability_flags"));
+  c.push_back(rule(
+      "hello: 1025 cores", h, [](w::Hello& m) { m.cpu_cores = 1025; }, V::kOutOfRange, "Hello.cpu_cores"));
+  // TaskOffer
+  const w::TaskOffer o = samples::task_offer();
+  c.push_back(rule(
+      "offer: round 0", o, [](w::TaskOffer& m) { m.round_id = 0; }, V::kOutOfRange, "TaskOffer.round_id"));
+  c.push_back(rule(
+      "offer: empty nonce", o, [](w::TaskOffer& m) { m.round_nonce.clear(); }, V::kEmpty,
+      "TaskOffer.round_nonce"));
+  c.push_back(rule(
+      "offer: 15-byte nonce", o, [&](w::TaskOffer& m) { m.round_nonce = bytes15; }, V::kWrongLength,
+      "TaskOffer.round_nonce"));
+  c.push_back(rule(
+      "offer: 33-byte nonce", o, [&](w::TaskOffer& m) { m.round_nonce = bytes33; }, V::kWrongLength,
+      "TaskOffer.round_nonce"));
+  c.push_back(rule(
+      "offer: zero nonce", o, [&](w::TaskOffer& m) { m.round_nonce = zeros16; }, V::kAllZero,
+      "TaskOffer.round_nonce"));
+  c.push_back(rule(
+      "offer: no model bytes", o, [](w::TaskOffer& m) { m.model_bytes = 0; }, V::kOutOfRange,
+      "TaskOffer.model_bytes"));
+  c.push_back(rule(
+      "offer: model above 4 GiB", o, [](w::TaskOffer& m) { m.model_bytes = (1ull << 32) + 4; },
+      V::kOutOfRange, "TaskOffer.model_bytes"));
+  c.push_back(rule(
+      "offer: no parameters", o, [](w::TaskOffer& m) { m.parameter_count = 0; }, V::kOutOfRange,
+      "TaskOffer.parameter_count"));
+  c.push_back(rule(
+      "offer: space in model spec", o, [](w::TaskOffer& m) { m.model_spec = "mlp 784"; }, V::kBadText,
+      "TaskOffer.model_spec"));
+  c.push_back(rule(
+      "offer: 129-char model spec", o, [](w::TaskOffer& m) { m.model_spec = std::string(129, 'c'); },
+      V::kTooLong, "TaskOffer.model_spec"));
+  c.push_back(rule(
+      "offer: batch 0", o, [](w::TaskOffer& m) { m.training.batch_size = 0; }, V::kOutOfRange,
+      "TrainingConfig.batch_size"));
+  c.push_back(rule(
+      "offer: batch 65537", o, [](w::TaskOffer& m) { m.training.batch_size = 65537; }, V::kOutOfRange,
+      "TrainingConfig.batch_size"));
+  c.push_back(rule(
+      "offer: 0 epochs", o, [](w::TaskOffer& m) { m.training.local_epochs = 0; }, V::kOutOfRange,
+      "TrainingConfig.local_epochs"));
+  c.push_back(rule(
+      "offer: NaN learning rate", o, [&](w::TaskOffer& m) { m.training.learning_rate = nan; }, V::kNonFinite,
+      "TrainingConfig.learning_rate"));
+  c.push_back(rule(
+      "offer: infinite learning rate", o, [&](w::TaskOffer& m) { m.training.learning_rate = inf; },
+      V::kNonFinite, "TrainingConfig.learning_rate"));
+  c.push_back(rule(
+      "offer: zero learning rate", o, [](w::TaskOffer& m) { m.training.learning_rate = 0.0f; },
+      V::kOutOfRange, "TrainingConfig.learning_rate"));
+  c.push_back(rule(
+      "offer: negative learning rate", o, [](w::TaskOffer& m) { m.training.learning_rate = -0.1f; },
+      V::kOutOfRange, "TrainingConfig.learning_rate"));
+  c.push_back(rule(
+      "offer: momentum 1", o, [](w::TaskOffer& m) { m.training.momentum = 1.0f; }, V::kOutOfRange,
+      "TrainingConfig.momentum"));
+  c.push_back(rule(
+      "offer: -inf momentum", o, [&](w::TaskOffer& m) { m.training.momentum = -inf; }, V::kNonFinite,
+      "TrainingConfig.momentum"));
+  c.push_back(rule(
+      "offer: NaN weight decay", o, [&](w::TaskOffer& m) { m.training.weight_decay = nan; }, V::kNonFinite,
+      "TrainingConfig.weight_decay"));
+  c.push_back(rule(
+      "offer: negative prox mu", o, [](w::TaskOffer& m) { m.training.prox_mu = -0.5f; }, V::kOutOfRange,
+      "TrainingConfig.prox_mu"));
+  c.push_back(rule(
+      "offer: no uplink codec", o, [](w::TaskOffer& m) { m.uplink_codec.clear(); }, V::kEmpty,
+      "TaskOffer.uplink_codec"));
+  c.push_back(rule(
+      "offer: unknown uplink codec", o, [](w::TaskOffer& m) { m.uplink_codec = "zstd"; }, V::kBadCodecSpec,
+      "TaskOffer.uplink_codec"));
+  c.push_back(rule(
+      "offer: impossible uplink codec", o, [](w::TaskOffer& m) { m.uplink_codec = "topk:2+q4"; },
+      V::kBadCodecSpec, "TaskOffer.uplink_codec"));
+  c.push_back(rule(
+      "offer: q3 downlink codec", o, [](w::TaskOffer& m) { m.downlink_codec = "q3"; }, V::kBadCodecSpec,
+      "TaskOffer.downlink_codec"));
+  c.push_back(rule(
+      "offer: 129-char codec", o, [](w::TaskOffer& m) { m.uplink_codec = "fp32" + std::string(125, ' '); },
+      V::kTooLong, "TaskOffer.uplink_codec"));
+  c.push_back(rule(
+      "offer: raw model of the wrong size", o, [](w::TaskOffer& m) { m.model_bytes += 4; }, V::kInconsistent,
+      "TaskOffer.model_bytes"));
+  c.push_back(rule(
+      "offer: no deadline", o, [](w::TaskOffer& m) { m.deadline_ms = 0; }, V::kOutOfRange,
+      "TaskOffer.deadline_ms"));
+  c.push_back(rule(
+      "offer: deadline above 7 days", o, [](w::TaskOffer& m) { m.deadline_ms = w::kMaxDeadlineMs + 1; },
+      V::kOutOfRange, "TaskOffer.deadline_ms"));
+  c.push_back(rule(
+      "offer: no upload allowed", o, [](w::TaskOffer& m) { m.max_upload_bytes = 0; }, V::kOutOfRange,
+      "TaskOffer.max_upload_bytes"));
+  c.push_back(rule(
+      "offer: chunk above 1 MiB", o, [](w::TaskOffer& m) { m.max_chunk_bytes = w::kMaxChunkBytes + 1; },
+      V::kOutOfRange, "TaskOffer.max_chunk_bytes"));
+  // RetryLater
+  const w::RetryLater r = samples::retry_later();
+  c.push_back(rule(
+      "retry: after 0", r, [](w::RetryLater& m) { m.retry_after_ms = 0; }, V::kOutOfRange,
+      "RetryLater.retry_after_ms"));
+  c.push_back(rule(
+      "retry: after 8 days", r, [](w::RetryLater& m) { m.retry_after_ms = 8u * 86400000u; }, V::kOutOfRange,
+      "RetryLater.retry_after_ms"));
+  c.push_back(rule(
+      "retry: window 8 days", r, [](w::RetryLater& m) { m.retry_window_ms = 8u * 86400000u; }, V::kOutOfRange,
+      "RetryLater.retry_window_ms"));
+  c.push_back(rule(
+      "retry: reason 0", r, [](w::RetryLater& m) { m.reason = static_cast<w::RetryReason>(0); },
+      V::kOutOfRange, "RetryLater.reason"));
+  c.push_back(rule(
+      "retry: reason 6", r, [](w::RetryLater& m) { m.reason = static_cast<w::RetryReason>(6); },
+      V::kOutOfRange, "RetryLater.reason"));
+  // ModelRequest
+  const w::ModelRequest q = samples::model_request();
+  c.push_back(rule(
+      "request: round 0", q, [](w::ModelRequest& m) { m.round_id = 0; }, V::kOutOfRange,
+      "ModelRequest.round_id"));
+  c.push_back(rule(
+      "request: offset 4 GiB", q, [](w::ModelRequest& m) { m.offset = 1ull << 32; }, V::kOffsetBeyondTotal,
+      "ModelRequest.offset"));
+  c.push_back(rule(
+      "request: length 0", q, [](w::ModelRequest& m) { m.max_length = 0; }, V::kOutOfRange,
+      "ModelRequest.max_length"));
+  c.push_back(rule(
+      "request: length above 1 MiB", q, [](w::ModelRequest& m) { m.max_length = w::kMaxChunkBytes + 1; },
+      V::kOutOfRange, "ModelRequest.max_length"));
+  // ModelChunk
+  const w::ModelChunk mc = samples::model_chunk();
+  c.push_back(rule(
+      "model chunk: round 0", mc, [](w::ModelChunk& m) { m.round_id = 0; }, V::kOutOfRange,
+      "ModelChunk.round_id"));
+  c.push_back(rule(
+      "model chunk: total 0", mc, [](w::ModelChunk& m) { m.total_bytes = 0; }, V::kOutOfRange,
+      "ModelChunk.total_bytes"));
+  c.push_back(rule(
+      "model chunk: no data", mc, [](w::ModelChunk& m) { m.data.clear(); }, V::kEmpty, "ModelChunk.data"));
+  c.push_back(rule(
+      "model chunk: offset = total", mc, [](w::ModelChunk& m) { m.offset = m.total_bytes; },
+      V::kOffsetBeyondTotal, "ModelChunk.offset"));
+  c.push_back(rule(
+      "model chunk: offset > total", mc, [](w::ModelChunk& m) { m.offset = ~uint64_t{0}; },
+      V::kOffsetBeyondTotal, "ModelChunk.offset"));
+  c.push_back(rule(
+      "model chunk: data past the end", mc, [](w::ModelChunk& m) { m.offset = m.total_bytes - 99; },
+      V::kOffsetBeyondTotal, "ModelChunk.offset"));
+  c.push_back(rule(
+      "model chunk: data above 1 MiB", mc, [](w::ModelChunk& m) { m.data.assign(w::kMaxChunkBytes + 1, 1); },
+      V::kTooLong, "ModelChunk.data"));
+  // UploadStart
+  const w::UploadStart us = samples::upload_start();
+  c.push_back(rule(
+      "upload start: zero upload id", us, [](w::UploadStart& m) { m.upload_id = w::UploadId{}; }, V::kAllZero,
+      "UploadStart.upload_id"));
+  c.push_back(rule(
+      "upload start: empty nonce", us, [](w::UploadStart& m) { m.round_nonce.clear(); }, V::kEmpty,
+      "UploadStart.round_nonce"));
+  c.push_back(rule(
+      "upload start: total 0", us, [](w::UploadStart& m) { m.total_bytes = 0; }, V::kOutOfRange,
+      "UploadStart.total_bytes"));
+  c.push_back(rule(
+      "upload start: total above 4 GiB", us, [](w::UploadStart& m) { m.total_bytes = (1ull << 32) + 1; },
+      V::kOutOfRange, "UploadStart.total_bytes"));
+  // UploadStatus
+  const w::UploadStatus st = samples::upload_status();
+  c.push_back(rule(
+      "upload status: offset > total", st, [](w::UploadStatus& m) { m.offset = m.total_bytes + 1; },
+      V::kOffsetBeyondTotal, "UploadStatus.offset"));
+  c.push_back(rule(
+      "upload status: zero upload id", st, [](w::UploadStatus& m) { m.upload_id = w::UploadId{}; },
+      V::kAllZero, "UploadStatus.upload_id"));
+  // UploadChunk
+  const w::UploadChunk uc = samples::upload_chunk();
+  c.push_back(rule(
+      "upload chunk: round 0", uc, [](w::UploadChunk& m) { m.round_id = 0; }, V::kOutOfRange,
+      "UploadChunk.round_id"));
+  c.push_back(rule(
+      "upload chunk: no data", uc, [](w::UploadChunk& m) { m.data.clear(); }, V::kEmpty, "UploadChunk.data"));
+  c.push_back(rule(
+      "upload chunk: offset > total", uc, [](w::UploadChunk& m) { m.offset = m.total_bytes + 5; },
+      V::kOffsetBeyondTotal, "UploadChunk.offset"));
+  c.push_back(rule(
+      "upload chunk: offset + length overflows", uc,
+      [](w::UploadChunk& m) {
+        m.total_bytes = w::kMaxUploadBytes;
+        m.offset = w::kMaxUploadBytes - 1;
+      },
+      V::kOffsetBeyondTotal, "UploadChunk.offset"));
+  c.push_back(rule(
+      "upload chunk: zero upload id", uc, [](w::UploadChunk& m) { m.upload_id = w::UploadId{}; }, V::kAllZero,
+      "UploadChunk.upload_id"));
+  // Commit
+  const w::Commit cm = samples::commit();
+  c.push_back(rule(
+      "commit: no samples", cm, [](w::Commit& m) { m.sample_count = 0; }, V::kOutOfRange,
+      "Commit.sample_count"));
+  c.push_back(rule(
+      "commit: 15-byte nonce", cm, [&](w::Commit& m) { m.round_nonce = bytes15; }, V::kWrongLength,
+      "Commit.round_nonce"));
+  c.push_back(rule(
+      "commit: total 0", cm, [](w::Commit& m) { m.total_bytes = 0; }, V::kOutOfRange, "Commit.total_bytes"));
+  c.push_back(rule(
+      "commit: NaN metric", cm, [](w::Commit& m) { m.metrics[1].value = std::nan(""); }, V::kNonFinite,
+      "Metric.value"));
+  c.push_back(rule(
+      "commit: infinite metric", cm, [](w::Commit& m) { m.metrics[0].value = -HUGE_VAL; }, V::kNonFinite,
+      "Metric.value"));
+  c.push_back(rule(
+      "commit: unnamed metric", cm, [](w::Commit& m) { m.metrics[2].name.clear(); }, V::kEmpty,
+      "Metric.name"));
+  c.push_back(rule(
+      "commit: upper-case metric name", cm, [](w::Commit& m) { m.metrics[2].name = "Loss"; }, V::kBadText,
+      "Metric.name"));
+  c.push_back(rule(
+      "commit: 65-char metric name", cm, [](w::Commit& m) { m.metrics[2].name = std::string(65, 'a'); },
+      V::kTooLong, "Metric.name"));
+  c.push_back(rule(
+      "commit: duplicate metric", cm, [](w::Commit& m) { m.metrics[2].name = m.metrics[0].name; },
+      V::kDuplicateName, "Metric.name"));
+  c.push_back(rule(
+      "commit: 33 metrics", cm,
+      [](w::Commit& m) {
+        m.metrics.clear();
+        for (int i = 0; i < 33; ++i) m.metrics.push_back({"m" + std::to_string(i), 0.5});
+      },
+      V::kTooLong, "Commit.metrics"));
+  // Ack
+  const w::Ack a = samples::ack();
+  c.push_back(rule(
+      "ack: round 0", a, [](w::Ack& m) { m.round_id = 0; }, V::kOutOfRange, "Ack.round_id"));
+  c.push_back(rule(
+      "ack: zero upload id", a, [](w::Ack& m) { m.upload_id = w::UploadId{}; }, V::kAllZero,
+      "Ack.upload_id"));
+  c.push_back(rule(
+      "ack: disposition 0", a, [](w::Ack& m) { m.disposition = static_cast<w::UpdateDisposition>(0); },
+      V::kOutOfRange, "Ack.disposition"));
+  c.push_back(rule(
+      "ack: disposition 6", a, [](w::Ack& m) { m.disposition = static_cast<w::UpdateDisposition>(6); },
+      V::kOutOfRange, "Ack.disposition"));
+  // Error
+  const w::Error e = samples::error();
+  c.push_back(rule(
+      "error: code 0", e, [](w::Error& m) { m.code = static_cast<w::ErrorCode>(0); }, V::kOutOfRange,
+      "Error.code"));
+  c.push_back(rule(
+      "error: code 13", e, [](w::Error& m) { m.code = static_cast<w::ErrorCode>(13); }, V::kOutOfRange,
+      "Error.code"));
+  c.push_back(rule(
+      "error: 1025-byte message", e, [](w::Error& m) { m.message = std::string(1025, 'x'); }, V::kTooLong,
+      "Error.message"));
+  const char* const bad_texts[] = {
+      "\xC0\x80",          // overlong NUL
+      "\xE0\x80\xAF",      // overlong '/'
+      "\x80",              // continuation byte first
+      "\xC3",              // truncated sequence
+      "\xED\xA0\x80",      // UTF-16 surrogate
+      "\xF4\x90\x80\x80",  // above U+10FFFF
+      "\xF5\x80\x80\x80",  // invalid lead byte
+      "\xC2\x85",          // C1 control (NEL)
+      "bell\x07",          // C0 control
+      "del\x7F",           // DEL
+      "cr\r",              // only tab and newline pass
+  };
+  for (const char* text : bad_texts) {
+    c.push_back(rule(
+        "error: bad text", e, [text](w::Error& m) { m.message = text; }, V::kBadText, "Error.message"));
+  }
+  c.push_back(rule(
+      "error: embedded NUL", e, [](w::Error& m) { m.message = std::string("a\0b", 3); }, V::kBadText,
+      "Error.message"));
+  return c;
+}
+
+}  // namespace
+
+TEST_SUITE("wire.semantics") {
+  TEST_CASE("every field rule: validate, encode and decode all refuse with the same violation") {
+    const std::vector<RuleCase> cases = rule_cases();
+    MESSAGE(cases.size() << " rule cases");
+    for (const RuleCase& c : cases) {
+      CAPTURE(c.name);
+      w::DecodeDetail detail;
+      CHECK(w::validate(c.message, &detail) == c.status);
+      CHECK(detail.violation == c.violation);
+      CHECK(std::string(detail.field) == c.field);
+
+      std::vector<uint8_t> frame = {1, 2, 3};
+      detail = w::DecodeDetail{};
+      CHECK(w::encode(c.message, &frame, &detail) == c.status);
+      CHECK(frame == std::vector<uint8_t>{1, 2, 3});  // unchanged
+      CHECK(detail.violation == c.violation);
+
+      const Decoded d = decode(encode_raw(c.message));
+      CHECK(d.status == c.status);
+      CHECK(d.detail.violation == c.violation);
+      CHECK(std::string(d.detail.field) == c.field);
+    }
+  }
+
+  TEST_CASE(
+      "edges that are valid: 16- and 32-byte nonces, offset = total in UploadStatus, last byte chunks") {
+    w::UploadStart start = samples::upload_start();
+    start.round_nonce.assign(16, 0);
+    start.round_nonce[15] = 1;  // not all zero
+    check_round_trip(start);
+    start.round_nonce.assign(32, 0xFF);
+    check_round_trip(start);
+    w::UploadChunk chunk = samples::upload_chunk();
+    chunk.total_bytes = 1;
+    chunk.offset = 0;
+    chunk.data = {0};
+    check_round_trip(chunk);
+    chunk.total_bytes = 1000;
+    chunk.offset = 880;  // 120 bytes: exactly to the end
+    check_round_trip(chunk);
+    w::TaskOffer offer = samples::task_offer();
+    offer.training.momentum = 0.0f;
+    offer.training.learning_rate = w::kMaxHyperParameter;
+    offer.deadline_ms = w::kMaxDeadlineMs;
+    check_round_trip(offer);
+    w::Error error;
+    error.code = w::ErrorCode::kInternal;
+    error.message =
+        "tab\tnewline\n \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF \xEF\xBF\xBD";  // U+1F600, U+10FFFF, U+FFFD
+    check_round_trip(error);
+  }
+}
+
+TEST_SUITE("wire.corruption") {
+  // Each corrupted frame must decode to an error, or to a message that is valid and survives its
+  // own round trip. Never a crash (this suite also runs under ASan + UBSan).
+  void check_outcome(const std::vector<uint8_t>& frame, size_t* ok, size_t* errors) {
+    const Decoded d = decode(frame);
+    if (d.status != Status::kOk) {
+      ++*errors;
+      return;
+    }
+    ++*ok;
+    CHECK(w::validate(d.message) == Status::kOk);
+    const Decoded again = decode(encode_ok(d.message));
+    REQUIRE(again.status == Status::kOk);
+    CHECK(again.message == d.message);
+  }
+
+  TEST_CASE("random bit flips over valid frames of every type (11 x 3000 seeds)") {
+    size_t ok = 0, errors = 0;
+    const std::vector<w::Message> all = samples::all();
+    for (size_t t = 0; t < all.size(); ++t) {
+      const std::vector<uint8_t> frame = encode_ok(all[t]);
+      for (uint64_t seed = 0; seed < 3000; ++seed) {
+        uint64_t state = seed * 1000003u + t;
+        std::vector<uint8_t> bad = frame;
+        const int flips = 1 + static_cast<int>(next_random(&state) % 8);
+        for (int f = 0; f < flips; ++f) {
+          // Mostly in the payload; one flip in eight anywhere, header included.
+          const uint64_t r = next_random(&state);
+          const size_t lo = (r & 7) == 0 ? 0 : w::kFrameHeaderBytes;
+          const size_t at = lo + (r >> 8) % (bad.size() - lo);
+          bad[at] ^= static_cast<uint8_t>(1u << ((r >> 3) & 7));
+        }
+        check_outcome(bad, &ok, &errors);
+      }
+    }
+    MESSAGE("bit flips: " << ok << " decoded valid, " << errors << " refused");
+    CHECK(errors > 0);
+    CHECK(ok > 0);  // flips in padding, or in values that stay in range
+  }
+
+  TEST_CASE("random byte overwrites, truncations and garbage payloads") {
+    size_t ok = 0, errors = 0;
+    const std::vector<w::Message> all = samples::all();
+    uint64_t state = 12345;
+    for (int i = 0; i < 20000; ++i) {
+      const std::vector<uint8_t> frame = encode_ok(all[next_random(&state) % all.size()]);
+      std::vector<uint8_t> bad = frame;
+      switch (next_random(&state) % 3) {
+        case 0: {  // overwrite a few bytes of the payload with random values
+          const int n = 1 + static_cast<int>(next_random(&state) % 4);
+          for (int k = 0; k < n; ++k) {
+            bad[8 + next_random(&state) % (bad.size() - 8)] = static_cast<uint8_t>(next_random(&state));
+          }
+          break;
+        }
+        case 1: {  // truncate the payload and fix the header's length to match
+          const size_t keep = 8 + next_random(&state) % (bad.size() - 8);
+          bad.resize(keep);
+          const uint32_t length = static_cast<uint32_t>(keep - 8);
+          for (int k = 0; k < 4; ++k) bad[4 + k] = static_cast<uint8_t>(length >> (8 * k));
+          break;
+        }
+        default: {  // a random payload with a valid header and, half the time, the identifier
+          const size_t length = 8 + next_random(&state) % 400;
+          bad = header_bytes(1, static_cast<uint8_t>(1 + next_random(&state) % 11),
+                             static_cast<uint32_t>(length));
+          for (size_t k = 0; k < length; ++k) bad.push_back(static_cast<uint8_t>(next_random(&state)));
+          if (next_random(&state) & 1) memcpy(bad.data() + 12, "EFW1", 4);
+          break;
+        }
+      }
+      check_outcome(bad, &ok, &errors);
+    }
+    MESSAGE("overwrites/truncations/garbage: " << ok << " decoded valid, " << errors << " refused");
+    CHECK(errors > 0);
+  }
+}

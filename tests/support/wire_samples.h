@@ -1,0 +1,171 @@
+// tests/support/wire_samples.h: one valid message of every type, with every field away from its
+// default (so that a field the encoder or decoder drops shows up), shared by the wire suite and the
+// fuzzer's seed generator.
+#ifndef EDGEFL_TESTS_SUPPORT_WIRE_SAMPLES_H_
+#define EDGEFL_TESTS_SUPPORT_WIRE_SAMPLES_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "edgefl/wire.h"
+
+namespace edgefl_test {
+
+namespace wire_samples {
+
+namespace w = edgefl::wire;
+
+inline std::vector<uint8_t> pattern(size_t n, uint8_t start) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(start + 7 * i);
+  return v;
+}
+
+inline w::UploadId upload_id() {
+  w::UploadId id{};
+  for (size_t i = 0; i < id.size(); ++i) id[i] = static_cast<uint8_t>(0xA0 + i);
+  return id;
+}
+
+inline w::Digest digest(uint8_t start) {
+  w::Digest d{};
+  for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<uint8_t>(start + 3 * i);
+  return d;
+}
+
+inline w::Hello hello() {
+  w::Hello m;
+  m.sdk_version = "0.1.0 (test)";
+  m.supported_sparsifiers = 0x1F;
+  m.supported_value_coders = 0x1FE;
+  m.supported_index_codings = 0x7;
+  m.memory_budget_bytes = 48ull << 20;
+  m.capability_flags = w::kCapabilityCharging | w::kCapabilityIdle;
+  m.cpu_cores = 8;
+  m.uplink_kbps = 1000;
+  m.downlink_kbps = 10000;
+  return m;
+}
+
+inline w::TaskOffer task_offer() {
+  w::TaskOffer m;
+  m.round_id = 42;
+  m.round_nonce = pattern(32, 0x11);
+  m.model_version = 41;
+  m.model_bytes = 4 * 55050;
+  m.model_digest = digest(0x21);
+  m.parameter_count = 55050;
+  m.model_spec = "cnn";
+  m.training.batch_size = 64;
+  m.training.local_epochs = 2;
+  m.training.max_steps = 500;
+  m.training.learning_rate = 0.125f;
+  m.training.momentum = 0.5f;
+  m.training.weight_decay = 1e-4f;
+  m.training.prox_mu = 0.01f;
+  m.training.seed = 0x0123456789ABCDEFull;
+  m.uplink_codec = "topk:0.01+q4";
+  m.downlink_codec = "";
+  m.codec_seed = 0xFEDCBA9876543210ull;
+  m.deadline_ms = 600000;
+  m.max_upload_bytes = 1u << 20;
+  m.max_chunk_bytes = 256u << 10;
+  return m;
+}
+
+inline w::RetryLater retry_later() {
+  w::RetryLater m;
+  m.retry_after_ms = 30000;
+  m.retry_window_ms = 15000;
+  m.reason = w::RetryReason::kNotSelected;
+  return m;
+}
+
+inline w::ModelRequest model_request() {
+  w::ModelRequest m;
+  m.round_id = 42;
+  m.model_version = 41;
+  m.offset = 65536;
+  m.max_length = 65536;
+  return m;
+}
+
+inline w::ModelChunk model_chunk() {
+  w::ModelChunk m;
+  m.round_id = 42;
+  m.model_version = 41;
+  m.offset = 65536;
+  m.total_bytes = 4 * 55050;
+  m.data = pattern(100, 0x31);
+  return m;
+}
+
+inline w::UploadStart upload_start() {
+  w::UploadStart m;
+  m.round_id = 42;
+  m.round_nonce = pattern(16, 0x41);
+  m.upload_id = upload_id();
+  m.total_bytes = 9000;
+  return m;
+}
+
+inline w::UploadStatus upload_status() {
+  w::UploadStatus m;
+  m.round_id = 42;
+  m.upload_id = upload_id();
+  m.offset = 4096;
+  m.total_bytes = 9000;
+  return m;
+}
+
+inline w::UploadChunk upload_chunk() {
+  w::UploadChunk m;
+  m.round_id = 42;
+  m.upload_id = upload_id();
+  m.offset = 4096;
+  m.total_bytes = 9000;
+  m.data = pattern(120, 0x51);
+  return m;
+}
+
+inline w::Commit commit() {
+  w::Commit m;
+  m.round_id = 42;
+  m.round_nonce = pattern(32, 0x11);
+  m.upload_id = upload_id();
+  m.total_bytes = 9000;
+  m.sample_count = 600;
+  m.metrics = {{"train_loss", 0.4375}, {"train_accuracy", 0.875}, {"steps", 19.0}};
+  m.digest = digest(0x61);
+  return m;
+}
+
+inline w::Ack ack() {
+  w::Ack m;
+  m.round_id = 42;
+  m.upload_id = upload_id();
+  m.disposition = w::UpdateDisposition::kStraggler;
+  return m;
+}
+
+inline w::Error error() {
+  w::Error m;
+  m.code = w::ErrorCode::kNonceMismatch;
+  m.message =
+      "round nonce does not match round 42\n\tretry with a fresh offer (\xC3\xA9t\xC3\xA9 \xE2\x9C\x93)";
+  return m;
+}
+
+// One of each, in MessageType order.
+inline std::vector<w::Message> all() {
+  return {hello(),         task_offer(),   retry_later(), model_request(), model_chunk(), upload_start(),
+          upload_status(), upload_chunk(), commit(),      ack(),           error()};
+}
+
+}  // namespace wire_samples
+}  // namespace edgefl_test
+
+#endif  // EDGEFL_TESTS_SUPPORT_WIRE_SAMPLES_H_
