@@ -155,6 +155,7 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
   init_parameters(model, c.seed, {global.data(), n});
   std::vector<uint8_t> agg_memory(StreamingAggregator::storage_bytes(n));
   StreamingAggregator aggregator;
+  std::vector<uint8_t> decode_scratch;  // decode workspace of the sketch codecs, grown once
   if (aggregator.init({agg_memory.data(), agg_memory.size()}, n) != Status::kOk)
     return fail("aggregator init");
   std::vector<uint8_t> opt_memory(ServerOptimizer::state_bytes(opt_spec.kind, n));
@@ -285,7 +286,14 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
         add_turn.wait(lock, [&] { return next_to_add == slot || aborted; });
         if (o.status == Status::kOk && !aborted) {
           const Clock::time_point t1 = Clock::now();
-          o.status = aggregator.add_encoded({w.encoded.data(), o.bytes}, double(o.fit.samples));
+          // Sketch codecs (skc, cs) need decode scratch; it is reused under the add lock.
+          EncodedInfo info;
+          if (inspect({w.encoded.data(), o.bytes}, &info) == Status::kOk &&
+              decode_workspace_size(info) > decode_scratch.size()) {
+            decode_scratch.resize(decode_workspace_size(info));
+          }
+          o.status = aggregator.add_encoded({w.encoded.data(), o.bytes}, double(o.fit.samples),
+                                            {decode_scratch.data(), decode_scratch.size()});
           o.decode_s = seconds_since(t1);
           o.stage = "aggregate";
         }

@@ -123,7 +123,8 @@ size_t format_codec_spec(const CodecSpec& spec, char* buf, size_t cap);
 [[nodiscard]] Status validate_codec_spec(const CodecSpec& spec);
 
 // Scratch bytes encode() needs for n coordinates (0 is possible). 0 also for an invalid spec:
-// encode() then fails with kInvalidSpec.
+// encode() then fails with kInvalidSpec. For skc and cs it also covers decode_workspace_size()
+// of the encodings it produces, so one buffer serves encode and the decode error feedback does.
 size_t workspace_size(const CodecSpec& spec, size_t n);
 
 // The largest encoding of n coordinates under `spec`, in bytes, header included.

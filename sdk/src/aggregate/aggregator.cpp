@@ -78,11 +78,15 @@ void StreamingAggregator::reset() {
 }
 
 Status StreamingAggregator::add_encoded(Span<const uint8_t> encoded, double weight) {
+  return add_encoded(encoded, weight, Span<uint8_t>());
+}
+
+Status StreamingAggregator::add_encoded(Span<const uint8_t> encoded, double weight, Span<uint8_t> decode_workspace) {
   if (!bound_ || !weight_ok(weight)) return Status::kInvalidArgument;
   if (count_ == UINT64_MAX) return Status::kOverflow;
   // decode_add validates the whole encoding (header, checksum, payload) before it touches the
   // accumulator, so a rejected update leaves the sum bit-identical.
-  EDGEFL_RETURN_IF_ERROR(decode_add(encoded, weight, Span<double>(sum_, n_)));
+  EDGEFL_RETURN_IF_ERROR(decode_add(encoded, weight, Span<double>(sum_, n_), decode_workspace));
   ++count_;
   total_weight_ += weight;
   return Status::kOk;

@@ -153,6 +153,9 @@ WorkspaceLayout layout_for(const CodecSpec& s, size_t n) {
   if (n == 0) return w;
   if (s.values == ValueCoderKind::kHadamard) w.hadamard = size_t(s.block) * sizeof(float);
   if (is_skc(s)) w.sketch = skc::encode_workspace_bytes(skc_params(s), max_nnz(s, n));
+  // cs encodes in place in its output; the workspace is the unsketch scratch that decoding (and
+  // so error feedback) needs: the histogram and one float per coordinate.
+  if (is_count_sketch(s)) w.sketch = 128 + select::kHistogramBins * sizeof(uint32_t) + n * sizeof(float);
   if (s.entropy_coded) {
     const size_t nnz = max_nnz(s, n);
     w.entropy = nnz + size_t(values::region_bytes(value_params(s, 0), nnz));

@@ -60,7 +60,9 @@ Status ErrorFeedback::encode(const CodecSpec& spec, Span<float> update, uint64_t
   EDGEFL_RETURN_IF_ERROR(edgefl::encode(spec, Span<const float>(x, n_), seed, workspace, out, &bytes));
   // residual := compensated - decoded, computed in place in x (decode_add with weight -1), so
   // no dense copy of the decoded update is needed. The encoding was just produced: it verifies.
-  const Status s = decode_add(Span<const uint8_t>(out.data(), bytes), -1.0f, update);
+  // The encoder is done with its workspace: it is the decode scratch of the sketch codecs
+  // (workspace_size() covers decode_workspace_size() for them).
+  const Status s = decode_add(Span<const uint8_t>(out.data(), bytes), -1.0f, update, workspace);
   if (s != Status::kOk) return s;
   if (precision_ == ResidualPrecision::kBf16) {
     for (size_t i = 0; i < n_; ++i) {
