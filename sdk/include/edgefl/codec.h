@@ -23,7 +23,7 @@
 //              |  'randk' ':' (FRACTION | 'k=' COUNT) { ',' 'unscaled' }
 //   IDX        := 'ef' | 'rice' | 'auto'
 //   values     := 'fp32' | 'fp16' | 'bf16'
-//              |  'q' BITS { ':' | ',' } ('block=' N | 'det' | 'shared=' STEP | 'clip' | 'ans')  BITS in {1,2,4,8}
+//              |  'q' BITS { ':' | ',' } ('block=' N | 'det' | 'shared=' STEP | 'clip' | 'ans' | 'sm')  BITS in {1,2,4,8}
 //              |  'hq' BITS [ ':' 'block=' N ]                                    BITS in {1,2,3,4}
 //              |  'qsgd' [ ':' ('s=' LEVELS | 'bucket=' N) {',' ...} ]
 //              |  'tern' [ ':' 'block=' N ]
@@ -31,7 +31,7 @@
 //              |  'skc' [ ':' ('bins=' B | 'groups=' G | 'rows=' R | 'cols=' RATIO | 'k=' K) {',' ...} ]
 //   sketch     := 'cs' [ ':' (CELLS | 'cells=' FRACTION | 'cols=' C | 'rows=' R | 'top=' FRACTION
 //                            | 'k=' COUNT | 'step=' STEP) {',' ...} ]          (no sparsifier)
-//   alias      := 'sparq' ':' FRACTION   = topk:FRACTION,approx,idx=auto+q4:ans (edgefl's sparse codec)
+//   alias      := 'sparq' ':' FRACTION   = topk:FRACTION,approx,idx=auto+q4:sm,ans (edgefl's sparse codec)
 //
 // A sparsifier alone keeps its values in fp32. skc without a sparsifier carries the non-zero
 // coordinates of the update.
@@ -96,6 +96,9 @@ struct CodecSpec {
   float shared_step = 0.0f;  // kUniform: > 0 selects shared-scale mode (code = round(x / step))
   bool clip = false;         // shared-scale: saturate codes at +-(2^(bits-1)-1) instead of failing
   bool entropy_coded = false;  // kUniform blocked: rANS-code the codes when that is smaller ('ans')
+  // kUniform blocked, bits >= 2 ('sm'): a sign bit and bits-1 stochastic levels of |x| between the
+  // block's smallest and largest |x| (top-k values sit far from zero: no levels are wasted there).
+  bool sign_magnitude = false;
   uint16_t levels = 0;       // kQsgd: s, the number of positive levels (1..32767)
 
   // kSkCompress (defaults are the published ones).
@@ -156,6 +159,7 @@ struct EncodedInfo {
   bool shared_scale = false;
   bool randk_unscaled = false;
   bool entropy_coded = false;  // the value region is rANS-coded (uniform blocked codes)
+  bool sign_magnitude = false;  // uniform codes are sign + magnitude levels
   float param = 0.0f;  // shared step (kUniform shared) or threshold (kThreshold)
   uint64_t seed = 0;
   uint32_t contributions = 0;  // encodings summed into this one (1 for a fresh encoding)

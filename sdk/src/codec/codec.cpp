@@ -127,6 +127,7 @@ values::Params value_params(const CodecSpec& s, uint64_t seed) {
   }
   p.round_key = derive_key(seed, kPurposeRounding);
   p.sign_key = derive_key(seed, kPurposeHadamardSigns);
+  p.signmag = s.sign_magnitude;
   return p;
 }
 
@@ -151,8 +152,8 @@ struct WorkspaceLayout {
 WorkspaceLayout layout_for(const CodecSpec& s, size_t n) {
   WorkspaceLayout w;
   if (n == 0) return w;
-  if (s.values == ValueCoderKind::kHadamard) w.hadamard = size_t(s.block) * sizeof(float);
   if (is_skc(s)) w.sketch = skc::encode_workspace_bytes(skc_params(s), max_nnz(s, n));
+  if (s.values == ValueCoderKind::kHadamard) w.hadamard = size_t(s.block) * sizeof(float);
   // cs encodes in place in its output; the workspace is the unsketch scratch that decoding (and
   // so error feedback) needs: the histogram and one float per coordinate.
   if (is_count_sketch(s)) w.sketch = 128 + select::kHistogramBins * sizeof(uint32_t) + n * sizeof(float);
@@ -282,6 +283,7 @@ values::Params params_from_header(const EncodedInfo& h) {
   p.step = h.param;
   p.sign_key = derive_key(h.seed, kPurposeHadamardSigns);
   p.entropy = h.entropy_coded;
+  p.signmag = h.sign_magnitude;
   return p;
 }
 
@@ -293,7 +295,8 @@ Status decode_skc(const EncodedInfo& h, const uint8_t* region, Span<uint8_t> wor
   const skc::Params p = skc_params(h);
   skc::Layout l;
   EDGEFL_RETURN_IF_ERROR(skc::parse(p, h.n, h.nnz, region, h.value_bytes, &l));
-  if (workspace.size() < decode_workspace_size(h) || workspace.data() == nullptr) return Status::kWorkspaceTooSmall;
+  if (workspace.size() < decode_workspace_size(h) || workspace.data() == nullptr)
+    return Status::kWorkspaceTooSmall;
   uint16_t* table = reinterpret_cast<uint16_t*>(align64(workspace.data()));
   uint8_t* cells = reinterpret_cast<uint8_t*>(table + entropy::huffman_table_entries());
   EDGEFL_RETURN_IF_ERROR(skc::decode_sketches(p, l, cells, table));
@@ -305,14 +308,16 @@ Status decode_skc(const EncodedInfo& h, const uint8_t* region, Span<uint8_t> wor
 // Count Sketch: every coordinate's estimate into the workspace, then the top nnz of them.
 template <typename Sink>
 Status decode_count_sketch(const EncodedInfo& h, const uint8_t* cells, Span<uint8_t> workspace, Sink&& sink) {
-  if (workspace.size() < decode_workspace_size(h) || workspace.data() == nullptr) return Status::kWorkspaceTooSmall;
+  if (workspace.size() < decode_workspace_size(h) || workspace.data() == nullptr)
+    return Status::kWorkspaceTooSmall;
   uint8_t* cursor = align64(workspace.data());
   uint32_t* histogram = reinterpret_cast<uint32_t*>(cursor);
   float* estimates = reinterpret_cast<float*>(align64(cursor + select::kHistogramBins * sizeof(uint32_t)));
   const unsigned rows = h.levels;
   count_sketch::RowHash hashes[count_sketch::kMaxRows];
   for (unsigned r = 0; r < rows; ++r) hashes[r] = count_sketch::row_hash(h.seed, r);
-  for (uint32_t i = 0; i < h.n; ++i) estimates[i] = count_sketch::estimate(cells, rows, h.block, hashes, i, h.param);
+  for (uint32_t i = 0; i < h.n; ++i)
+    estimates[i] = count_sketch::estimate(cells, rows, h.block, hashes, i, h.param);
   select::Selection sel;
   sel.k = h.nnz;
   if (h.nnz < h.n) {
@@ -354,9 +359,7 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
   };
   sink.begin();
   switch (h.sparsifier) {
-    case SparsifierKind::kNone:
-      for_each_value([&](uint64_t pos, float v) { sink(size_t(pos), v); });
-      break;
+    case SparsifierKind::kNone: for_each_value([&](uint64_t pos, float v) { sink(size_t(pos), v); }); break;
     case SparsifierKind::kRandomK: {
       // Indices come from the seed; decode_region visits values in index order.
       select::RandomIndexStream gen(h.n, h.nnz, h.seed);
@@ -442,6 +445,7 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
                  (spec.values == ValueCoderKind::kUniform && spec.stochastic);
   h.shared_scale = p.shared;
   h.randk_unscaled = spec.randk_unscaled;
+  h.sign_magnitude = spec.sign_magnitude;
   h.param = p.shared ? p.step : spec.sparsifier == SparsifierKind::kThreshold ? spec.threshold : 0.0f;
   h.seed = seed;
   h.contributions = 1;
@@ -466,7 +470,8 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
     const uint32_t max_bits = n > 0 ? kern.max_abs_bits(x, n) : 0;
     if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
     // Codes must fit in int32 (and so must every cell: checked as they are added).
-    if (double(bits_float(max_bits)) / double(spec.shared_step) >= 2147483647.0) return Status::kValueOutOfRange;
+    if (double(bits_float(max_bits)) / double(spec.shared_step) >= 2147483647.0)
+      return Status::kValueOutOfRange;
     const unsigned rows = spec.sketch_rows;
     const uint32_t cols = cs_columns(spec, n);
     h.nnz = uint32_t(cs_heavy_hitters(spec, n));
@@ -486,7 +491,8 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
       if (x[i] == 0.0f) continue;
       const double t = double(x[i]) / double(spec.shared_step);
       const double floor_t = double(int64_t(t) - (double(int64_t(t)) > t ? 1 : 0));
-      const int64_t code = int64_t(floor_t) + (double(unit_float(hash32(round_key, uint32_t(i)))) < t - floor_t ? 1 : 0);
+      const int64_t code =
+          int64_t(floor_t) + (double(unit_float(hash32(round_key, uint32_t(i)))) < t - floor_t ? 1 : 0);
       if (code == 0) continue;
       for (unsigned r = 0; r < rows; ++r) {
         uint8_t* cell = payload + 4 * (size_t(r) * cols + hashes[r].column(uint32_t(i), cols));
@@ -582,14 +588,30 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
       // SKCompress: three passes over the set (quantiles; group counts and key widths; sketch
       // inserts and keys), then the Huffman-coded tables.
       const skc::Params sp = skc_params(spec);
-      skc::Encoder* enc = new (sketch_memory) skc::Encoder(sp, max_nnz(spec, n), seed, sketch_memory);
-      sel.for_each(x, n, [&](uint32_t i) { enc->observe(x[i]); });
-      enc->plan();
-      sel.for_each(x, n, [&](uint32_t i) { enc->count(i, x[i]); });
-      EDGEFL_RETURN_IF_ERROR(enc->layout(payload, out.size() - kEncodedHeaderBytes));
-      sel.for_each(x, n, [&](uint32_t i) { enc->insert(i, x[i]); });
+      // Zeros the sparsifier kept (fewer non-zeros than k) are not carried: they decode to 0.
+      size_t carried = 0;
       size_t region = 0;
-      EDGEFL_RETURN_IF_ERROR(enc->finish(&region));
+      if (n == 0) {
+        region = skc::write_empty_region(payload);
+      } else {
+        skc::Encoder* enc = new (sketch_memory) skc::Encoder(sp, max_nnz(spec, n), seed, sketch_memory);
+        sel.for_each(x, n, [&](uint32_t i) {
+          if (x[i] != 0.0f) {
+            enc->observe(x[i]);
+            ++carried;
+          }
+        });
+        enc->plan();
+        sel.for_each(x, n, [&](uint32_t i) {
+          if (x[i] != 0.0f) enc->count(i, x[i]);
+        });
+        EDGEFL_RETURN_IF_ERROR(enc->layout(payload, out.size() - kEncodedHeaderBytes));
+        sel.for_each(x, n, [&](uint32_t i) {
+          if (x[i] != 0.0f) enc->insert(i, x[i]);
+        });
+        EDGEFL_RETURN_IF_ERROR(enc->finish(&region));
+      }
+      h.nnz = uint32_t(carried);
       h.index_coding = IndexCoding::kNone;
       h.index_bytes = 0;
       h.value_bytes = region;
@@ -727,7 +749,8 @@ Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulat
   return decode_with(bytes, accumulator.size(), workspace, sink);
 }
 
-Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator, Span<uint8_t> workspace) {
+Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator,
+                  Span<uint8_t> workspace) {
   if (!(weight - weight == 0.0)) return Status::kInvalidArgument;  // NaN or Inf
   if (accumulator.size() > 0 && accumulator.data() == nullptr) return Status::kInvalidArgument;
   struct AddSink {

@@ -24,7 +24,8 @@ void write_header(const EncodedInfo& info, uint8_t* out) {
   store_le32(out + 12, info.nnz);
   out[16] = info.bits;
   out[17] = uint8_t((info.stochastic ? kFlagStochastic : 0) | (info.shared_scale ? kFlagSharedScale : 0) |
-                    (info.randk_unscaled ? kFlagRandkUnscaled : 0) | (info.entropy_coded ? kFlagEntropyCoded : 0));
+                    (info.randk_unscaled ? kFlagRandkUnscaled : 0) | (info.entropy_coded ? kFlagEntropyCoded : 0) |
+                    (info.sign_magnitude ? kFlagSignMagnitude : 0));
   store_le16(out + 18, info.levels);
   store_le32(out + 20, info.block);
   memcpy(out + 24, &info.param, 4);
@@ -151,6 +152,10 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   h.shared_scale = (flags & kFlagSharedScale) != 0;
   h.randk_unscaled = (flags & kFlagRandkUnscaled) != 0;
   h.entropy_coded = (flags & kFlagEntropyCoded) != 0;
+  h.sign_magnitude = (flags & kFlagSignMagnitude) != 0;
+  if (h.sign_magnitude && (p[6] != uint8_t(ValueCoderKind::kUniform) || h.shared_scale || p[16] < 2)) {
+    return Status::kBadParameters;
+  }
   h.levels = load_le16(p + 18);
   h.block = load_le32(p + 20);
   memcpy(&h.param, p + 24, 4);

@@ -14,7 +14,8 @@
 //  16      1   bits            code width: 32 fp32, 16 fp16/bf16, 1..32 uniform, 1..4 hadamard,
 //                              1+ceil(log2(s+1)) qsgd, 2 terngrad, 1 sign
 //  17      1   flags           bit0 stochastic, bit1 shared-scale, bit2 random-k unscaled,
-//                              bit3 entropy-coded value region (uniform blocked); others 0
+//                              bit3 entropy-coded value region (uniform blocked), bit4 sign-magnitude
+//                              uniform codes; others 0
 //  18      2   levels          qsgd s; 0 otherwise
 //  20      4   block           coordinates per scale / bucket; 0 for fp32/fp16/bf16 and shared-scale
 //  24      4   param (f32)     shared step (uniform, shared-scale) or threshold; 0 otherwise
@@ -32,6 +33,8 @@
 //   fp32/fp16/bf16 : the values, no blocks.
 //   uniform + ans  : (flag bit3) every block's f32 min and f32 step, then the rANS table and
 //                    stream of all codes (values.h, entropy/rans.h); smaller than the plain form.
+//   uniform + sm   : (flag bit4) as uniform, with min and step over |x|; a code's top bit is the
+//                    sign: value = +-(min + (code & (2^(bits-1) - 1)) * step).
 //   uniform        : f32 min, f32 step, then ceil(count * bits / 8) bytes of codes (LSB-first);
 //                    value = min + code * step. Shared-scale: no per-block data; codes are
 //                    two's-complement `bits`-wide integers for the whole region; value = code*step.
@@ -67,7 +70,9 @@ constexpr uint8_t kFlagStochastic = 1u << 0;
 constexpr uint8_t kFlagSharedScale = 1u << 1;
 constexpr uint8_t kFlagRandkUnscaled = 1u << 2;
 constexpr uint8_t kFlagEntropyCoded = 1u << 3;
-constexpr uint8_t kKnownFlags = kFlagStochastic | kFlagSharedScale | kFlagRandkUnscaled | kFlagEntropyCoded;
+constexpr uint8_t kFlagSignMagnitude = 1u << 4;
+constexpr uint8_t kKnownFlags =
+    kFlagStochastic | kFlagSharedScale | kFlagRandkUnscaled | kFlagEntropyCoded | kFlagSignMagnitude;
 
 // Writes the header for `info` (checksum field left 0) into `out` (kHeaderBytes bytes).
 void write_header(const EncodedInfo& info, uint8_t* out);

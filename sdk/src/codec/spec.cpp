@@ -177,6 +177,10 @@ bool apply_value_arg(const Arg& a, CodecSpec* s) {
     s->clip = true;
     return true;
   }
+  if (a.key_is("sm") && a.value_len == 0 && s->values == ValueCoderKind::kUniform) {
+    s->sign_magnitude = true;
+    return true;
+  }
   if (a.key_is("ans") && a.value_len == 0 && s->values == ValueCoderKind::kUniform) {
     s->entropy_coded = true;
     return true;
@@ -366,6 +370,9 @@ Status validate_codec_spec(const CodecSpec& s) {
   if (s.randk_unscaled && s.sparsifier != SparsifierKind::kRandomK) return Status::kInvalidSpec;
   if (s.clip && !(s.values == ValueCoderKind::kUniform && s.shared_step != 0.0f)) return Status::kInvalidSpec;
   if (s.entropy_coded && !(s.values == ValueCoderKind::kUniform && s.shared_step == 0.0f)) return Status::kInvalidSpec;
+  if (s.sign_magnitude && !(s.values == ValueCoderKind::kUniform && s.shared_step == 0.0f && s.bits >= 2)) {
+    return Status::kInvalidSpec;
+  }
   switch (s.values) {
     case ValueCoderKind::kFp32:
       if (s.bits != 32) return Status::kInvalidSpec;
@@ -416,7 +423,7 @@ Status parse_codec_spec(const char* text, CodecSpec* spec) {
     text::Appender e{expanded, sizeof(expanded)};
     e.put("topk:");
     for (size_t i = 6; i < len; ++i) e.put(text[i]);
-    e.put(",approx,idx=auto+q4:ans");
+    e.put(",approx,idx=auto+q4:sm,ans");
     if (e.len >= sizeof(expanded)) return Status::kInvalidSpec;
     expanded[e.len] = '\0';
     return parse_codec_spec(expanded, spec);
@@ -493,6 +500,7 @@ size_t format_codec_spec(const CodecSpec& s, char* buf, size_t cap) {
         a.put(":block=");
         a.put_uint(s.block);
         if (!s.stochastic) a.put(",det");
+        if (s.sign_magnitude) a.put(",sm");
         if (s.entropy_coded) a.put(",ans");
       }
       break;

@@ -135,6 +135,34 @@ Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t fi
         k.quantize_shared(v, count, inv, limit, p.bits, p.stochastic, p.round_key, first, out);
         return Status::kOk;
       }
+      if (p.signmag) {
+        // Sign bit + stochastic levels of |x| over [min |x|, max |x|] of the block.
+        float lo = 3.0e38f, hi = 0.0f;
+        for (uint32_t i = 0; i < count; ++i) {
+          const float m = v[i] < 0.0f ? -v[i] : v[i];
+          lo = m < lo ? m : lo;
+          hi = m > hi ? m : hi;
+        }
+        const unsigned mag_bits = p.bits - 1u;
+        const uint32_t top = (1u << mag_bits) - 1;
+        float step = top > 0 ? (hi - lo) / float(top) : 0.0f;
+        if (!(step <= kMaxScale) || !(hi <= kMaxScale)) return Status::kValueOutOfRange;
+        if (!(step >= 1e-30f)) step = 0.0f;
+        memcpy(out, &lo, 4);
+        memcpy(out + 4, &step, 4);
+        const float inv = step > 0.0f ? 1.0f / step : 0.0f;
+        BitWriter w(out + 8, size_t((uint64_t(count) * p.bits + 7) / 8));
+        for (uint32_t i = 0; i < count; ++i) {
+          const float m = v[i] < 0.0f ? -v[i] : v[i];
+          const float t = (m - lo) * inv;
+          const float u = p.stochastic ? unit_float(hash32(p.round_key, first + i)) : 0.5f;
+          uint32_t level = uint32_t(t + u);
+          level = level > top ? top : level;
+          w.put(level | (uint32_t(v[i] < 0.0f) << mag_bits), p.bits);
+        }
+        w.finish();
+        return Status::kOk;
+      }
       float lo, hi;
       k.min_max(v, count, &lo, &hi);
       const float levels = float((1u << p.bits) - 1);

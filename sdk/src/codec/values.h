@@ -36,6 +36,7 @@ struct Params {
   uint32_t round_key = 0;  // hash key of stochastic rounding
   uint32_t sign_key = 0;   // hash key of the Hadamard signs
   bool entropy = false;    // uniform blocked: codes rANS-coded (entropy region layout)
+  bool signmag = false;    // uniform blocked: sign bit + magnitude levels
 };
 
 // True for coders whose groups are blocks with per-block data.
@@ -132,7 +133,14 @@ void decode_entropy_region(const Params& p, const uint8_t* data, size_t bytes, u
       memcpy(&a, data + 8 * (i / p.block), 4);
       memcpy(&b, data + 8 * (i / p.block) + 4, 4);
     }
-    sink(i, a + float(dec.get(size_t(i))) * b);
+    const unsigned code = dec.get(size_t(i));
+    if (p.signmag) {
+      const unsigned mag_bits = p.bits - 1u;
+      const float mag = a + float(code & ((1u << mag_bits) - 1)) * b;
+      sink(i, (code >> mag_bits) ? -mag : mag);
+    } else {
+      sink(i, a + float(code) * b);
+    }
   }
 }
 
@@ -197,7 +205,15 @@ void decode_region(const Params& p, const uint8_t* data, uint64_t total, Sink&& 
       case ValueCoderKind::kUniform: {
         memcpy(&b, g + 4, 4);
         const uint8_t* codes = g + 8;
-        if (p.bits == 8) {
+        if (p.signmag) {
+          BitReader r(codes, size_t((uint64_t(count) * p.bits + 7) / 8));
+          const unsigned mag_bits = p.bits - 1u;
+          for (uint32_t i = 0; i < count; ++i) {
+            const unsigned code = unsigned(r.get(p.bits));
+            const float mag = a + float(code & ((1u << mag_bits) - 1)) * b;
+            sink(pos + i, (code >> mag_bits) ? -mag : mag);
+          }
+        } else if (p.bits == 8) {
           for (uint32_t i = 0; i < count; ++i) sink(pos + i, a + float(codes[i]) * b);
         } else if (p.bits == 4) {
           for (uint32_t i = 0; i < count; ++i)

@@ -26,6 +26,11 @@ float midpoint(float lower, float upper) {
 
 }  // namespace
 
+size_t write_empty_region(uint8_t* out) {
+  memset(out, 0, 13);  // min 0, max 0, no split, zero 0, no group
+  return 13;
+}
+
 uint64_t region_bound(const Params& p, uint64_t nnz) {
   // Header with every split; keys at most 33 bits each (the m = 2 fixed layout is always
   // available); per group a full Huffman table; sketch codes at most kHuffmanMaxBits each.
@@ -148,6 +153,17 @@ void Encoder::count(uint32_t key, float v) {
 Status Encoder::layout(uint8_t* out, size_t cap) {
   out_ = out;
   cap_ = cap;
+  // Groups that received no key are not sent (an empty end bucket can form a group of its own).
+  unsigned kept = 0;
+  uint8_t renumber[kMaxGroups];
+  for (unsigned gi = 0; gi < group_count_; ++gi) {
+    renumber[gi] = uint8_t(kept);
+    if (groups_[gi].keys > 0) groups_[kept++] = groups_[gi];
+  }
+  for (unsigned b = 0; b < split_count_ + 1u && group_count_ > 0; ++b) {
+    group_of_bucket_[b] = renumber[group_of_bucket_[b]];
+  }
+  group_count_ = kept;
   size_t offset = region_header_bytes(split_count_, group_count_);
   keys_offset_ = offset;
   uint64_t cells = 0;

@@ -60,6 +60,9 @@ inline uint32_t columns(float ratio, uint32_t keys) {
   return c < 1 ? 1 : c;
 }
 
+// Writes the region of an update with no key (13 bytes) and returns its size.
+size_t write_empty_region(uint8_t* out);
+
 // Largest value region for nnz keys.
 uint64_t region_bound(const Params& p, uint64_t nnz);
 // Encoder workspace (bytes, before alignment slack) for at most nnz keys.
