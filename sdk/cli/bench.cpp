@@ -1,7 +1,7 @@
 #include "bench.h"
 #include "core/rng.h"
-#include "sim.h"
 #include "entropy/rans.h"
+#include "sim.h"
 #include "sketch/skc.h"
 
 #include <math.h>
@@ -131,11 +131,7 @@ BenchResult failed_result(const std::string& dataset, const std::string& codec, 
 // true value falls in (the bucket found by binary search over the encoding's own splits).
 double skc_exact_bucket_rate(Span<const uint8_t> bytes, const EncodedInfo& info, const float* x,
                              std::vector<uint8_t>* workspace) {
-  skc::Params p;
-  p.bins = static_cast<uint16_t>(info.block);
-  p.groups = static_cast<uint8_t>(info.levels >> 4);
-  p.rows = static_cast<uint8_t>(info.levels & 15u);
-  p.cols = info.param;
+  const skc::Params p = skc::params_from_header(info);
   skc::Layout l;
   const uint8_t* region = bytes.data() + info.header_bytes;
   if (skc::parse(p, info.n, info.nnz, region, info.value_bytes, &l) != Status::kOk) return kNull;
@@ -148,7 +144,8 @@ double skc_exact_bucket_rate(Span<const uint8_t> bytes, const EncodedInfo& info,
   size_t exact = 0, total = 0;
   const Status s = skc::visit(p, l, info.n, info.seed, cells, true, [&](size_t key, float value) {
     const float v = x[key] == 0.0f ? 0.0f : x[key];
-    const unsigned b = static_cast<unsigned>(std::upper_bound(splits.begin(), splits.end(), v) - splits.begin());
+    const unsigned b =
+        static_cast<unsigned>(std::upper_bound(splits.begin(), splits.end(), v) - splits.begin());
     exact += skc::bucket_representative(l, b) == value ? 1 : 0;
     ++total;
   });
@@ -175,7 +172,8 @@ double topk_recall(const float* x, size_t n, const std::vector<float>& decoded, 
   }
   // Ties at the k-th magnitude: any of them counts toward the k - above slots left.
   const size_t slots = k - above;
-  return static_cast<double>(hits_above + std::min(hits_tied, std::min(slots, tied))) / static_cast<double>(k);
+  return static_cast<double>(hits_above + std::min(hits_tied, std::min(slots, tied))) /
+         static_cast<double>(k);
 }
 
 double sum_squares(const float* x, size_t n) {
@@ -250,7 +248,8 @@ std::vector<BenchResult> bench_kernels(const std::string& dataset, const float* 
     BenchResult r = failed_result(dataset, "kernel:skc_bucketing", "kernel:skc_bucketing", n, reps, "");
     skc::Params p;
     std::vector<uint8_t> ws(skc::encode_workspace_bytes(p, n) + 64);
-    uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws.data()) + 63) & ~uintptr_t(63));
+    uint8_t* base =
+        reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(ws.data()) + 63) & ~uintptr_t(63));
     skc::Encoder* enc = new (base) skc::Encoder(p, n, 1, base);
     for (size_t i = 0; i < n; ++i) enc->observe(x[i]);
     enc->plan();

@@ -644,11 +644,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
   if (command == "sim") return run_sim_command(argc, argv, out, err);
   if (command == "bench") {
-    const std::vector<OptionDef> defs = {{"--input", true, true},    {"--codecs", true, false},
-                                         {"--reps", true, false},    {"--json", true, false},
-                                         {"--quick", false, false},  {"--no-bench1m", false, false},
-                                         {"--no-real", false, false}, {"--sparse", false, false},
-                                         {"--kernels", false, false}};
+    const std::vector<OptionDef> defs = {
+        {"--input", true, true},     {"--codecs", true, false},  {"--reps", true, false},
+        {"--json", true, false},     {"--quick", false, false},  {"--no-bench1m", false, false},
+        {"--no-real", false, false}, {"--sparse", false, false}, {"--kernels", false, false}};
     if (!parse_args(argc, argv, 2, defs, &args, &error)) return usage_error(err, "bench", error, kBenchUsage);
     if (args.help) {
       out << kBenchUsage;

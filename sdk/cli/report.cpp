@@ -185,7 +185,8 @@ bool write_report(const std::string& dir, const std::vector<CodecRun>& runs, con
      << (settings.target_acc > 0 ? "" : " (the baseline's final accuracy - 0.5 pp)")
      << ". Final accuracy is the mean of the last " << kFinalWindow
      << " evaluations; a target counts as reached when the mean of the last " << kTargetWindow
-     << " evaluations reaches it. Bytes are all-in (headers, scales, indices); simulated time follows the link model and the"
+     << " evaluations reaches it. Bytes are all-in (headers, scales, indices); simulated time follows the "
+        "link model and the"
         " measured compute of the slowest selected client per round.\n\n";
   md << "| codec | final acc | vs " << runs[0].codec
      << " (pp) | uplink total | bytes/round | uplink to target | x " << runs[0].codec

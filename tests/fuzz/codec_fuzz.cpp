@@ -17,7 +17,7 @@
 
 namespace {
 
-constexpr size_t kMaxDimension = size_t(1) << 20;        // keeps the decode buffers small
+constexpr size_t kMaxDimension = size_t(1) << 20;         // keeps the decode buffers small
 constexpr size_t kMaxDecodeWorkspace = size_t(64) << 20;  // bytes
 
 }  // namespace
@@ -26,8 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> bytes(data, data + size);
   if (bytes.size() >= edgefl::kEncodedHeaderBytes) {
     // Make the checksum match whatever total the header claims (within the input).
-    const uint64_t total = uint64_t(edgefl::kEncodedHeaderBytes) + edgefl::load_le32(&bytes[40]) +
-                           edgefl::load_le32(&bytes[44]);
+    const uint64_t total =
+        uint64_t(edgefl::kEncodedHeaderBytes) + edgefl::load_le32(&bytes[40]) + edgefl::load_le32(&bytes[44]);
     if (total <= bytes.size()) {
       edgefl::store_le32(&bytes[edgefl::format::kChecksumOffset], 0);
       edgefl::store_le32(&bytes[edgefl::format::kChecksumOffset],

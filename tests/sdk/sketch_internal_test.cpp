@@ -164,7 +164,8 @@ std::vector<HuffmanCase> huffman_cases() {
   }
   {
     std::vector<uint32_t> f(256);
-    for (unsigned s = 0; s < 256; ++s) f[s] = rng.below(4) == 0 ? 0 : 1 + static_cast<uint32_t>(rng.below(50000) * pow(rng.uniform(), 4));
+    for (unsigned s = 0; s < 256; ++s)
+      f[s] = rng.below(4) == 0 ? 0 : 1 + static_cast<uint32_t>(rng.below(50000) * pow(rng.uniform(), 4));
     cases.push_back({"256 random skewed with gaps", f});
   }
   {
@@ -388,8 +389,8 @@ void build_encoder(const std::vector<float>& values, const skc::Params& p, uint6
   size_t bytes = 0;
   REQUIRE(b->enc->finish(&bytes) == Status::kOk);
   REQUIRE(bytes <= b->region.size());
-  REQUIRE(skc::parse(p, static_cast<uint32_t>(nnz), static_cast<uint32_t>(nnz), b->region.data(), bytes, &b->l) ==
-          Status::kOk);
+  REQUIRE(skc::parse(p, static_cast<uint32_t>(nnz), static_cast<uint32_t>(nnz), b->region.data(), bytes,
+                     &b->l) == Status::kOk);
   b->splits.resize(b->l.split_count);
   if (!b->splits.empty()) memcpy(b->splits.data(), b->l.splits, b->splits.size() * 4);
 }
@@ -478,7 +479,8 @@ TEST_SUITE("sketch.internal") {
     }
   }
 
-  TEST_CASE("huffman: the unlimited cases are really unlimited and the fibonacci ones really need the limit") {
+  TEST_CASE(
+      "huffman: the unlimited cases are really unlimited and the fibonacci ones really need the limit") {
     // Guards against a vacuous test: some cases are checked for optimality, some force limiting.
     size_t unlimited = 0, limited = 0;
     for (const HuffmanCase& c : huffman_cases()) {
@@ -518,17 +520,17 @@ TEST_SUITE("sketch.internal") {
       l[7] = bad;
       CHECK(read(l, 16, 8) == Status::kCorruptPayload);
     }
-    CHECK(read(std::vector<uint8_t>(16, 0), 16, 8) == Status::kCorruptPayload);      // no symbol
+    CHECK(read(std::vector<uint8_t>(16, 0), 16, 8) == Status::kCorruptPayload);  // no symbol
     CHECK(read(std::vector<uint8_t>(32, 0), 32, 16) == Status::kCorruptPayload);
-    CHECK(read({1, 1, 1, 0}, 4, 2) == Status::kCorruptPayload);                        // Kraft 3/2
-    CHECK(read({2, 2, 2, 2, 3, 0, 0, 0}, 8, 4) == Status::kCorruptPayload);           // Kraft 9/8
-    CHECK(read(std::vector<uint8_t>(17, 4), 17, 9) == Status::kCorruptPayload);       // 17/16
-    CHECK(read({1, 0, 0, 0}, 4, 2) == Status::kOk);                                    // incomplete is fine
+    CHECK(read({1, 1, 1, 0}, 4, 2) == Status::kCorruptPayload);                  // Kraft 3/2
+    CHECK(read({2, 2, 2, 2, 3, 0, 0, 0}, 8, 4) == Status::kCorruptPayload);      // Kraft 9/8
+    CHECK(read(std::vector<uint8_t>(17, 4), 17, 9) == Status::kCorruptPayload);  // 17/16
+    CHECK(read({1, 0, 0, 0}, 4, 2) == Status::kOk);                              // incomplete is fine
     CHECK(read(std::vector<uint8_t>(2048 / 8, 8), 256, 128) == Status::kOk);
-    CHECK(read(valid, 16, 7) == Status::kCorruptPayload);                              // truncated table
+    CHECK(read(valid, 16, 7) == Status::kCorruptPayload);  // truncated table
     CHECK(read(valid, 16, 0) == Status::kCorruptPayload);
-    CHECK(read(valid, 0, 8) == Status::kCorruptPayload);                               // no alphabet
-    CHECK(read(std::vector<uint8_t>(258, 8), 257, 129) == Status::kCorruptPayload);   // over 256
+    CHECK(read(valid, 0, 8) == Status::kCorruptPayload);                             // no alphabet
+    CHECK(read(std::vector<uint8_t>(258, 8), 257, 129) == Status::kCorruptPayload);  // over 256
   }
 
   TEST_CASE("huffman: the bulk decoder matches get() at every start bit, and fails on bad streams") {
@@ -563,7 +565,8 @@ TEST_SUITE("sketch.internal") {
       }
       const size_t used = w.finish();
       REQUIRE(!w.overflowed());
-      for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{2999}, size_t{3000}}) {
+      for (size_t count :
+           {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{2999}, size_t{3000}}) {
         INFO("count: ", count);
         std::vector<uint8_t> out(count + 1, 0xEE);
         size_t bit = junk;
@@ -677,7 +680,9 @@ TEST_SUITE("sketch.internal") {
         INFO("input: ", std::string(input.first), "  seed: ", seed);
         const QuantileRun r = run_quantiles(input.second, 128, seed);
         INFO("max rank error: ", r.max_rank_error);
-        if (seed == 1) MESSAGE("quantile sketch k = 128, n = ", n, ", ", std::string(input.first), ": max rank error ", r.max_rank_error);
+        if (seed == 1)
+          MESSAGE("quantile sketch k = 128, n = ", n, ", ", std::string(input.first), ": max rank error ",
+                  r.max_rank_error);
         CHECK(r.max_rank_error <= 0.02);
         CHECK(r.monotone);
         CHECK(r.min_exact);
@@ -691,7 +696,8 @@ TEST_SUITE("sketch.internal") {
   TEST_CASE("quantile sketch: memory stays within quantile_sketch_floats at every level boundary") {
     // n around multiples of 2k x 2^j, where a carry climbs to a new level.
     const unsigned k = 16;
-    for (size_t n : {1u, 31u, 32u, 33u, 63u, 64u, 65u, 127u, 128u, 129u, 4095u, 4096u, 4097u, 65536u, 65537u}) {
+    for (size_t n :
+         {1u, 31u, 32u, 33u, 63u, 64u, 65u, 127u, 128u, 129u, 4095u, 4096u, 4097u, 65536u, 65537u}) {
       INFO("n: ", n);
       const QuantileRun r = run_quantiles(edgefl_test::gaussian_vector(n, n), k, 5, n >= 2 ? 16 : 2);
       CHECK(r.memory_intact);
@@ -724,7 +730,9 @@ TEST_SUITE("sketch.internal") {
 
   // ---- skc internals -------------------------------------------------------------------------
 
-  TEST_CASE("skc at the defaults: exact-bucket rate near the derived 0.43, never further from zero, never across groups") {
+  TEST_CASE(
+      "skc at the defaults: exact-bucket rate near the derived 0.43, never further from zero, never across "
+      "groups") {
     const size_t n = kSlow ? 200000 : 1000000;
     for (double density : {0.01, 0.1}) {
       for (uint64_t seed : {1ull, 2ull}) {
@@ -733,7 +741,8 @@ TEST_SUITE("sketch.internal") {
         const std::vector<uint8_t> bytes = encode_public("skc", x, seed);
         const SkcStats st = skc_stats(bytes, x);
         INFO("keys: ", st.keys, "  exact-bucket rate: ", st.rate());
-        MESSAGE("skc defaults, n = ", n, ", density ", density, ", seed ", seed, ": exact-bucket rate ", st.rate());
+        MESSAGE("skc defaults, n = ", n, ", density ", density, ", seed ", seed, ": exact-bucket rate ",
+                st.rate());
         CHECK(st.keys == static_cast<size_t>(density * n));
         CHECK(st.wrong_keys == 0);
         CHECK(st.rate() >= 0.35);
@@ -745,7 +754,8 @@ TEST_SUITE("sketch.internal") {
     }
   }
 
-  TEST_CASE("skc: more columns and rows raise the exact-bucket rate as derived (0.83 at c=1, 0.92 at s=3, c=1)") {
+  TEST_CASE(
+      "skc: more columns and rows raise the exact-bucket rate as derived (0.83 at c=1, 0.92 at s=3, c=1)") {
     const size_t n = kSlow ? 100000 : 400000;
     const std::vector<float> x = sparse_gaussian(n, n / 10, 5);
     const double r_default = skc_stats(encode_public("skc", x, 3), x).rate();
@@ -823,7 +833,8 @@ TEST_SUITE("sketch.internal") {
         const skc::Encoder& enc = *b.enc;
         CHECK(enc.bucket_count() == b.l.split_count + 1);
         CHECK(enc.zero_buckets() == b.l.zero);
-        for (unsigned k = 0; k < enc.bucket_count(); ++k) CHECK(enc.representative(k) == skc::bucket_representative(b.l, k));
+        for (unsigned k = 0; k < enc.bucket_count(); ++k)
+          CHECK(enc.representative(k) == skc::bucket_representative(b.l, k));
 
         std::vector<float> probe;
         for (float s : b.splits) {
@@ -833,8 +844,8 @@ TEST_SUITE("sketch.internal") {
         }
         const float mn = *std::min_element(in.values.begin(), in.values.end());
         const float mx = *std::max_element(in.values.begin(), in.values.end());
-        for (float v : {0.0f, -0.0f, mn, mx, nextafterf(mn, -INFINITY), nextafterf(mx, INFINITY), FLT_MAX, -FLT_MAX,
-                        FLT_MIN, -FLT_MIN, 1.4e-45f, -1.4e-45f})
+        for (float v : {0.0f, -0.0f, mn, mx, nextafterf(mn, -INFINITY), nextafterf(mx, INFINITY), FLT_MAX,
+                        -FLT_MAX, FLT_MIN, -FLT_MIN, 1.4e-45f, -1.4e-45f})
           probe.push_back(v);
         edgefl_test::SplitMix64 rng(13);
         for (size_t i = 0; i < probes; ++i) {

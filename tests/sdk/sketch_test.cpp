@@ -79,9 +79,9 @@ bool same_spec(const CodecSpec& a, const CodecSpec& b) {
          a.sample_fraction == b.sample_fraction && a.randk_unscaled == b.randk_unscaled &&
          a.index_coding == b.index_coding && a.values == b.values && a.bits == b.bits && a.block == b.block &&
          a.stochastic == b.stochastic && a.shared_step == b.shared_step && a.clip == b.clip &&
-         a.entropy_coded == b.entropy_coded && a.levels == b.levels && a.skc_bins == b.skc_bins && a.skc_groups == b.skc_groups &&
-         a.skc_cols == b.skc_cols && a.quantile_k == b.quantile_k && a.sketch_rows == b.sketch_rows &&
-         a.sketch_cells == b.sketch_cells && a.sketch_cols == b.sketch_cols;
+         a.entropy_coded == b.entropy_coded && a.levels == b.levels && a.skc_bins == b.skc_bins &&
+         a.skc_groups == b.skc_groups && a.skc_cols == b.skc_cols && a.quantile_k == b.quantile_k &&
+         a.sketch_rows == b.sketch_rows && a.sketch_cells == b.sketch_cells && a.sketch_cols == b.sketch_cols;
 }
 
 // n zeros, then `nnz` distinct uniformly random positions set to N(0, scale^2) draws (never 0).
@@ -247,7 +247,8 @@ SkcCheck check_skc_decode(const std::vector<float>& x, const std::vector<uint32_
 void require_clean(const SkcCheck& c, const std::vector<float>& x, const std::vector<float>& y) {
   const size_t i = c.first_bad;
   const bool any = i != static_cast<size_t>(-1);
-  INFO("support errors: ", c.support_errors, "  sign flips: ", c.sign_flips, "  out of range: ", c.out_of_range);
+  INFO("support errors: ", c.support_errors, "  sign flips: ", c.sign_flips,
+       "  out of range: ", c.out_of_range);
   INFO("first bad index: ", any ? std::to_string(i) : std::string("none"), "  true: ", any ? x[i] : 0.0f,
        "  decoded: ", any ? y[i] : 0.0f);
   CHECK(c.support_errors == 0);
@@ -293,8 +294,8 @@ std::vector<uint8_t> encode_with_fill(const CodecSpec& spec, const std::vector<f
   const size_t cap = edgefl::encoded_bound(spec, x.size());
   std::vector<uint8_t> out(cap, fill);
   size_t written = 0;
-  REQUIRE(edgefl::encode(spec, {x.data(), x.size()}, seed, {ws.data(), ws.size()}, {out.data(), cap}, &written) ==
-          Status::kOk);
+  REQUIRE(edgefl::encode(spec, {x.data(), x.size()}, seed, {ws.data(), ws.size()}, {out.data(), cap},
+                         &written) == Status::kOk);
   REQUIRE(written <= cap);
   out.resize(written);
   return out;
@@ -453,16 +454,16 @@ TEST_SUITE("sketch") {
   TEST_CASE("invalid sketch specs are kInvalidSpec and leave the spec unchanged") {
     const char* const bad[] = {
         // skc
-        "randk:0.1+skc",   // random-k has no keys to sketch
-        "skc:bins=1",      // 2..256 buckets
+        "randk:0.1+skc",  // random-k has no keys to sketch
+        "skc:bins=1",     // 2..256 buckets
         "skc:bins=257",
-        "skc:groups=1",    // 2..16 groups
+        "skc:groups=1",  // 2..16 groups
         "skc:groups=17",
-        "skc:rows=0",      // 1..4 rows
+        "skc:rows=0",  // 1..4 rows
         "skc:rows=5",
-        "skc:cols=0",      // (0, 4] columns per key
+        "skc:cols=0",  // (0, 4] columns per key
         "skc:cols=4.5",
-        "skc:k=127",       // quantile k even, 16..1024
+        "skc:k=127",  // quantile k even, 16..1024
         "skc:k=8",
         "skc:k=1026",
         "skc:bins=",
@@ -470,10 +471,10 @@ TEST_SUITE("sketch") {
         "skc:0.5",
         "skc+q4",
         // cs
-        "topk:0.01+cs",    // the Count Sketch takes the whole update
+        "topk:0.01+cs",  // the Count Sketch takes the whole update
         "thresh:0.5+cs",
         "randk:0.1+cs",
-        "cs:rows=0",       // 1..15 rows
+        "cs:rows=0",  // 1..15 rows
         "cs:rows=16",
         "cs:step=0",
         "cs:step=-1",
@@ -577,9 +578,9 @@ TEST_SUITE("sketch") {
     }
     const std::pair<const char*, const std::vector<float>*> inputs[] = {
         {"both signs", &both}, {"positive only", &positive}, {"negative only", &negative}};
-    for (const char* text : {"skc", "skc:bins=2,groups=2", "skc:bins=16,groups=16", "skc:rows=4,cols=4",
-                             "skc:rows=1,cols=0.01", "skc:bins=256,groups=16,rows=3,cols=1,k=1024",
-                             "skc:k=16"}) {
+    for (const char* text :
+         {"skc", "skc:bins=2,groups=2", "skc:bins=16,groups=16", "skc:rows=4,cols=4", "skc:rows=1,cols=0.01",
+          "skc:bins=256,groups=16,rows=3,cols=1,k=1024", "skc:k=16"}) {
       for (const auto& input : inputs) {
         INFO("spec: ", std::string(text), "  input: ", std::string(input.first));
         const std::vector<float>& x = *input.second;
@@ -613,9 +614,9 @@ TEST_SUITE("sketch") {
     {
       const EncodedInfo info = inspect_ok(encode_ok("skc", x, 77));
       CHECK(info.bits == 8);
-      CHECK(info.block == 256u);                // buckets
-      CHECK(info.levels == (2 | (8 << 4)));     // rows | groups << 4
-      CHECK(info.param == 0.3f);                // MinMaxSketch columns per key
+      CHECK(info.block == 256u);             // buckets
+      CHECK(info.levels == (2 | (8 << 4)));  // rows | groups << 4
+      CHECK(info.param == 0.3f);             // MinMaxSketch columns per key
       CHECK(!info.stochastic);
       CHECK(!info.shared_scale);
       CHECK(info.index_coding == edgefl::IndexCoding::kNone);
@@ -684,8 +685,8 @@ TEST_SUITE("sketch") {
                              "skc:bins=256,groups=16,rows=4,cols=4,k=1024", "thresh:1.5+skc"}) {
       INFO("spec: ", std::string(text));
       const CodecSpec spec = parse_or_fail(text);
-      for (const std::vector<float>& x :
-           {sparse_gaussian(n, n / 3, 1), edgefl_test::gaussian_vector(n, 2), edgefl_test::bench_vector(n, 3)}) {
+      for (const std::vector<float>& x : {sparse_gaussian(n, n / 3, 1), edgefl_test::gaussian_vector(n, 2),
+                                          edgefl_test::bench_vector(n, 3)}) {
         const edgefl_test::Encoding e = edgefl_test::encode_vec(spec, x, 5);  // exact-size buffers
         REQUIRE(e.status == Status::kOk);
         CHECK(e.bytes.size() <= edgefl::encoded_bound(spec, n));
@@ -721,8 +722,7 @@ TEST_SUITE("sketch") {
       bool within_client_budget;
     };
     const Pin pins[] = {
-        {"topk:0.01+skc", 100708, true},
-        {"cs", 4202688, false},  // 128 + 2048 x 4 + 2^20 x 4 + 64 slack
+        {"topk:0.01+skc", 100708, true}, {"cs", 4202688, false},  // 128 + 2048 x 4 + 2^20 x 4 + 64 slack
     };
     for (const Pin& p : pins) {
       const size_t ws = edgefl::workspace_size(parse_or_fail(p.spec), n);
@@ -755,7 +755,8 @@ TEST_SUITE("sketch") {
     CHECK(acc_d == std::vector<double>(n, 0.5));
 
     std::vector<uint8_t> short_ws(need - 1);
-    CHECK(edgefl::decode(in, {out.data(), n}, {short_ws.data(), short_ws.size()}) == Status::kWorkspaceTooSmall);
+    CHECK(edgefl::decode(in, {out.data(), n}, {short_ws.data(), short_ws.size()}) ==
+          Status::kWorkspaceTooSmall);
     CHECK(edgefl_test::same_bits(out, out_before));
     CHECK(edgefl::decode_add(in, 2.0f, {acc.data(), n}, {short_ws.data(), short_ws.size()}) ==
           Status::kWorkspaceTooSmall);
@@ -945,7 +946,9 @@ TEST_SUITE("sketch") {
     }
   }
 
-  TEST_CASE("every payload bit flip of an skc encoding, with the checksum fixed, fails cleanly or decodes finitely") {
+  TEST_CASE(
+      "every payload bit flip of an skc encoding, with the checksum fixed, fails cleanly or decodes "
+      "finitely") {
     const size_t n = 3000;
     const std::vector<uint8_t> bytes = encode_ok("skc", sparse_gaussian(n, 300, 6), 7);
     REQUIRE(run_untrusted(bytes, n, 0).decode == Status::kOk);
@@ -958,7 +961,8 @@ TEST_SUITE("sketch") {
       ++flips;
       failures += o.decode != Status::kOk ? 1 : 0;
       if (!o.untouched_on_error || !o.finite_on_success || o.add_f != o.decode || o.add_d != o.decode) {
-        INFO("bit: ", bit, " of ", 8 * bytes.size(), "  decode: ", o.decode, "  add: ", o.add_f, " / ", o.add_d);
+        INFO("bit: ", bit, " of ", 8 * bytes.size(), "  decode: ", o.decode, "  add: ", o.add_f, " / ",
+             o.add_d);
         CHECK(o.untouched_on_error);
         CHECK(o.finite_on_success);
         CHECK(o.add_f == o.decode);
@@ -969,7 +973,9 @@ TEST_SUITE("sketch") {
     CHECK(failures > 0);
   }
 
-  TEST_CASE("every header bit flip of an skc encoding, with the checksum fixed, fails cleanly or decodes finitely") {
+  TEST_CASE(
+      "every header bit flip of an skc encoding, with the checksum fixed, fails cleanly or decodes "
+      "finitely") {
     const size_t n = 3000;
     const std::vector<uint8_t> bytes = encode_ok("topk:0.1+skc", edgefl_test::gaussian_vector(n, 8), 9);
     for (size_t bit = 0; bit < 8 * wire::kChecksum; ++bit) {
@@ -1005,7 +1011,8 @@ TEST_SUITE("sketch") {
         const int edits = 1 + static_cast<int>(rng.below(6));
         for (int e = 0; e < edits; ++e) {
           size_t at = 4 + static_cast<size_t>(rng.below(bad.size() - 4));  // keep the magic
-          if (at >= wire::kChecksum && at < wire::kHeaderBytes) at = wire::kHeaderBytes + (at - wire::kChecksum);
+          if (at >= wire::kChecksum && at < wire::kHeaderBytes)
+            at = wire::kHeaderBytes + (at - wire::kChecksum);
           if (at >= bad.size()) continue;
           bad[at] = static_cast<uint8_t>(rng.next());
         }
@@ -1125,7 +1132,8 @@ TEST_SUITE("sketch") {
       CHECK(std::equal(sum.bytes.begin(), sum.bytes.begin() + wire::kContributions, eab.begin()));
       CHECK(std::equal(sum.bytes.begin() + wire::kIndexBytes, sum.bytes.begin() + wire::kChecksum,
                        eab.begin() + wire::kIndexBytes));
-      CHECK(std::equal(sum.bytes.begin() + wire::kHeaderBytes, sum.bytes.end(), eab.begin() + wire::kHeaderBytes));
+      CHECK(std::equal(sum.bytes.begin() + wire::kHeaderBytes, sum.bytes.end(),
+                       eab.begin() + wire::kHeaderBytes));
       CHECK(load_u32(sum.bytes, wire::kContributions) == 2u);
       CHECK(load_u32(eab, wire::kContributions) == 1u);
       const EncodedInfo info = inspect_ok(sum.bytes);  // the checksum was recomputed
@@ -1157,14 +1165,19 @@ TEST_SUITE("sketch") {
     const char* const base = "cs:cols=500,rows=3,k=20,step=0.0001";
     const std::vector<uint8_t> a = encode_ok(base, x, 7);
     REQUIRE(add(a, encode_ok(base, z, 7)).status == Status::kOk);
-    CHECK(add(a, encode_ok(base, z, 8)).status == Status::kIncompatible);                                // seed
-    CHECK(add(a, encode_ok("cs:cols=500,rows=4,k=20,step=0.0001", z, 7)).status == Status::kIncompatible);  // rows
-    CHECK(add(a, encode_ok("cs:cols=501,rows=3,k=20,step=0.0001", z, 7)).status == Status::kIncompatible);  // cols
-    CHECK(add(a, encode_ok("cs:cols=500,rows=3,k=20,step=0.0002", z, 7)).status == Status::kIncompatible);  // step
-    CHECK(add(a, encode_ok("cs:cols=500,rows=3,k=21,step=0.0001", z, 7)).status == Status::kIncompatible);  // top k
+    CHECK(add(a, encode_ok(base, z, 8)).status == Status::kIncompatible);  // seed
+    CHECK(add(a, encode_ok("cs:cols=500,rows=4,k=20,step=0.0001", z, 7)).status ==
+          Status::kIncompatible);  // rows
+    CHECK(add(a, encode_ok("cs:cols=501,rows=3,k=20,step=0.0001", z, 7)).status ==
+          Status::kIncompatible);  // cols
+    CHECK(add(a, encode_ok("cs:cols=500,rows=3,k=20,step=0.0002", z, 7)).status ==
+          Status::kIncompatible);  // step
+    CHECK(add(a, encode_ok("cs:cols=500,rows=3,k=21,step=0.0001", z, 7)).status ==
+          Status::kIncompatible);  // top k
     CHECK(add(a, encode_ok(base, edgefl_test::gaussian_vector(n + 1, 2, 0.01), 7)).status ==
           Status::kIncompatible);  // dimension
-    CHECK(add(a, encode_ok("q8:shared=0.001", z, 7)).status == Status::kIncompatible);  // another summable codec
+    CHECK(add(a, encode_ok("q8:shared=0.001", z, 7)).status ==
+          Status::kIncompatible);  // another summable codec
     CHECK(add(encode_ok("q8:shared=0.001", z, 7), a).status == Status::kIncompatible);
     CHECK(add(a, encode_ok("skc", z, 7)).status == Status::kNotSummable);
     {
@@ -1174,8 +1187,8 @@ TEST_SUITE("sketch") {
       const size_t cap = edgefl::add_encoded_bound(ia, ib);
       std::vector<uint8_t> out(cap - 1);
       size_t written = 5;
-      CHECK(edgefl::add_encoded({a.data(), a.size()}, {b.data(), b.size()}, {out.data(), out.size()}, &written) ==
-            Status::kBufferTooSmall);
+      CHECK(edgefl::add_encoded({a.data(), a.size()}, {b.data(), b.size()}, {out.data(), out.size()},
+                                &written) == Status::kBufferTooSmall);
       CHECK(written == 0);
     }
     CHECK(add(encode_ok("topk:0.1+skc", z, 7), a).status == Status::kNotSummable);
@@ -1214,7 +1227,8 @@ TEST_SUITE("sketch") {
       CHECK(info.nnz == 50u);
       CHECK(info.param == 0.001f);
       CHECK(info.total_bytes == wire::kHeaderBytes + 3u * 1000u * 4u);
-      CHECK(info.total_bytes == edgefl::encoded_bound(parse_or_fail("cs:cols=1000,rows=3,k=50,step=0.001"), n));
+      CHECK(info.total_bytes ==
+            edgefl::encoded_bound(parse_or_fail("cs:cols=1000,rows=3,k=50,step=0.001"), n));
     }
     {
       // More heavy hitters than coordinates: all n are decoded.
@@ -1326,8 +1340,8 @@ TEST_SUITE("sketch") {
     CHECK(edgefl::decode({bytes.data(), bytes.size()}, {out.data(), n}) == Status::kWorkspaceTooSmall);
     CHECK(edgefl_test::same_bits(out, before));
     std::vector<uint8_t> short_ws(need - 1);
-    CHECK(edgefl::decode_add({bytes.data(), bytes.size()}, 1.0f, {out.data(), n}, {short_ws.data(), need - 1}) ==
-          Status::kWorkspaceTooSmall);
+    CHECK(edgefl::decode_add({bytes.data(), bytes.size()}, 1.0f, {out.data(), n},
+                             {short_ws.data(), need - 1}) == Status::kWorkspaceTooSmall);
     CHECK(edgefl_test::same_bits(out, before));
     const std::vector<float> reference = decode_ws_ok(bytes, n);
     CHECK(support_of(reference).size() <= info.nnz);
@@ -1346,9 +1360,12 @@ TEST_SUITE("sketch") {
     CHECK(wrong == std::vector<float>(n - 1, 2.0f));
   }
 
-  TEST_CASE("every payload and header bit flip of a cs encoding, with the checksum fixed, fails cleanly or decodes finitely") {
+  TEST_CASE(
+      "every payload and header bit flip of a cs encoding, with the checksum fixed, fails cleanly or decodes "
+      "finitely") {
     const size_t n = 1000;
-    const std::vector<uint8_t> bytes = encode_ok("cs:cols=20,rows=5,k=10", edgefl_test::gaussian_vector(n, 7, 0.01), 8);
+    const std::vector<uint8_t> bytes =
+        encode_ok("cs:cols=20,rows=5,k=10", edgefl_test::gaussian_vector(n, 7, 0.01), 8);
     REQUIRE(run_untrusted(bytes, n, 0).decode == Status::kOk);
     for (size_t bit = 0; bit < 8 * bytes.size(); ++bit) {
       if (bit / 8 >= wire::kChecksum && bit / 8 < wire::kHeaderBytes) continue;
@@ -1387,7 +1404,8 @@ TEST_SUITE("sketch") {
         REQUIRE(info.nnz > 0);
         const double bits_per_nnz = 8.0 * static_cast<double>(sq.size()) / static_cast<double>(info.nnz);
         INFO("spec: ", std::string(c.spec), "  seed: ", seed, "  bits/nnz: ", bits_per_nnz);
-        CHECK(info.nnz == static_cast<uint32_t>(c.density * static_cast<double>(n) + 0.5));  // approx: exactly k
+        CHECK(info.nnz ==
+              static_cast<uint32_t>(c.density * static_cast<double>(n) + 0.5));  // approx: exactly k
         CHECK(bits_per_nnz <= c.max_bits_per_nnz);
       }
     }
@@ -1409,9 +1427,9 @@ TEST_SUITE("sketch") {
     for (uint32_t i : support_of(yk)) kept[i] = x[i];
     const double floor = edgefl_test::vnmse(x, kept);
     const double e_sparq = edgefl_test::vnmse(x, ys), e_skc = edgefl_test::vnmse(x, yk);
-    INFO("seed: ", seed, "  top-k floor: ", floor, "\n  ", std::string(sparq), ": ", sq.size(), " bytes, vNMSE ",
-         e_sparq, " (", e_sparq - floor, " above the floor)\n  ", std::string(skc_spec), ": ", sk.size(),
-         " bytes, vNMSE ", e_skc, " (", e_skc - floor, " above the floor)");
+    INFO("seed: ", seed, "  top-k floor: ", floor, "\n  ", std::string(sparq), ": ", sq.size(),
+         " bytes, vNMSE ", e_sparq, " (", e_sparq - floor, " above the floor)\n  ", std::string(skc_spec),
+         ": ", sk.size(), " bytes, vNMSE ", e_skc, " (", e_skc - floor, " above the floor)");
     CHECK(e_sparq < e_skc);
     CHECK(sq.size() <= sk.size());
   }
@@ -1444,7 +1462,8 @@ TEST_SUITE("sketch") {
     float target = 42.0f;
     CHECK(edgefl::decode({out.data(), out.size()}, {&target, 0}, {ws.data(), ws.size()}) == Status::kOk);
     CHECK(target == 42.0f);
-    CHECK(edgefl::decode_add({out.data(), out.size()}, 1.0f, {nullptr, 0}, {ws.data(), ws.size()}) == Status::kOk);
+    CHECK(edgefl::decode_add({out.data(), out.size()}, 1.0f, {nullptr, 0}, {ws.data(), ws.size()}) ==
+          Status::kOk);
     CHECK(edgefl::decode_add({out.data(), out.size()}, 1.0, edgefl::Span<double>(), {ws.data(), ws.size()}) ==
           Status::kOk);
   }

@@ -78,7 +78,8 @@ class StreamingAggregator {
   [[nodiscard]] Status add_encoded(Span<const uint8_t> encoded, double weight);
   // The same for encodings whose decoding needs scratch (skc, cs): `decode_workspace` holds at
   // least decode_workspace_size() of the encoding's header (edgefl/codec.h).
-  [[nodiscard]] Status add_encoded(Span<const uint8_t> encoded, double weight, Span<uint8_t> decode_workspace);
+  [[nodiscard]] Status add_encoded(Span<const uint8_t> encoded, double weight,
+                                   Span<uint8_t> decode_workspace);
 
   // Adds weight * update for a dense float update. On any error nothing changes.
   // Fails: kInvalidArgument (unbound, bad weight); kDimensionMismatch if update.size() != size();

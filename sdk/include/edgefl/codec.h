@@ -23,10 +23,9 @@
 //              |  'randk' ':' (FRACTION | 'k=' COUNT) { ',' 'unscaled' }
 //   IDX        := 'ef' | 'rice' | 'auto'
 //   values     := 'fp32' | 'fp16' | 'bf16'
-//              |  'q' BITS { ':' | ',' } ('block=' N | 'det' | 'shared=' STEP | 'clip' | 'ans' | 'sm')  BITS in {1,2,4,8}
-//              |  'hq' BITS [ ':' 'block=' N ]                                    BITS in {1,2,3,4}
-//              |  'qsgd' [ ':' ('s=' LEVELS | 'bucket=' N) {',' ...} ]
-//              |  'tern' [ ':' 'block=' N ]
+//              |  'q' BITS { ':' | ',' } ('block=' N | 'det' | 'shared=' STEP | 'clip' | 'ans' | 'sm')  BITS
+//              in {1,2,4,8} |  'hq' BITS [ ':' 'block=' N ]                                    BITS in
+//              {1,2,3,4} |  'qsgd' [ ':' ('s=' LEVELS | 'bucket=' N) {',' ...} ] |  'tern' [ ':' 'block=' N ]
 //              |  'sign' [ ':' 'block=' N ]
 //              |  'skc' [ ':' ('bins=' B | 'groups=' G | 'rows=' R | 'cols=' RATIO | 'k=' K) {',' ...} ]
 //   sketch     := 'cs' [ ':' (CELLS | 'cells=' FRACTION | 'cols=' C | 'rows=' R | 'top=' FRACTION
@@ -59,14 +58,14 @@ enum class SparsifierKind : uint8_t {
 // How the sent values are coded. Ids are part of the wire format: never renumber.
 enum class ValueCoderKind : uint8_t {
   kFp32 = 1,
-  kFp16 = 2,        // IEEE binary16, round to nearest even
-  kBf16 = 3,        // bfloat16, round to nearest even
-  kUniform = 4,     // b-bit uniform per block (min/max) or with a shared step; stochastic by default
-  kQsgd = 5,        // QSGD: s levels of |x| / ||bucket||_2, stochastic (Alistarh et al., NeurIPS 2017)
-  kTernGrad = 6,    // {-1,0,+1} x max|block|, stochastic (Wen et al., NeurIPS 2017)
-  kScaledSign = 7,  // sign x mean|block| (1 bit; biased: pair it with error feedback)
-  kHadamard = 8,    // randomized Hadamard rotation + Lloyd-Max levels + unbiasing scale (EDEN)
-  kSkCompress = 9,  // SKCompress as published: quantile buckets, MinMaxSketch, Huffman, delta keys
+  kFp16 = 2,          // IEEE binary16, round to nearest even
+  kBf16 = 3,          // bfloat16, round to nearest even
+  kUniform = 4,       // b-bit uniform per block (min/max) or with a shared step; stochastic by default
+  kQsgd = 5,          // QSGD: s levels of |x| / ||bucket||_2, stochastic (Alistarh et al., NeurIPS 2017)
+  kTernGrad = 6,      // {-1,0,+1} x max|block|, stochastic (Wen et al., NeurIPS 2017)
+  kScaledSign = 7,    // sign x mean|block| (1 bit; biased: pair it with error feedback)
+  kHadamard = 8,      // randomized Hadamard rotation + Lloyd-Max levels + unbiasing scale (EDEN)
+  kSkCompress = 9,    // SKCompress as published: quantile buckets, MinMaxSketch, Huffman, delta keys
   kCountSketch = 10,  // Count Sketch of the whole update, integer cells (FetchSGD); summable
 };
 
@@ -90,22 +89,22 @@ struct CodecSpec {
   IndexCoding index_coding = IndexCoding::kEliasFano;
 
   ValueCoderKind values = ValueCoderKind::kFp32;
-  uint8_t bits = 32;         // code width: 32/16 for floats, 1/2/4/8 uniform, 1..4 hadamard
-  uint32_t block = 0;        // coordinates per scale (uniform, tern, sign, hadamard) / bucket (qsgd)
-  bool stochastic = true;    // kUniform: stochastic (unbiased) or nearest rounding
-  float shared_step = 0.0f;  // kUniform: > 0 selects shared-scale mode (code = round(x / step))
-  bool clip = false;         // shared-scale: saturate codes at +-(2^(bits-1)-1) instead of failing
+  uint8_t bits = 32;           // code width: 32/16 for floats, 1/2/4/8 uniform, 1..4 hadamard
+  uint32_t block = 0;          // coordinates per scale (uniform, tern, sign, hadamard) / bucket (qsgd)
+  bool stochastic = true;      // kUniform: stochastic (unbiased) or nearest rounding
+  float shared_step = 0.0f;    // kUniform: > 0 selects shared-scale mode (code = round(x / step))
+  bool clip = false;           // shared-scale: saturate codes at +-(2^(bits-1)-1) instead of failing
   bool entropy_coded = false;  // kUniform blocked: rANS-code the codes when that is smaller ('ans')
   // kUniform blocked, bits >= 2 ('sm'): a sign bit and bits-1 stochastic levels of |x| between the
   // block's smallest and largest |x| (top-k values sit far from zero: no levels are wasted there).
   bool sign_magnitude = false;
-  uint16_t levels = 0;       // kQsgd: s, the number of positive levels (1..32767)
+  uint16_t levels = 0;  // kQsgd: s, the number of positive levels (1..32767)
 
   // kSkCompress (defaults are the published ones).
-  uint16_t skc_bins = 256;        // equi-depth buckets, 2..256
-  uint8_t skc_groups = 8;         // bucket groups, 2..16
-  float skc_cols = 0.3f;          // MinMaxSketch columns per key of a group, (0, 4]
-  uint16_t quantile_k = 128;      // quantile sketch parameter k, even, 16..1024
+  uint16_t skc_bins = 256;    // equi-depth buckets, 2..256
+  uint8_t skc_groups = 8;     // bucket groups, 2..16
+  float skc_cols = 0.3f;      // MinMaxSketch columns per key of a group, (0, 4]
+  uint16_t quantile_k = 128;  // quantile sketch parameter k, even, 16..1024
   // kSkCompress rows (1..4, default 2) and kCountSketch rows (1..15, default 5).
   uint8_t sketch_rows = 0;
   // kCountSketch: cells = sketch_cells x n (when sketch_cols == 0) split over the rows; the
@@ -158,9 +157,9 @@ struct EncodedInfo {
   bool stochastic = false;
   bool shared_scale = false;
   bool randk_unscaled = false;
-  bool entropy_coded = false;  // the value region is rANS-coded (uniform blocked codes)
+  bool entropy_coded = false;   // the value region is rANS-coded (uniform blocked codes)
   bool sign_magnitude = false;  // uniform codes are sign + magnitude levels
-  float param = 0.0f;  // shared step (kUniform shared) or threshold (kThreshold)
+  float param = 0.0f;           // shared step (kUniform shared) or threshold (kThreshold)
   uint64_t seed = 0;
   uint32_t contributions = 0;  // encodings summed into this one (1 for a fresh encoding)
   size_t header_bytes = 0;

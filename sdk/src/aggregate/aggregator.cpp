@@ -81,7 +81,8 @@ Status StreamingAggregator::add_encoded(Span<const uint8_t> encoded, double weig
   return add_encoded(encoded, weight, Span<uint8_t>());
 }
 
-Status StreamingAggregator::add_encoded(Span<const uint8_t> encoded, double weight, Span<uint8_t> decode_workspace) {
+Status StreamingAggregator::add_encoded(Span<const uint8_t> encoded, double weight,
+                                        Span<uint8_t> decode_workspace) {
   if (!bound_ || !weight_ok(weight)) return Status::kInvalidArgument;
   if (count_ == UINT64_MAX) return Status::kOverflow;
   // decode_add validates the whole encoding (header, checksum, payload) before it touches the

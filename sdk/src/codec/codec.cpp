@@ -42,15 +42,6 @@ skc::Params skc_params(const CodecSpec& s) {
   return p;
 }
 
-skc::Params skc_params(const EncodedInfo& h) {
-  skc::Params p;
-  p.bins = uint16_t(h.block);
-  p.groups = uint8_t(h.levels >> 4);
-  p.rows = uint8_t(h.levels & 15u);
-  p.cols = h.param;
-  return p;
-}
-
 // Count Sketch shape at dimension n.
 uint32_t cs_columns(const CodecSpec& s, size_t n) {
   if (s.sketch_cols != 0) return s.sketch_cols;
@@ -292,7 +283,7 @@ values::Params params_from_header(const EncodedInfo& h) {
 // skc: parse, decode the sketch tables into the workspace, validate every key, then emit.
 template <typename Sink>
 Status decode_skc(const EncodedInfo& h, const uint8_t* region, Span<uint8_t> workspace, Sink&& sink) {
-  const skc::Params p = skc_params(h);
+  const skc::Params p = skc::params_from_header(h);
   skc::Layout l;
   EDGEFL_RETURN_IF_ERROR(skc::parse(p, h.n, h.nnz, region, h.value_bytes, &l));
   if (workspace.size() < decode_workspace_size(h) || workspace.data() == nullptr)
@@ -617,14 +608,13 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
       h.value_bytes = region;
       h.bits = 8;
       h.block = sp.bins;
-      h.levels = uint16_t(sp.rows | (sp.groups << 4));
+      h.levels = skc::header_levels(sp);
       h.param = sp.cols;
       h.stochastic = false;
       h.shared_scale = false;
       h.header_bytes = kEncodedHeaderBytes;
       h.total_bytes = kEncodedHeaderBytes + h.value_bytes;
-      format::write_header(h, out.data());
-      store_le32(out.data() + format::kChecksumOffset, format::compute_checksum(out.data(), h.total_bytes));
+      format::seal(h, out.data());
       *written = h.total_bytes;
       return Status::kOk;
     }
@@ -687,8 +677,7 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
   }
   h.header_bytes = kEncodedHeaderBytes;
   h.total_bytes = kEncodedHeaderBytes + h.index_bytes + h.value_bytes;
-  format::write_header(h, out.data());
-  store_le32(out.data() + format::kChecksumOffset, format::compute_checksum(out.data(), h.total_bytes));
+  format::seal(h, out.data());
   *written = h.total_bytes;
   return Status::kOk;
 }
@@ -705,7 +694,7 @@ Status inspect(Span<const uint8_t> bytes, EncodedInfo* info) {
 size_t decode_workspace_size(const EncodedInfo& info) {
   if (info.values == ValueCoderKind::kSkCompress) {
     return 64 + entropy::huffman_table_entries() * sizeof(uint16_t) +
-           skc::decode_workspace_bytes(skc_params(info), info.nnz);
+           skc::decode_workspace_bytes(skc::params_from_header(info), info.nnz);
   }
   if (info.values == ValueCoderKind::kCountSketch) {
     return 128 + select::kHistogramBins * sizeof(uint32_t) + size_t(info.n) * sizeof(float);
@@ -805,8 +794,7 @@ Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> o
     }
     EncodedInfo h = ha;
     h.contributions = ha.contributions + hb.contributions;
-    format::write_header(h, out.data());
-    store_le32(out.data() + format::kChecksumOffset, format::compute_checksum(out.data(), h.total_bytes));
+    format::seal(h, out.data());
     *written = h.total_bytes;
     return Status::kOk;
   }
@@ -864,8 +852,7 @@ Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> o
   }
   h.index_bytes = 0;
   h.total_bytes = kEncodedHeaderBytes + h.value_bytes;
-  format::write_header(h, out.data());
-  store_le32(out.data() + format::kChecksumOffset, format::compute_checksum(out.data(), h.total_bytes));
+  format::seal(h, out.data());
   *written = h.total_bytes;
   return Status::kOk;
 }

@@ -23,9 +23,10 @@ void write_header(const EncodedInfo& info, uint8_t* out) {
   store_le32(out + 8, info.n);
   store_le32(out + 12, info.nnz);
   out[16] = info.bits;
-  out[17] = uint8_t((info.stochastic ? kFlagStochastic : 0) | (info.shared_scale ? kFlagSharedScale : 0) |
-                    (info.randk_unscaled ? kFlagRandkUnscaled : 0) | (info.entropy_coded ? kFlagEntropyCoded : 0) |
-                    (info.sign_magnitude ? kFlagSignMagnitude : 0));
+  out[17] =
+      uint8_t((info.stochastic ? kFlagStochastic : 0) | (info.shared_scale ? kFlagSharedScale : 0) |
+              (info.randk_unscaled ? kFlagRandkUnscaled : 0) | (info.entropy_coded ? kFlagEntropyCoded : 0) |
+              (info.sign_magnitude ? kFlagSignMagnitude : 0));
   store_le16(out + 18, info.levels);
   store_le32(out + 20, info.block);
   memcpy(out + 24, &info.param, 4);
@@ -34,6 +35,11 @@ void write_header(const EncodedInfo& info, uint8_t* out) {
   store_le32(out + 40, uint32_t(info.index_bytes));
   store_le32(out + 44, uint32_t(info.value_bytes));
   store_le32(out + 48, 0);
+}
+
+void seal(const EncodedInfo& info, uint8_t* out) {
+  write_header(info, out);
+  store_le32(out + kChecksumOffset, compute_checksum(out, info.total_bytes));
 }
 
 uint32_t compute_checksum(const uint8_t* encoding, size_t total_bytes) {
@@ -59,8 +65,8 @@ Status check_sketch_parameters(const EncodedInfo& h) {
     return Status::kOk;
   }
   if (h.sparsifier != SparsifierKind::kNone || h.bits != 32 || h.levels < 1 || h.levels > 15 || h.block < 1 ||
-      (h.n > 0 && h.nnz == 0) ||
-      h.block > EDGEFL_MAX_DIMENSION || !(h.param > 0.0f && h.param <= values::kMaxScale / 2147483648.0f)) {
+      (h.n > 0 && h.nnz == 0) || h.block > EDGEFL_MAX_DIMENSION ||
+      !(h.param > 0.0f && h.param <= values::kMaxScale / 2147483648.0f)) {
     return Status::kBadParameters;
   }
   return Status::kOk;
@@ -168,8 +174,8 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   if (h.n > EDGEFL_MAX_DIMENSION) return Status::kDimensionTooLarge;
   if (!(h.param - h.param == 0.0f)) return Status::kBadParameters;  // NaN or Inf
   const bool sketch = h.values == ValueCoderKind::kSkCompress || h.values == ValueCoderKind::kCountSketch;
-  if (!sketch &&
-      (h.sparsifier == SparsifierKind::kThreshold ? !(h.param > 0.0f) : (!h.shared_scale && h.param != 0.0f))) {
+  if (!sketch && (h.sparsifier == SparsifierKind::kThreshold ? !(h.param > 0.0f)
+                                                             : (!h.shared_scale && h.param != 0.0f))) {
     return Status::kBadParameters;
   }
   EDGEFL_RETURN_IF_ERROR(check_parameters(h));
@@ -178,12 +184,8 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
     if (h.values == ValueCoderKind::kCountSketch) {
       if (h.value_bytes != uint64_t(h.levels) * h.block * 4) return Status::kSizeMismatch;
     } else {
-      skc::Params sp;
-      sp.bins = uint16_t(h.block);
-      sp.groups = uint8_t(h.levels >> 4);
-      sp.rows = uint8_t(h.levels & 15u);
-      sp.cols = h.param;
-      if (h.value_bytes < 13 || h.value_bytes > skc::region_bound(sp, h.nnz)) return Status::kSizeMismatch;
+      const uint64_t bound = skc::region_bound(skc::params_from_header(h), h.nnz);
+      if (h.value_bytes < 13 || h.value_bytes > bound) return Status::kSizeMismatch;
     }
     h.total_bytes = kHeaderBytes + h.value_bytes;
     if (bytes.size() < h.total_bytes) return Status::kTruncated;
@@ -211,9 +213,10 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   if (h.entropy_coded) {
     // Smaller than the plain region, and at least the scales, the table and the two states.
     if (h.values != ValueCoderKind::kUniform || h.shared_scale || h.nnz == 0) return Status::kBadParameters;
-    const uint64_t floor = 8 * ((uint64_t(h.nnz) + h.block - 1) / h.block) +
-                           entropy::rans_table_bytes(1u << h.bits) + 8;
-    if (h.value_bytes >= values::region_bytes(vp, h.nnz) || h.value_bytes < floor) return Status::kSizeMismatch;
+    const uint64_t floor =
+        8 * ((uint64_t(h.nnz) + h.block - 1) / h.block) + entropy::rans_table_bytes(1u << h.bits) + 8;
+    if (h.value_bytes >= values::region_bytes(vp, h.nnz) || h.value_bytes < floor)
+      return Status::kSizeMismatch;
   } else if (h.value_bytes != values::region_bytes(vp, h.nnz)) {
     return Status::kSizeMismatch;
   }

@@ -83,6 +83,10 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info);
 // CRC32C over header (with the checksum field as stored) [0, 48) and the payload.
 uint32_t compute_checksum(const uint8_t* encoding, size_t total_bytes);
 
+// Writes the header for `info` and then its checksum over the info.total_bytes of `out` (whose
+// payload is already in place).
+void seal(const EncodedInfo& info, uint8_t* out);
+
 }  // namespace format
 }  // namespace edgefl
 

@@ -369,7 +369,8 @@ Status validate_codec_spec(const CodecSpec& s) {
   }
   if (s.randk_unscaled && s.sparsifier != SparsifierKind::kRandomK) return Status::kInvalidSpec;
   if (s.clip && !(s.values == ValueCoderKind::kUniform && s.shared_step != 0.0f)) return Status::kInvalidSpec;
-  if (s.entropy_coded && !(s.values == ValueCoderKind::kUniform && s.shared_step == 0.0f)) return Status::kInvalidSpec;
+  if (s.entropy_coded && !(s.values == ValueCoderKind::kUniform && s.shared_step == 0.0f))
+    return Status::kInvalidSpec;
   if (s.sign_magnitude && !(s.values == ValueCoderKind::kUniform && s.shared_step == 0.0f && s.bits >= 2)) {
     return Status::kInvalidSpec;
   }
@@ -419,7 +420,8 @@ Status parse_codec_spec(const char* text, CodecSpec* spec) {
   // The alias of edgefl's sparse codec: sparq:FRACTION = topk:FRACTION,approx,idx=auto+q4.
   char expanded[300];
   if (len > 6 && memcmp(text, "sparq:", 6) == 0) {
-    if (memchr(text, '+', len) != nullptr || memchr(text + 6, ',', len - 6) != nullptr) return Status::kInvalidSpec;
+    if (memchr(text, '+', len) != nullptr || memchr(text + 6, ',', len - 6) != nullptr)
+      return Status::kInvalidSpec;
     text::Appender e{expanded, sizeof(expanded)};
     e.put("topk:");
     for (size_t i = 6; i < len; ++i) e.put(text[i]);

@@ -362,7 +362,8 @@ size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64
 }
 
 Status validate_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total) {
-  if (p.kind != ValueCoderKind::kUniform || p.shared || p.bits > 8 || total == 0) return Status::kCorruptPayload;
+  if (p.kind != ValueCoderKind::kUniform || p.shared || p.bits > 8 || total == 0)
+    return Status::kCorruptPayload;
   const unsigned symbols = 1u << p.bits;
   const size_t scales = size_t(entropy_scales_bytes(p, total));
   const size_t table_bytes = entropy::rans_table_bytes(symbols);

@@ -101,6 +101,15 @@ Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t fi
 // fp values finite. `data` holds region_bytes(p, total) bytes.
 Status validate_region(const Params& p, const uint8_t* data, uint64_t total);
 
+// Value of uniform code `code` in a block with `lo` and `step` (sign-magnitude: the top bit is
+// the sign, the rest the level of |x|).
+inline float uniform_value(const Params& p, float lo, float step, unsigned code) {
+  if (!p.signmag) return lo + float(code) * step;
+  const unsigned mag_bits = p.bits - 1u;
+  const float mag = lo + float(code & ((1u << mag_bits) - 1)) * step;
+  return (code >> mag_bits) ? -mag : mag;
+}
+
 // ---- Entropy-coded uniform codes (`q<bits>:ans`) ----------------------------------------------
 // Region: the G = ceil(total / block) blocks' (f32 min, f32 step) pairs, then the rANS frequency
 // table of the 2^bits codes (entropy/rans.h), then the rANS stream of the codes in order.
@@ -133,14 +142,7 @@ void decode_entropy_region(const Params& p, const uint8_t* data, size_t bytes, u
       memcpy(&a, data + 8 * (i / p.block), 4);
       memcpy(&b, data + 8 * (i / p.block) + 4, 4);
     }
-    const unsigned code = dec.get(size_t(i));
-    if (p.signmag) {
-      const unsigned mag_bits = p.bits - 1u;
-      const float mag = a + float(code & ((1u << mag_bits) - 1)) * b;
-      sink(i, (code >> mag_bits) ? -mag : mag);
-    } else {
-      sink(i, a + float(code) * b);
-    }
+    sink(i, uniform_value(p, a, b, dec.get(size_t(i))));
   }
 }
 
@@ -207,12 +209,7 @@ void decode_region(const Params& p, const uint8_t* data, uint64_t total, Sink&& 
         const uint8_t* codes = g + 8;
         if (p.signmag) {
           BitReader r(codes, size_t((uint64_t(count) * p.bits + 7) / 8));
-          const unsigned mag_bits = p.bits - 1u;
-          for (uint32_t i = 0; i < count; ++i) {
-            const unsigned code = unsigned(r.get(p.bits));
-            const float mag = a + float(code & ((1u << mag_bits) - 1)) * b;
-            sink(pos + i, (code >> mag_bits) ? -mag : mag);
-          }
+          for (uint32_t i = 0; i < count; ++i) sink(pos + i, uniform_value(p, a, b, unsigned(r.get(p.bits))));
         } else if (p.bits == 8) {
           for (uint32_t i = 0; i < count; ++i) sink(pos + i, a + float(codes[i]) * b);
         } else if (p.bits == 4) {

@@ -69,7 +69,8 @@ void huffman_lengths(const uint32_t* freq, unsigned symbols, uint8_t* lengths) {
   // Depths, root first (internal nodes were created in order: parents have larger ids).
   uint8_t depth[2 * kHuffmanMaxSymbols];
   depth[created - 1] = 0;
-  for (unsigned i = created - 1; i-- > 0;) depth[i] = uint8_t(depth[parent[i]] + 1 > 255 ? 255 : depth[parent[i]] + 1);
+  for (unsigned i = created - 1; i-- > 0;)
+    depth[i] = uint8_t(depth[parent[i]] + 1 > 255 ? 255 : depth[parent[i]] + 1);
   // Length limit: clamp, then lengthen the deepest codes below the limit until the Kraft sum fits
   // (the heuristic of zstd's HUF_setMaxHeight, in its simplest form); least frequent first.
   uint64_t kraft = 0;

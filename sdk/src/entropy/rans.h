@@ -77,8 +77,9 @@ class RansDecoder {
   // After the last symbol: kOk if the stream was consumed exactly and both states are back at
   // their initial value, kCorruptPayload otherwise.
   [[nodiscard]] Status finish() const {
-    return !overrun_ && pos_ == size_ && state_[0] == kRansLow && state_[1] == kRansLow ? Status::kOk
-                                                                                         : Status::kCorruptPayload;
+    return !overrun_ && pos_ == size_ && state_[0] == kRansLow && state_[1] == kRansLow
+               ? Status::kOk
+               : Status::kCorruptPayload;
   }
 
  private:

@@ -43,7 +43,8 @@ uint64_t region_bound(const Params& p, uint64_t nnz) {
 
 size_t encode_workspace_bytes(const Params& p, uint64_t nnz) {
   const uint64_t items = nnz == 0 ? 1 : nnz;
-  return align8(sizeof(Encoder)) + align8(sketch::quantile_sketch_floats(p.quantile_k, items) * sizeof(float)) +
+  return align8(sizeof(Encoder)) +
+         align8(sketch::quantile_sketch_floats(p.quantile_k, items) * sizeof(float)) +
          sketch::quantile_query_items(p.quantile_k, items) * 8 + kLutEntries + size_t(cells_bound(p, nnz));
 }
 
@@ -55,7 +56,8 @@ Encoder::Encoder(const Params& p, uint64_t max_nnz, uint64_t seed, uint8_t* work
     : p_(p),
       seed_(seed),
       quantiles_(p.quantile_k, max_nnz == 0 ? 1 : max_nnz,
-                 reinterpret_cast<float*>(workspace + align8(sizeof(Encoder))), seed ^ 0x514E54494C455321ull) {
+                 reinterpret_cast<float*>(workspace + align8(sizeof(Encoder))),
+                 seed ^ 0x514E54494C455321ull) {
   const uint64_t items = max_nnz == 0 ? 1 : max_nnz;
   uint8_t* cursor = workspace + align8(sizeof(Encoder)) +
                     align8(sketch::quantile_sketch_floats(p.quantile_k, items) * sizeof(float));

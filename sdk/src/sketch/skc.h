@@ -32,6 +32,7 @@
 
 #include "core/bitio.h"
 #include "core/rng.h"
+#include "edgefl/codec.h"
 #include "edgefl/status.h"
 #include "entropy/huffman.h"
 #include "sketch/quantile_sketch.h"
@@ -40,14 +41,28 @@ namespace edgefl {
 namespace skc {
 
 struct Params {
-  uint16_t bins = 256;       // 2..256 buckets
-  uint8_t groups = 8;        // 1..16 (2..16 when values of both signs occur)
-  uint8_t rows = 2;          // 1..4 MinMaxSketch rows
-  float cols = 0.3f;         // columns per key of a group, in (0, 4]
-  uint16_t quantile_k = 128; // 16..1024, even
+  uint16_t bins = 256;        // 2..256 buckets
+  uint8_t groups = 8;         // 1..16 (2..16 when values of both signs occur)
+  uint8_t rows = 2;           // 1..4 MinMaxSketch rows
+  float cols = 0.3f;          // columns per key of a group, in (0, 4]
+  uint16_t quantile_k = 128;  // 16..1024, even
 };
 
 constexpr unsigned kMaxGroups = 16;
+
+// The header fields of an skc encoding (format.h): block = buckets, levels = rows | groups << 4,
+// param = columns per key. quantile_k is the encoder's alone and is not sent.
+inline uint16_t header_levels(const Params& p) {
+  return uint16_t(p.rows | (p.groups << 4));
+}
+inline Params params_from_header(const EncodedInfo& h) {
+  Params p;
+  p.bins = uint16_t(h.block);
+  p.groups = uint8_t(h.levels >> 4);
+  p.rows = uint8_t(h.levels & 15u);
+  p.cols = h.param;
+  return p;
+}
 constexpr unsigned kMaxRows = 4;
 constexpr size_t kGroupHeaderBytes = 21;
 
@@ -100,9 +115,15 @@ struct Group {
 };
 
 // Key layout `id` (0..7): m = 2 << (id >> 1) intervals of 32/m bits; id & 1: unary flag.
-inline unsigned layout_intervals(unsigned id) { return 2u << (id >> 1); }
-inline unsigned layout_interval_bits(unsigned id) { return 32u / layout_intervals(id); }
-inline bool layout_unary(unsigned id) { return (id & 1u) != 0; }
+inline unsigned layout_intervals(unsigned id) {
+  return 2u << (id >> 1);
+}
+inline unsigned layout_interval_bits(unsigned id) {
+  return 32u / layout_intervals(id);
+}
+inline bool layout_unary(unsigned id) {
+  return (id & 1u) != 0;
+}
 inline uint64_t key_cost_bits(unsigned id, unsigned width) {
   const unsigned m = layout_intervals(id), b = layout_interval_bits(id);
   const unsigned t = (width + b - 1) / b;
@@ -151,8 +172,8 @@ class Encoder {
   uint64_t seed_;
   sketch::QuantileSketch quantiles_;
   uint64_t* quantile_scratch_;
-  uint8_t* lut_;      // 65536 entries
-  uint8_t* cells_;    // rows x columns per group, concatenated
+  uint8_t* lut_;    // 65536 entries
+  uint8_t* cells_;  // rows x columns per group, concatenated
   float splits_[256];
   uint32_t split_keys_[256 + 4];  // + sentinels 0xFFFFFFFF
   float reps_[256];
@@ -169,7 +190,6 @@ class Encoder {
   uint64_t cells_offset_[kMaxGroups];
   BitWriter key_writers_[kMaxGroups];
 };
-
 
 // ---- decoding -----------------------------------------------------------------------------
 
@@ -263,7 +283,8 @@ Status visit(const Params& p, const Layout& l, uint32_t n, uint64_t seed, const 
       const Group& gr = l.groups[best];
       unsigned rank = 0;
       for (unsigned r = 0; r < p.rows; ++r) {
-        const unsigned cell = group_cells[best][size_t(r) * gr.columns + column_of(row_keys[best][r], key, gr.columns)];
+        const unsigned cell =
+            group_cells[best][size_t(r) * gr.columns + column_of(row_keys[best][r], key, gr.columns)];
         rank = cell > rank ? cell : rank;
       }
       const unsigned b = gr.negative ? gr.first + gr.buckets - 1 - rank : gr.first + rank;
