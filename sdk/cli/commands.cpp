@@ -1,5 +1,8 @@
 #include "commands.h"
 #include "sim.h"
+#if defined(EDGEFL_CLI_HAVE_NET)
+#include "client_command.h"
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +16,9 @@
 #include "file_io.h"
 #include "json_writer.h"
 #include "npy.h"
+#if EDGEFL_CLI_HAVE_NET
+#include "net/certs.h"
+#endif
 
 #ifndef EDGEFL_CLI_VERSION
 #define EDGEFL_CLI_VERSION "0.1.0"
@@ -41,6 +47,9 @@ const char kUsage[] =
     "  add      A.efl B.efl OUT.efl                     add two summable encodings without decoding\n"
     "  bench    [--input IN.npy]... [--codecs LIST]     benchmark codecs (Bench-1M and inputs)\n"
     "  sim      [--codec SPEC | --compare LIST] ...      federated training simulation on Fashion-MNIST\n"
+    "  certs    --out DIR --devices N [...]             write a development PKI (CA, server, devices)\n"
+    "  client   --server HOST:PORT --ca --cert --key ... one device in rounds against edgefl-server (mTLS)\n"
+    "  swarm    --pki DIR --devices N ...               N devices as threads: a load test of edgefl-server\n"
     "\n"
     "options:\n"
     "  -h, --help      show help (also `edgefl <command> --help`)\n"
@@ -372,6 +381,147 @@ int usage_error(std::ostream& err, const char* command, const std::string& messa
   return kExitUsage;
 }
 
+// --- edgefl certs: the development PKI (net/certs.h) ---------------------------------------------
+const char kCertsUsage[] =
+    "usage: edgefl certs --out DIR --devices N [--server-name NAME]... [--days D] [--ca-name NAME] "
+    "[--force]\n"
+    "       edgefl certs --issue-device ID --ca DIR --out-cert FILE --out-key FILE\n"
+    "                    [--not-before UNIX] [--not-after UNIX | --days D] [--force]\n"
+    "\n"
+    "Writes a development PKI for mutual TLS: ECDSA P-256 keys, SHA-256 signatures.\n"
+    "  DIR/ca.crt, DIR/ca.key              the CA (keep ca.key private: it can admit any device)\n"
+    "  DIR/server.crt, DIR/server.key      edgefl-server's certificate (serverAuth; one SAN per name)\n"
+    "  DIR/devices/device-NNNN.{crt,key}   one per device (clientAuth; CN = the device id)\n"
+    "Key files are written with mode 0600. Existing files are kept unless --force.\n"
+    "The second form issues one more device certificate from the CA in DIR (ca.crt + ca.key), e.g.\n"
+    "an expired one for tests (--not-before/--not-after in seconds since 1970, UTC).\n"
+    "\n"
+    "options:\n"
+    "  --out DIR            output directory (created if missing)\n"
+    "  --devices N          number of device certificates, 0..9999 (default 0)\n"
+    "  --server-name NAME   a DNS name or IP address the server answers to; repeatable\n"
+    "                       (default: localhost and 127.0.0.1; the first is the subject CN)\n"
+    "  --days D             validity in days from now (default 365; certificates start 1 h ago)\n"
+    "  --ca-name NAME       the CA's common name (default \"edgefl development CA\")\n"
+    "  --force              overwrite existing files\n"
+    "  --issue-device ID    the device id ([A-Za-z0-9._-]{1,64})\n"
+    "  --ca DIR             the directory holding ca.crt and ca.key\n"
+    "  --out-cert FILE, --out-key FILE   where the certificate and the key go\n"
+    "  --not-before UNIX    start of validity (default: now - 1 h)\n"
+    "  --not-after UNIX     end of validity (default: now + --days)\n";
+
+#if EDGEFL_CLI_HAVE_NET
+// A decimal int64 with an optional leading '-'.
+bool parse_i64(const std::string& text, int64_t* out) {
+  const bool negative = !text.empty() && text[0] == '-';
+  const std::string digits = negative ? text.substr(1) : text;
+  if (digits.empty() || (digits.size() > 1 && (digits[1] == 'x' || digits[1] == 'X'))) return false;
+  uint64_t v = 0;
+  if (!parse_u64(digits, &v) || v > static_cast<uint64_t>(INT64_MAX)) return false;
+  *out = negative ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
+  return true;
+}
+#endif
+
+int run_certs_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  const std::vector<OptionDef> defs = {
+      {"--out", true, false},          {"--devices", true, false},    {"--server-name", true, true},
+      {"--days", true, false},         {"--ca-name", true, false},    {"--force", false, false},
+      {"--issue-device", true, false}, {"--ca", true, false},         {"--out-cert", true, false},
+      {"--out-key", true, false},      {"--not-before", true, false}, {"--not-after", true, false}};
+  ParsedArgs args;
+  std::string error;
+  if (!parse_args(argc, argv, 2, defs, &args, &error)) return usage_error(err, "certs", error, kCertsUsage);
+  if (args.help) {
+    out << kCertsUsage;
+    return kExitOk;
+  }
+  if (!args.positional.empty()) {
+    return usage_error(err, "certs", "unexpected argument '" + args.positional[0] + "'", kCertsUsage);
+  }
+  int days = 365;
+  if (args.has("--days") && !parse_positive_int(args.value("--days"), 36500, &days)) {
+    return usage_error(err, "certs", "--days needs an integer in [1, 36500]", kCertsUsage);
+  }
+  const bool issue = args.has("--issue-device");
+  const std::vector<const char*> pki_only = {"--out", "--devices", "--server-name", "--ca-name"};
+  const std::vector<const char*> issue_only = {"--ca", "--out-cert", "--out-key", "--not-before",
+                                               "--not-after"};
+  for (const char* name : issue ? pki_only : issue_only) {
+    if (args.has(name)) {
+      return usage_error(err, "certs",
+                         std::string(name) + (issue ? " is not an option of --issue-device"
+                                                    : " is an option of --issue-device"),
+                         kCertsUsage);
+    }
+  }
+#if EDGEFL_CLI_HAVE_NET
+  if (issue) {
+    for (const char* name : {"--ca", "--out-cert", "--out-key"}) {
+      if (args.value(name).empty()) {
+        return usage_error(err, "certs", std::string("--issue-device needs ") + name, kCertsUsage);
+      }
+    }
+    if (args.has("--not-after") && args.has("--days")) {
+      return usage_error(err, "certs", "give --not-after or --days, not both", kCertsUsage);
+    }
+    const int64_t now = static_cast<int64_t>(
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    int64_t not_before = now - 3600;
+    int64_t not_after = now + int64_t{86400} * days;
+    if (args.has("--not-before") && !parse_i64(args.value("--not-before"), &not_before)) {
+      return usage_error(err, "certs", "--not-before needs seconds since 1970 (an integer)", kCertsUsage);
+    }
+    if (args.has("--not-after") && !parse_i64(args.value("--not-after"), &not_after)) {
+      return usage_error(err, "certs", "--not-after needs seconds since 1970 (an integer)", kCertsUsage);
+    }
+    const Status s = net::issue_device_cert(args.value("--ca"), args.value("--issue-device"), not_before,
+                                            not_after, args.value("--out-cert"), args.value("--out-key"),
+                                            &error, args.has("--force"));
+    if (s != Status::kOk) {
+      err << "edgefl certs: " << error << "\n";
+      return s == Status::kInvalidArgument ? kExitUsage : kExitFailure;
+    }
+    out << "wrote " << args.value("--out-cert") << " and " << args.value("--out-key") << " (device "
+        << args.value("--issue-device") << ")\n";
+    return kExitOk;
+  }
+  if (args.value("--out").empty()) return usage_error(err, "certs", "--out DIR is required", kCertsUsage);
+  net::DevPkiOptions options;
+  options.out_dir = args.value("--out");
+  if (args.has("--devices")) {
+    uint64_t devices = 0;
+    if (!parse_u64(args.value("--devices"), &devices) || devices > 9999) {
+      return usage_error(err, "certs", "--devices needs an integer in [0, 9999]", kCertsUsage);
+    }
+    options.devices = static_cast<uint32_t>(devices);
+  }
+  if (args.has("--server-name")) options.server_names = args.values("--server-name");
+  options.valid_days = static_cast<uint32_t>(days);
+  if (args.has("--ca-name")) options.ca_name = args.value("--ca-name");
+  options.force = args.has("--force");
+  const Status s = net::write_dev_pki(options, &error);
+  if (s != Status::kOk) {
+    err << "edgefl certs: " << error << "\n";
+    return s == Status::kInvalidArgument ? kExitUsage : kExitFailure;
+  }
+  std::string names;
+  for (const std::string& name : options.server_names) names += (names.empty() ? "" : ", ") + name;
+  out << "wrote " << options.out_dir << "/ca.{crt,key}, " << options.out_dir << "/server.{crt,key} (" << names
+      << ")";
+  if (options.devices > 0) {
+    out << " and " << options.devices << " device certificate" << (options.devices == 1 ? "" : "s") << " in "
+        << options.out_dir << "/devices";
+  }
+  out << "; valid " << options.valid_days << " days\n";
+  return kExitOk;
+#else
+  err << "edgefl certs: this edgefl was built without TLS (configure with -DEDGEFL_BUILD_NET=ON)\n";
+  return kExitFailure;
+#endif
+}
+
 }  // namespace
 
 const char* cli_version() {
@@ -643,6 +793,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     return run_add(args.positional[0], args.positional[1], args.positional[2], err);
   }
   if (command == "sim") return run_sim_command(argc, argv, out, err);
+  if (command == "certs") return run_certs_command(argc, argv, out, err);
+#if defined(EDGEFL_CLI_HAVE_NET)
+  if (command == "client") return run_client_command(argc, argv, out, err);
+  if (command == "swarm") return run_swarm_command(argc, argv, out, err);
+#endif
   if (command == "bench") {
     const std::vector<OptionDef> defs = {
         {"--input", true, true},     {"--codecs", true, false},  {"--reps", true, false},

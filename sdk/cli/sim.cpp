@@ -62,16 +62,6 @@ std::vector<uint32_t> select_clients(size_t n, size_t k, uint64_t seed) {
   return all;
 }
 
-// Codecs whose error does not average out need error feedback to converge (Karimireddy et al.,
-// ICML 2019; Stich et al., NeurIPS 2018).
-bool is_biased(const CodecSpec& s) {
-  return s.sparsifier == SparsifierKind::kTopK || s.sparsifier == SparsifierKind::kTopKApprox ||
-         s.sparsifier == SparsifierKind::kThreshold ||
-         (s.sparsifier == SparsifierKind::kRandomK && s.randk_unscaled) ||
-         s.values == ValueCoderKind::kScaledSign || (s.values == ValueCoderKind::kUniform && !s.stochastic) ||
-         (s.values == ValueCoderKind::kUniform && s.clip);
-}
-
 // Per worker thread: one trainer and its buffers, reused for every client it serves.
 struct Worker {
   std::vector<uint8_t> trainer_memory;
@@ -130,7 +120,7 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
   bool use_ef = false;
   ResidualPrecision ef_precision = ResidualPrecision::kFp32;
   if (c.error_feedback == "auto") {
-    use_ef = is_biased(codec);
+    use_ef = needs_error_feedback(codec);
   } else if (c.error_feedback == "fp32" || c.error_feedback == "bf16") {
     use_ef = true;
     ef_precision = c.error_feedback == "bf16" ? ResidualPrecision::kBf16 : ResidualPrecision::kFp32;

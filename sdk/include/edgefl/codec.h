@@ -124,6 +124,11 @@ size_t format_codec_spec(const CodecSpec& spec, char* buf, size_t cap);
 // kOk if `spec` is a valid combination of parameters, kInvalidSpec otherwise.
 [[nodiscard]] Status validate_codec_spec(const CodecSpec& spec);
 
+// True for codecs whose error does not average out (top-k, threshold, unscaled random-k, scaled
+// sign, nearest or clipped rounding): they need error feedback (edgefl/error_feedback.h) to
+// converge (Karimireddy et al., ICML 2019; Stich et al., NeurIPS 2018).
+bool needs_error_feedback(const CodecSpec& spec);
+
 // Scratch bytes encode() needs for n coordinates (0 is possible). 0 also for an invalid spec:
 // encode() then fails with kInvalidSpec. For skc and cs it also covers decode_workspace_size()
 // of the encodings it produces, so one buffer serves encode and the decode error feedback does.

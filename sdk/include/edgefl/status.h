@@ -43,6 +43,18 @@ enum class Status : int32_t {
   kMalformedMessage = 63,         // the payload fails FlatBuffers verification, or is too short to be one
   kInvalidMessage = 64,           // a verified message breaks a field rule (range, length, text, finiteness)
   kMessageTypeMismatch = 65,      // the payload holds another message type than its frame header says
+  // Files, network, TLS and rounds (edgefl/client.h, edgefl-server).
+  kIoError = 80,               // a file (certificate, key, model, state) could not be read or written
+  kConnectionFailed = 81,      // connect, read or write failed, or the peer closed the connection
+  kTimeout = 82,               // an operation did not complete within its timeout
+  kTlsHandshakeFailed = 83,    // the TLS handshake failed (untrusted, expired or revoked certificate)
+  kTlsError = 84,              // a TLS setup failure (bad key or certificate) or a TLS record error
+  kUnauthorized = 85,          // the server refused this device (unknown, revoked, no certificate)
+  kServerError = 86,           // the server answered with an Error message
+  kProtocolError = 87,         // a valid message at the wrong time, or with ids that do not match
+  kMemoryBudgetExceeded = 88,  // a round needs more memory than the device's budget allows
+  kCancelled = 89,             // stopped by the caller
+  kUpdateNotAccepted = 90,     // the server did not count the update (straggler, late, rejected)
 };
 
 // A stable, human-readable name for `s` ("ok", "checksum_mismatch", ...). Never null.

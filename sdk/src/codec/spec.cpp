@@ -600,4 +600,12 @@ const char* index_coding_name(IndexCoding coding) {
   return "unknown";
 }
 
+bool needs_error_feedback(const CodecSpec& s) {
+  return s.sparsifier == SparsifierKind::kTopK || s.sparsifier == SparsifierKind::kTopKApprox ||
+         s.sparsifier == SparsifierKind::kThreshold ||
+         (s.sparsifier == SparsifierKind::kRandomK && s.randk_unscaled) ||
+         s.values == ValueCoderKind::kScaledSign || (s.values == ValueCoderKind::kUniform && !s.stochastic) ||
+         (s.values == ValueCoderKind::kUniform && s.clip);
+}
+
 }  // namespace edgefl

@@ -60,6 +60,22 @@ constexpr StatusText kStatusTexts[] = {
      EDGEFL_MSG("a message field is out of range, mis-sized, not finite or not valid text")},
     {Status::kMessageTypeMismatch, "message_type_mismatch",
      EDGEFL_MSG("the payload holds another message type than the frame header says")},
+    {Status::kIoError, "io_error", EDGEFL_MSG("a file could not be read or written")},
+    {Status::kConnectionFailed, "connection_failed",
+     EDGEFL_MSG("the connection failed or the peer closed it")},
+    {Status::kTimeout, "timeout", EDGEFL_MSG("the operation did not complete within its timeout")},
+    {Status::kTlsHandshakeFailed, "tls_handshake_failed",
+     EDGEFL_MSG("the TLS handshake failed (untrusted, expired or revoked certificate, or protocol)")},
+    {Status::kTlsError, "tls_error", EDGEFL_MSG("TLS setup (key, certificate) or a TLS record failed")},
+    {Status::kUnauthorized, "unauthorized", EDGEFL_MSG("the server refused this device")},
+    {Status::kServerError, "server_error", EDGEFL_MSG("the server answered with an error")},
+    {Status::kProtocolError, "protocol_error",
+     EDGEFL_MSG("the peer sent a message at the wrong time or with ids that do not match")},
+    {Status::kMemoryBudgetExceeded, "memory_budget_exceeded",
+     EDGEFL_MSG("the round needs more memory than the budget allows")},
+    {Status::kCancelled, "cancelled", EDGEFL_MSG("stopped by the caller")},
+    {Status::kUpdateNotAccepted, "update_not_accepted",
+     EDGEFL_MSG("the server did not count the update (straggler, late or rejected)")},
 };
 }  // namespace
 

@@ -1,0 +1,226 @@
+// edgefl/client.h: a device's side of federated rounds against edgefl-server, over mutual TLS.
+//
+//   edgefl::ClientOptions o;
+//   o.host = "fl.example.com"; o.port = 7443; o.server_name = "fl.example.com";
+//   o.ca_file = "ca.crt"; o.cert_file = "device.crt"; o.key_file = "device.key";
+//   o.memory_budget_bytes = 8 << 20;
+//   edgefl::Client client(o);
+//   std::string error;
+//   if (client.init(&error) != edgefl::Status::kOk) { ... }        // loads the credentials
+//   edgefl::DatasetTrainer trainer(&dataset, my_indices);           // or the app's LocalTrainer
+//   edgefl::RoundResult r;
+//   edgefl::Status s = client.run_round(trainer, &r, &error);        // blocks: one round
+//
+// run_round() says Hello, waits as the server asks (RetryLater: a uniformly random time in the
+// server's window), downloads the model in chunks (verified against the offer's SHA-256), checks
+// that the round fits the memory budget, trains, encodes with the server's codec (with error
+// feedback for biased codecs, the residual carried across rounds), uploads in chunks and commits
+// with the update's SHA-256. A dropped connection is retried with exponential backoff and jitter;
+// an interrupted upload resumes from the offset the server holds (at most one chunk is sent
+// twice), and a commit whose ack was lost is answered kDuplicate, never counted twice.
+//
+// The device id is the subject CN of the client certificate; nothing in a message claims it.
+//
+// Threading: a Client is used from one thread; cancel() may be called from any thread and makes
+// the blocking call return kCancelled promptly (within ~50 ms of network waits).
+#ifndef EDGEFL_CLIENT_H_
+#define EDGEFL_CLIENT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edgefl/codec.h"
+#include "edgefl/data.h"
+#include "edgefl/error_feedback.h"
+#include "edgefl/model.h"
+#include "edgefl/span.h"
+#include "edgefl/status.h"
+#include "edgefl/trainer.h"
+
+namespace edgefl {
+
+namespace net {
+class Connection;
+class TlsCredentials;
+}  // namespace net
+
+// A round's task as the server offered it.
+struct RoundTask {
+  uint64_t round_id = 0;
+  uint64_t model_version = 0;
+  std::string model_spec;      // edgefl/model.h grammar
+  size_t parameter_count = 0;
+  TrainConfig training;        // hyper-parameters (and the round's training seed)
+  std::string codec;           // the uplink codec spec
+  uint64_t codec_seed = 0;
+  uint32_t deadline_ms = 0;    // from the offer's receipt
+};
+
+// The app's training engine for network rounds.
+class LocalTrainer {
+ public:
+  virtual ~LocalTrainer() = default;
+  // Bytes fit() holds for `task` beyond the model and delta the client owns (counted against
+  // the memory budget before the round starts).
+  virtual size_t memory_bytes(const RoundTask& task) const = 0;
+  // Binds to the task's model and hyper-parameters. kInvalidSpec if this trainer cannot train it.
+  [[nodiscard]] virtual Status prepare(const RoundTask& task) = 0;
+  // delta = local - global (parameter_count floats each); *samples = examples used (the update's
+  // weight, > 0); *loss = mean training loss.
+  [[nodiscard]] virtual Status fit(Span<const float> global, Span<float> delta, uint32_t* samples, float* loss) = 0;
+};
+
+// The built-in trainer: SgdTrainer (edgefl/trainer.h) on the samples `indices` of `data` (both
+// must outlive it). Its workspace is allocated by prepare() and kept while the spec is unchanged.
+class DatasetTrainer final : public LocalTrainer {
+ public:
+  DatasetTrainer(const Dataset* data, std::vector<uint32_t> indices);
+  size_t memory_bytes(const RoundTask& task) const override;
+  [[nodiscard]] Status prepare(const RoundTask& task) override;
+  [[nodiscard]] Status fit(Span<const float> global, Span<float> delta, uint32_t* samples, float* loss) override;
+  size_t sample_count() const { return indices_.size(); }
+
+ private:
+  const Dataset* data_;
+  std::vector<uint32_t> indices_;
+  std::string spec_text_;
+  ModelSpec spec_{};
+  std::vector<uint8_t> workspace_;
+  SgdTrainer trainer_;
+};
+
+struct ClientOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 7443;
+  std::string server_name = "localhost";  // must match the server certificate ("" = no check: unsafe)
+  std::string ca_file;                    // PEM: the CA that issued the server's certificate
+  std::string cert_file;                  // PEM: this device's certificate (CN = device id)
+  std::string key_file;                   // PEM: its private key
+  bool insecure_plaintext_for_tests = false;  // no TLS; only against a server started the same way
+
+  uint64_t memory_budget_bytes = 64ull << 20;  // a round that needs more is refused up front
+  ResidualPrecision residual_precision = ResidualPrecision::kFp32;
+  bool error_feedback = true;                  // for codecs that need it (needs_error_feedback())
+  uint32_t upload_chunk_bytes = 64 * 1024;     // <= the offer's max_chunk_bytes
+  uint32_t connect_timeout_ms = 10000;
+  uint32_t io_timeout_ms = 30000;              // per message
+  uint32_t backoff_initial_ms = 200;           // reconnect: min(max, initial x 2^attempt) x U[0.5, 1]
+  uint32_t backoff_max_ms = 10000;
+  uint32_t max_attempts = 20;                  // connection attempts per round before giving up
+  uint32_t max_wait_ms = 3600000;              // longest total RetryLater wait in one run_round()
+  uint64_t seed = 0;                           // jitter and upload ids (0: from the OS)
+  std::string sdk_version = "edgefl 0.1";
+  // Test hook: drop the connection after this many upload chunks of the first attempt (0 = never).
+  uint32_t test_disconnect_after_chunks = 0;
+  // Optional: bytes of heap in use (e.g. glibc's mallinfo2()), sampled at every phase of a round
+  // (connected, model downloaded, trained, encoded, uploaded) to report the round's peak heap.
+  std::function<size_t()> heap_probe;
+};
+
+// Memory a round needs, in bytes, as planned before it starts.
+struct MemoryPlan {
+  size_t model = 0;            // the global model (float32)
+  size_t delta = 0;            // the update (float32)
+  size_t residual = 0;         // error-feedback residual (0 if the codec needs none)
+  size_t codec_workspace = 0;  // workspace_size(codec, n)
+  size_t encoded = 0;          // encoded_bound(codec, n)
+  size_t trainer = 0;          // LocalTrainer::memory_bytes()
+  size_t tls = 0;              // TLS record buffers and handshake state (estimate for our config)
+  size_t total() const { return model + delta + residual + codec_workspace + encoded + trainer + tls; }
+  std::string describe() const;  // "model 221 kB + delta 221 kB + ... = 1.2 MB"
+};
+
+enum class RoundOutcome : uint8_t {
+  kAccepted = 1,        // counted once in the round's aggregate
+  kDuplicate = 2,       // was accepted before (a retried commit)
+  kStraggler = 3,       // the round had closed with its quorum
+  kLate = 4,            // after the deadline
+  kRejected = 5,        // the server refused the update (digest, size, codec)
+  kServerDraining = 6,  // the server is shutting down: no task
+};
+const char* round_outcome_name(RoundOutcome outcome);
+
+struct RoundResult {
+  RoundOutcome outcome = RoundOutcome::kAccepted;
+  uint64_t round_id = 0;
+  uint64_t model_version = 0;
+  std::string codec;
+  uint64_t update_bytes = 0;      // the encoded update
+  uint64_t uploaded_bytes = 0;    // update bytes sent (more than update_bytes if chunks were resent)
+  uint64_t model_bytes = 0;       // model bytes downloaded this round
+  uint64_t wire_bytes_up = 0;     // frames sent, all messages
+  uint64_t wire_bytes_down = 0;   // frames received
+  uint32_t samples = 0;
+  float train_loss = 0;
+  double train_seconds = 0;
+  double encode_seconds = 0;
+  double wait_seconds = 0;        // RetryLater waits and backoff
+  double total_seconds = 0;
+  uint32_t reconnects = 0;
+  uint64_t resumed_at = 0;        // offset an interrupted upload resumed from (0: none)
+  MemoryPlan memory;
+  // With ClientOptions::heap_probe: the largest heap in use at the sampled points of the round,
+  // minus the heap in use when the round started; and the heap one TLS connection took
+  // (measured across connect()). 0 without a probe.
+  size_t heap_peak_bytes = 0;
+  size_t heap_tls_bytes = 0;
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Loads and checks the credentials. Fails: kIoError / kTlsError with the reason.
+  [[nodiscard]] Status init(std::string* error);
+
+  // One round, start to ack (see the top of this file). kOk with result->outcome for every
+  // answer the server gives, including kServerDraining. Fails: kUnauthorized (the server refused
+  // this device), kTlsHandshakeFailed (e.g. an untrusted or expired certificate: not retried),
+  // kMemoryBudgetExceeded (with the plan in *error), kConnectionFailed / kTimeout after
+  // max_attempts, kServerError, kProtocolError, kCancelled; the trainer's and codec's statuses.
+  [[nodiscard]] Status run_round(LocalTrainer& trainer, RoundResult* result, std::string* error);
+
+  // Rounds until `rounds` were accepted (0 = no limit) or the server drains. progress() is
+  // called after each round.
+  using Progress = std::function<void(const RoundResult&)>;
+  [[nodiscard]] Status participate(LocalTrainer& trainer, uint32_t rounds, const Progress& progress, std::string* error);
+
+  void cancel();
+
+  // What a task would need, given this client's options.
+  MemoryPlan plan_memory(const RoundTask& task, const LocalTrainer& trainer) const;
+
+ private:
+  struct Pending;
+  Status connect_with_backoff(RoundResult* result, std::string* error);
+  Status sleep_ms(uint64_t ms);
+
+  ClientOptions options_;
+  std::unique_ptr<net::TlsCredentials> credentials_;
+  std::unique_ptr<net::Connection> connection_;
+  std::unique_ptr<Pending> pending_;  // an encoded update not yet acked
+  std::atomic<bool> cancelled_{false};
+  uint64_t rng_state_ = 0;
+  // The last downloaded model, by version.
+  uint64_t model_version_ = ~0ull;
+  std::vector<float> model_;
+  std::vector<float> delta_;
+  std::vector<uint8_t> workspace_;
+  std::vector<uint8_t> residual_memory_;
+  ErrorFeedback feedback_;
+  std::string feedback_codec_;
+  uint32_t chunks_sent_total_ = 0;
+};
+
+}  // namespace edgefl
+
+#endif  // EDGEFL_CLIENT_H_

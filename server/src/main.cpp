@@ -1,0 +1,208 @@
+// edgefl-server: federated rounds over mutual TLS. `edgefl-server --help` lists the options.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "edgefl/data.h"
+#include "log.h"
+#include "server.h"
+
+namespace {
+
+const char kUsage[] =
+    "usage: edgefl-server --state-dir DIR --ca FILE --cert FILE --key FILE [options]\n"
+    "\n"
+    "Runs federated rounds for devices that authenticate with client certificates issued by the CA\n"
+    "(`edgefl certs` makes a development PKI). State (rounds, the ledger of accepted updates, the open\n"
+    "round's payloads, model versions) lives in DIR/state.db (SQLite, WAL, full sync); models are\n"
+    "DIR/model-vNNNNNN.safetensors and DIR/global.safetensors. A restart resumes the open round.\n"
+    "\n"
+    "network:\n"
+    "  --listen HOST:PORT      device listener (127.0.0.1:7443; port 0 = any free port)\n"
+    "  --metrics HOST:PORT     /metrics (Prometheus) and /healthz listener (off)\n"
+    "  --port-file FILE        write '<port> <metrics port>' once listening\n"
+    "  --ca FILE --cert FILE --key FILE   PEM: the device CA, the server certificate and key\n"
+    "  --crl FILE              PEM CRL of revoked device certificates\n"
+    "  --deny FILE             revoked device ids, one per line\n"
+    "  --idle-timeout S        close a connection idle this long (60); --handshake-timeout S (10)\n"
+    "  --max-connections N     (1024)\n"
+    "  --insecure-plaintext-for-tests   no TLS at all; device ids are made up. Tests only.\n"
+    "rounds:\n"
+    "  --model SPEC            model (cnn); --codec SPEC uplink codec devices use (sparq:0.1)\n"
+    "  --optimizer SPEC        fedavg | fedavgm | fedadam[:lr=...] (fedavg)\n"
+    "  --rounds R              rounds to run, then exit (0 = until stopped) (0)\n"
+    "  --cohort K              accepted updates that complete a round (4)\n"
+    "  --over-selection F      offers per round = ceil(K x F) (1.3)\n"
+    "  --min-quorum Q          updates needed to commit at the deadline (K)\n"
+    "  --selection-probability P   chance a check-in gets a task while offers remain (1)\n"
+    "  --deadline S            reporting deadline per round, seconds (120)\n"
+    "  --retry-after MS --retry-window MS   pace steering for devices turned away (1000, 2000)\n"
+    "  --chunk BYTES           model download chunk size (262144)\n"
+    "  --lr X --epochs E --batch B --momentum M --max-steps S   devices' local training\n"
+    "                          (0.02, 2, 32, 0.9, 0)\n"
+    "  --seed S                initial model and training seeds (1)\n"
+    "  --eval [DIR]            evaluate each new model on the Fashion-MNIST test set\n"
+    "  --eval-samples N        (10000)\n"
+    "output:\n"
+    "  --summary FILE          per-round summary as JSON lines\n"
+    "  --progress              one line per round on stdout (accuracy, bytes, time)\n"
+    "  --drain MS              after the last round, answer 'draining' this long before exiting (3000)\n"
+    "  --log-level L           debug | info | warn | error (info)\n";
+
+bool split_host_port(const std::string& text, std::string* host, uint16_t* port) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos) return false;
+  char* end = nullptr;
+  const unsigned long p = std::strtoul(text.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || p > 65535 || colon + 1 == text.size()) return false;
+  *host = text.substr(0, colon);
+  *port = static_cast<uint16_t>(p);
+  return !host->empty();
+}
+
+bool to_u32(const std::string& s, uint32_t* out) {
+  if (s.empty() || s[0] == '-') return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (*end != '\0' || errno != 0 || v > 0xFFFFFFFFull) return false;
+  *out = static_cast<uint32_t>(v);
+  return true;
+}
+
+bool to_double(const std::string& s, double* out) {
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  return !s.empty() && *end == '\0';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace edgefl::server;
+  ServerOptions o;
+  o.rounds.training.learning_rate = 0.02f;
+  o.rounds.training.local_epochs = 2;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto fail = [](const std::string& message) {
+    std::fprintf(stderr, "edgefl-server: %s (see --help)\n", message.c_str());
+    return 2;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= args.size()) return false;
+      *out = args[++i];
+      return true;
+    };
+    std::string v;
+    uint32_t u = 0;
+    double d = 0;
+    bool ok = true;
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--progress") {
+      o.progress = true;
+    } else if (a == "--insecure-plaintext-for-tests") {
+      o.insecure_plaintext_for_tests = true;
+    } else if (a == "--eval") {
+      o.rounds.eval_data_dir = edgefl::fashion_mnist_dir();
+      if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) o.rounds.eval_data_dir = args[++i];
+    } else if (!value(&v)) {
+      return fail("unknown option or missing value: " + a);
+    } else if (a == "--listen") {
+      ok = split_host_port(v, &o.listen_host, &o.port);
+    } else if (a == "--metrics") {
+      ok = split_host_port(v, &o.metrics_host, &o.metrics_port);
+    } else if (a == "--port-file") {
+      o.port_file = v;
+    } else if (a == "--ca") {
+      o.tls.ca_file = v;
+    } else if (a == "--cert") {
+      o.tls.cert_file = v;
+    } else if (a == "--key") {
+      o.tls.key_file = v;
+    } else if (a == "--crl") {
+      o.tls.crl_file = v;
+    } else if (a == "--deny") {
+      o.tls.deny_file = v;
+    } else if (a == "--idle-timeout") {
+      ok = to_u32(v, &u) && u > 0 && u <= 86400;
+      o.idle_timeout_ms = u * 1000;
+    } else if (a == "--handshake-timeout") {
+      ok = to_u32(v, &u) && u > 0 && u <= 3600;
+      o.handshake_timeout_ms = u * 1000;
+    } else if (a == "--max-connections") {
+      ok = to_u32(v, &o.max_connections) && o.max_connections > 0;
+    } else if (a == "--state-dir") {
+      o.rounds.state_dir = v;
+    } else if (a == "--model") {
+      o.rounds.model_spec = v;
+    } else if (a == "--codec") {
+      o.rounds.uplink_codec = v;
+    } else if (a == "--optimizer") {
+      o.rounds.optimizer = v;
+    } else if (a == "--rounds") {
+      ok = to_u32(v, &o.rounds.rounds);
+    } else if (a == "--cohort") {
+      ok = to_u32(v, &o.rounds.cohort) && o.rounds.cohort > 0;
+    } else if (a == "--over-selection") {
+      ok = to_double(v, &o.rounds.over_selection);
+    } else if (a == "--selection-probability") {
+      ok = to_double(v, &o.rounds.selection_probability);
+    } else if (a == "--min-quorum") {
+      ok = to_u32(v, &o.rounds.min_quorum);
+    } else if (a == "--deadline") {
+      ok = to_double(v, &d) && d > 0 && d <= 7 * 86400;
+      o.rounds.deadline_ms = static_cast<uint32_t>(d * 1000);
+    } else if (a == "--retry-after") {
+      ok = to_u32(v, &o.rounds.retry_after_ms) && o.rounds.retry_after_ms > 0;
+    } else if (a == "--retry-window") {
+      ok = to_u32(v, &o.rounds.retry_window_ms);
+    } else if (a == "--chunk") {
+      ok = to_u32(v, &o.rounds.max_chunk_bytes);
+    } else if (a == "--lr") {
+      ok = to_double(v, &d);
+      o.rounds.training.learning_rate = static_cast<float>(d);
+    } else if (a == "--epochs") {
+      ok = to_u32(v, &o.rounds.training.local_epochs);
+    } else if (a == "--batch") {
+      ok = to_u32(v, &o.rounds.training.batch_size);
+    } else if (a == "--momentum") {
+      ok = to_double(v, &d);
+      o.rounds.training.momentum = static_cast<float>(d);
+    } else if (a == "--max-steps") {
+      ok = to_u32(v, &o.rounds.training.max_steps);
+    } else if (a == "--seed") {
+      ok = to_u32(v, &u);
+      o.rounds.seed = u;
+    } else if (a == "--eval-samples") {
+      ok = to_u32(v, &o.rounds.eval_samples) && o.rounds.eval_samples > 0;
+    } else if (a == "--summary") {
+      o.summary_file = v;
+    } else if (a == "--drain") {
+      ok = to_u32(v, &o.drain_ms);
+    } else if (a == "--log-level") {
+      LogLevel level;
+      ok = parse_log_level(v, &level);
+      if (ok) set_log_level(level);
+    } else {
+      return fail("unknown option " + a);
+    }
+    if (!ok) return fail("bad value for " + a + ": '" + v + "'");
+  }
+  if (o.rounds.state_dir.empty()) return fail("--state-dir is required");
+  if (!o.insecure_plaintext_for_tests && (o.tls.ca_file.empty() || o.tls.cert_file.empty() || o.tls.key_file.empty())) {
+    return fail("--ca, --cert and --key are required (mutual TLS); `edgefl certs --out DIR` makes a development set");
+  }
+  if (::mkdir(o.rounds.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return fail("cannot create " + o.rounds.state_dir + ": " + std::strerror(errno));
+  }
+  return run_server(o);
+}

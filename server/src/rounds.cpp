@@ -1,0 +1,698 @@
+#include "rounds.h"
+
+#include <mbedtls/ctr_drbg.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "log.h"
+#include "model_files.h"
+#include "net/digest.h"
+#include "safetensors.h"
+
+namespace edgefl::server {
+namespace {
+
+constexpr uint64_t kRoundsKept = 64;  // closed rounds remembered for straggler / late answers
+
+template <size_t N>
+std::string hex(const std::array<uint8_t, N>& bytes) {
+  return net::to_hex({bytes.data(), N});
+}
+
+// A 32-byte round nonce from the OS's CSPRNG (std::random_device is getrandom() on glibc).
+std::vector<uint8_t> fresh_nonce() {
+  std::random_device rd;
+  std::vector<uint8_t> nonce(wire::kRoundNonceLongBytes);
+  for (size_t i = 0; i < nonce.size(); i += 4) {
+    const uint32_t r = rd();
+    std::memcpy(nonce.data() + i, &r, 4);
+  }
+  if (std::all_of(nonce.begin(), nonce.end(), [](uint8_t b) { return b == 0; })) nonce[0] = 1;
+  return nonce;
+}
+
+std::string model_file_name(uint64_t version) {
+  char name[48];
+  std::snprintf(name, sizeof name, "model-v%06llu.safetensors", static_cast<unsigned long long>(version));
+  return name;
+}
+
+std::string optimizer_file_name(uint64_t version) {
+  char name[48];
+  std::snprintf(name, sizeof name, "optimizer-v%06llu.bin", static_cast<unsigned long long>(version));
+  return name;
+}
+
+void to_le_bytes(const std::vector<float>& values, std::vector<uint8_t>* out) {
+  out->resize(values.size() * 4);
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &values[i], 4);
+    (*out)[4 * i + 0] = static_cast<uint8_t>(bits);
+    (*out)[4 * i + 1] = static_cast<uint8_t>(bits >> 8);
+    (*out)[4 * i + 2] = static_cast<uint8_t>(bits >> 16);
+    (*out)[4 * i + 3] = static_cast<uint8_t>(bits >> 24);
+  }
+}
+
+}  // namespace
+
+RoundManager::RoundManager(RoundOptions options, Storage* storage, Metrics* metrics)
+    : options_(std::move(options)), storage_(storage), metrics_(metrics) {}
+
+RoundManager::~RoundManager() = default;
+
+void RoundManager::fatal(const std::string& what, const std::string& error) {
+  // Storage or file failures after start() leave the server unable to keep its promises: it stops
+  // taking updates (every session then gets kInternal) and says why.
+  log_error("storage_failure").kv("what", what).kv("error", error);
+}
+
+Status RoundManager::start(int64_t now_ms, std::string* error) {
+  if (parse_model_spec(options_.model_spec.c_str(), &spec_) != Status::kOk) {
+    *error = "invalid model spec '" + options_.model_spec + "'";
+    return Status::kInvalidSpec;
+  }
+  if (parse_codec_spec(options_.uplink_codec.c_str(), &codec_) != Status::kOk) {
+    *error = "invalid uplink codec '" + options_.uplink_codec + "'";
+    return Status::kInvalidSpec;
+  }
+  if (parse_server_optimizer_spec(options_.optimizer.c_str(), &optimizer_spec_) != Status::kOk) {
+    *error = "invalid server optimizer '" + options_.optimizer + "'";
+    return Status::kInvalidSpec;
+  }
+  wire::DecodeDetail detail;
+  if (wire::validate(wire::Message{wire::RetryLater{options_.retry_after_ms, options_.retry_window_ms,
+                                                    wire::RetryReason::kNoRound}},
+                     &detail) != Status::kOk ||
+      options_.cohort == 0 || options_.over_selection < 1.0 || options_.over_selection > 10.0 ||
+      options_.deadline_ms == 0 || options_.deadline_ms > wire::kMaxDeadlineMs || options_.max_chunk_bytes == 0 ||
+      options_.max_chunk_bytes > wire::kMaxChunkBytes || options_.max_samples_per_update == 0) {
+    *error = "round options out of range (cohort >= 1, 1 <= over-selection <= 10, deadline, retry, chunk size)";
+    return Status::kInvalidArgument;
+  }
+  n_ = edgefl::parameter_count(spec_);
+  selection_rng_ = options_.seed * 0x2545F4914F6CDD1Dull;
+  if (!(options_.selection_probability > 0.0 && options_.selection_probability <= 1.0)) {
+    *error = "selection probability must be in (0, 1]";
+    return Status::kInvalidArgument;
+  }
+  offers_per_round_ = static_cast<uint32_t>(std::ceil(options_.cohort * options_.over_selection - 1e-9));
+  min_quorum_ = options_.min_quorum == 0 ? options_.cohort : std::min(options_.min_quorum, options_.cohort);
+  max_upload_bytes_ = std::max<uint64_t>(encoded_bound(codec_, n_), 1);
+  CodecSpec bf16{};
+  if (parse_codec_spec("bf16", &bf16) == Status::kOk) bf16_update_bytes_ = encoded_bound(bf16, n_);
+  // Any codec the device picks must also fit (a device may fall back to a dense encoding).
+  CodecSpec fp32{};
+  if (parse_codec_spec("fp32", &fp32) == Status::kOk) max_upload_bytes_ = std::max<uint64_t>(max_upload_bytes_, encoded_bound(fp32, n_));
+
+  // One state directory, one model: refuse to reuse it for another spec.
+  std::optional<std::string> stored_spec;
+  EDGEFL_RETURN_IF_ERROR(storage_->get_setting("model_spec", &stored_spec, error));
+  char spec_text[256];
+  format_model_spec(spec_, spec_text, sizeof spec_text);
+  if (stored_spec && *stored_spec != spec_text) {
+    *error = "the state directory holds a federation of model '" + *stored_spec + "', not '" + spec_text +
+             "': use another --state-dir";
+    return Status::kInvalidArgument;
+  }
+  if (!stored_spec) EDGEFL_RETURN_IF_ERROR(storage_->put_setting("model_spec", spec_text, error));
+
+  aggregate_memory_.resize(StreamingAggregator::storage_bytes(n_));
+  EDGEFL_RETURN_IF_ERROR(aggregate_.init({aggregate_memory_.data(), aggregate_memory_.size()}, n_));
+  optimizer_memory_.assign(ServerOptimizer::state_bytes(optimizer_spec_.kind, n_), 0);
+  EDGEFL_RETURN_IF_ERROR(optimizer_.init(optimizer_spec_, {optimizer_memory_.data(), optimizer_memory_.size()}, n_));
+  scratch_.resize(n_);
+  mean_.resize(n_);
+
+  if (!options_.eval_data_dir.empty()) {
+    if (!load_fashion_mnist(options_.eval_data_dir, false, &test_set_, error)) return Status::kIoError;
+    TrainConfig eval_config;
+    eval_workspace_.resize(SgdTrainer::workspace_bytes(spec_, eval_config));
+    EDGEFL_RETURN_IF_ERROR(eval_trainer_.init(spec_, eval_config, {eval_workspace_.data(), eval_workspace_.size()}));
+    eval_enabled_ = true;
+  }
+
+  size_t stale = 0;  // temp files of a write a crash interrupted
+  EDGEFL_RETURN_IF_ERROR(remove_temp_files(options_.state_dir, &stale, error));
+  if (stale != 0) log_info("stale_temp_files_removed").kv("count", uint64_t{stale});
+  EDGEFL_RETURN_IF_ERROR(load_or_create_model(now_ms, error));
+  EDGEFL_RETURN_IF_ERROR(recover_open_round(now_ms, error));
+  if (!open_ && !finished_) EDGEFL_RETURN_IF_ERROR(open_next_round(now_ms, error));
+  return Status::kOk;
+}
+
+Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
+  std::optional<ModelRecord> latest;
+  EDGEFL_RETURN_IF_ERROR(storage_->latest_model(&latest, error));
+  if (!latest) {
+    global_.assign(n_, 0.0f);
+    init_parameters(spec_, options_.seed, {global_.data(), n_});
+    // Versions count from 1 (the initial model); round 0 stands for "no round".
+    model_version_ = 1;
+    EDGEFL_RETURN_IF_ERROR(write_model(1, 0, now_ms, error));
+    log_info("model_created").kv("version", uint64_t{1}).kv("model", options_.model_spec).kv("parameters", uint64_t{n_});
+  } else {
+    std::vector<uint8_t> file;
+    const std::string path = options_.state_dir + "/" + latest->path;
+    EDGEFL_RETURN_IF_ERROR(read_file(path, uint64_t{1} << 33, &file, error));
+    const net::Sha256Digest digest = net::sha256({file.data(), file.size()});
+    if (std::memcmp(digest.data(), latest->digest.data(), digest.size()) != 0) {
+      *error = "model file " + path + " does not match the digest recorded for version " +
+               std::to_string(latest->version) + " (corrupted or replaced)";
+      return Status::kChecksumMismatch;
+    }
+    std::map<std::string, std::string> metadata;
+    EDGEFL_RETURN_IF_ERROR(decode_safetensors({file.data(), file.size()}, spec_, &global_, &metadata, error));
+    model_version_ = latest->version;
+    if (!optimizer_memory_.empty()) {
+      std::vector<uint8_t> state;
+      const std::string opt_path = options_.state_dir + "/" + optimizer_file_name(model_version_);
+      if (read_file(opt_path, optimizer_memory_.size(), &state, error) == Status::kOk &&
+          state.size() == optimizer_memory_.size()) {
+        std::memcpy(optimizer_memory_.data(), state.data(), state.size());
+      } else if (model_version_ != 1) {
+        *error = "optimizer state " + opt_path + " is missing or has the wrong size";
+        return Status::kIoError;
+      }
+    }
+    log_info("model_loaded").kv("version", model_version_).kv("file", latest->path);
+  }
+  to_le_bytes(global_, &model_bytes_);
+  const net::Sha256Digest d = net::sha256({model_bytes_.data(), model_bytes_.size()});
+  std::memcpy(model_digest_.data(), d.data(), d.size());
+  metrics_->model_version.store(model_version_);
+  return Status::kOk;
+}
+
+Status RoundManager::write_model(uint64_t version, uint64_t round_id, int64_t now_ms, std::string* error) {
+  char spec_text[256];
+  format_model_spec(spec_, spec_text, sizeof spec_text);
+  std::vector<uint8_t> file;
+  EDGEFL_RETURN_IF_ERROR(encode_safetensors(spec_, {global_.data(), global_.size()},
+                                            {{"edgefl.model_version", std::to_string(version)},
+                                             {"edgefl.round", std::to_string(round_id)},
+                                             {"edgefl.optimizer", options_.optimizer}},
+                                            &file, error));
+  if (!optimizer_memory_.empty()) {
+    EDGEFL_RETURN_IF_ERROR(write_file_atomic(options_.state_dir, optimizer_file_name(version),
+                                             {optimizer_memory_.data(), optimizer_memory_.size()}, error));
+  }
+  const std::string name = model_file_name(version);
+  EDGEFL_RETURN_IF_ERROR(write_file_atomic(options_.state_dir, name, {file.data(), file.size()}, error));
+  // The newest model also under a fixed name, for tools (PyTorch, Hugging Face) to pick up.
+  EDGEFL_RETURN_IF_ERROR(write_file_atomic(options_.state_dir, "global.safetensors", {file.data(), file.size()}, error));
+  ModelRecord record;
+  record.version = version;
+  record.round_id = round_id;
+  record.path = name;
+  const net::Sha256Digest digest = net::sha256({file.data(), file.size()});
+  std::memcpy(record.digest.data(), digest.data(), digest.size());
+  record.bytes = file.size();
+  record.created_unix_ms = now_ms;
+  return storage_->record_model(record, error);
+}
+
+Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
+  uint64_t last = 0;
+  EDGEFL_RETURN_IF_ERROR(storage_->last_round_id(&last, error));
+  std::optional<RoundRecord> open;
+  EDGEFL_RETURN_IF_ERROR(storage_->open_round(&open, error));
+  // Rounds already ended count towards --rounds.
+  rounds_ended_ = static_cast<uint32_t>(last - (open ? 1 : 0));
+  if (!open) {
+    if (options_.rounds != 0 && rounds_ended_ >= options_.rounds) finished_ = true;
+    return Status::kOk;
+  }
+  std::optional<ModelRecord> latest;
+  EDGEFL_RETURN_IF_ERROR(storage_->latest_model(&latest, error));
+  if (latest && latest->round_id == open->round_id) {
+    // The crash came between writing the round's model and marking the round committed.
+    EDGEFL_RETURN_IF_ERROR(storage_->close_round(open->round_id, RoundState::kCommitted, latest->version, now_ms, error));
+    log_info("round_commit_completed").kv("round", open->round_id).kv("version", latest->version);
+    ++rounds_ended_;
+    if (options_.rounds != 0 && rounds_ended_ >= options_.rounds) finished_ = true;
+    return Status::kOk;
+  }
+  if (open->base_model_version != model_version_) {
+    *error = "open round " + std::to_string(open->round_id) + " trains model version " +
+             std::to_string(open->base_model_version) + " but the latest model is version " +
+             std::to_string(model_version_);
+    return Status::kCorruptPayload;
+  }
+  OpenRound round;
+  round.record = *open;
+  round.opened_wall_ms = now_ms;
+  aggregate_.reset();
+  uint32_t rebuilt = 0;
+  Status s = storage_->for_each_update(
+      open->round_id,
+      [&](const UpdateRecord& u) -> Status {
+        EncodedInfo info;
+        Status st = inspect({u.payload.data(), u.payload.size()}, &info);
+        if (st != Status::kOk) return st;
+        decode_workspace_.resize(std::max(decode_workspace_.size(), decode_workspace_size(info)));
+        st = aggregate_.add_encoded({u.payload.data(), u.payload.size()}, static_cast<double>(u.sample_count),
+                                    {decode_workspace_.data(), decode_workspace_.size()});
+        if (st != Status::kOk) return st;
+        round.offered.insert(u.device_id);
+        round.upload_bytes += u.payload_bytes;
+        ++rebuilt;
+        return Status::kOk;
+      },
+      error);
+  if (s != Status::kOk) {
+    if (error->empty()) *error = std::string("rebuilding the open round's aggregate: ") + status_name(s);
+    return s;
+  }
+  round.accepted = rebuilt;
+  open_ = std::move(round);
+  metrics_->round_id.store(open->round_id);
+  log_info("round_recovered")
+      .kv("round", open->round_id)
+      .kv("updates", uint64_t{rebuilt})
+      .kv("deadline_in_ms", open->deadline_unix_ms - now_ms);
+  if (rebuilt >= options_.cohort) return close_round(true, now_ms, error);
+  return Status::kOk;
+}
+
+Status RoundManager::open_next_round(int64_t now_ms, std::string* error) {
+  uint64_t last = 0;
+  EDGEFL_RETURN_IF_ERROR(storage_->last_round_id(&last, error));
+  OpenRound round;
+  round.record.round_id = last + 1;
+  round.record.nonce = fresh_nonce();
+  round.record.base_model_version = model_version_;
+  round.record.state = RoundState::kOpen;
+  round.record.opened_unix_ms = now_ms;
+  round.record.deadline_unix_ms = now_ms + options_.deadline_ms;
+  round.opened_wall_ms = now_ms;
+  EDGEFL_RETURN_IF_ERROR(storage_->create_round(round.record, error));
+  aggregate_.reset();
+  metrics_->round_id.store(round.record.round_id);
+  log_info("round_open")
+      .kv("round", round.record.round_id)
+      .kv("model_version", model_version_)
+      .kv("cohort", uint64_t{options_.cohort})
+      .kv("offers", uint64_t{offers_per_round_})
+      .kv("deadline_ms", uint64_t{options_.deadline_ms});
+  open_ = std::move(round);
+  return Status::kOk;
+}
+
+void RoundManager::evaluate(RoundSummary* summary) {
+  if (!eval_enabled_) return;
+  const size_t count = std::min<size_t>(options_.eval_samples, test_set_.count);
+  DataView view{test_set_.inputs.data(), test_set_.labels.data(), count, test_set_.dim(), nullptr, 0};
+  float loss = 0, accuracy = 0;
+  if (eval_trainer_.evaluate({global_.data(), n_}, view, &loss, &accuracy) == Status::kOk) {
+    summary->test_accuracy = accuracy;
+    summary->test_loss = loss;
+    metrics_->test_accuracy_micros.store(static_cast<int64_t>(std::llround(double(accuracy) * 1e6)));
+  }
+}
+
+Status RoundManager::close_round(bool commit, int64_t now_ms, std::string* error) {
+  OpenRound& round = *open_;
+  const uint64_t round_id = round.record.round_id;
+  uint64_t result_version = 0;
+  if (commit) {
+    EDGEFL_RETURN_IF_ERROR(aggregate_.mean({mean_.data(), n_}));
+    EDGEFL_RETURN_IF_ERROR(optimizer_.apply({global_.data(), n_}, {mean_.data(), n_}));
+    result_version = model_version_ + 1;
+    // Durable order: model (and optimizer state) file, its record, then the round's state.
+    EDGEFL_RETURN_IF_ERROR(write_model(result_version, round_id, now_ms, error));
+    model_version_ = result_version;
+    to_le_bytes(global_, &model_bytes_);
+    const net::Sha256Digest d = net::sha256({model_bytes_.data(), model_bytes_.size()});
+    std::memcpy(model_digest_.data(), d.data(), d.size());
+    metrics_->model_version.store(model_version_);
+  }
+  EDGEFL_RETURN_IF_ERROR(storage_->close_round(round_id, commit ? RoundState::kCommitted : RoundState::kAbandoned,
+                                               result_version, now_ms, error));
+  (commit ? metrics_->rounds_committed : metrics_->rounds_abandoned).fetch_add(1);
+  RoundSummary summary;
+  summary.round_id = round_id;
+  summary.state = commit ? RoundState::kCommitted : RoundState::kAbandoned;
+  summary.accepted = round.accepted;
+  summary.upload_bytes = round.upload_bytes;
+  summary.download_bytes = round.download_bytes;
+  summary.seconds = double(now_ms - round.opened_wall_ms) / 1e3;
+  if (commit) evaluate(&summary);
+  LogLine line(LogLevel::kInfo, commit ? "round_committed" : "round_abandoned");
+  line.kv("round", round_id)
+      .kv("updates", uint64_t{round.accepted})
+      .kv("model_version", model_version_)
+      .kv("upload_bytes", round.upload_bytes)
+      .kv("download_bytes", round.download_bytes)
+      .kv("seconds", summary.seconds);
+  if (summary.test_accuracy >= 0) line.kv("test_accuracy", double(summary.test_accuracy)).kv("test_loss", double(summary.test_loss));
+  history_.push_back(summary);
+
+  closed_[round_id] = ClosedRound{round.record.deadline_unix_ms, now_ms, commit};
+  while (closed_.size() > kRoundsKept) closed_.erase(closed_.begin());
+  open_.reset();
+  ++rounds_ended_;
+  if (options_.rounds != 0 && rounds_ended_ >= options_.rounds) {
+    finished_ = true;
+    log_info("rounds_finished").kv("rounds", uint64_t{rounds_ended_}).kv("model_version", model_version_);
+    return Status::kOk;
+  }
+  return open_next_round(now_ms, error);
+}
+
+int64_t RoundManager::ms_to_deadline(int64_t now_ms) const {
+  if (!open_) return 0;
+  return std::max<int64_t>(0, open_->record.deadline_unix_ms - now_ms);
+}
+
+void RoundManager::tick(int64_t now_ms) {
+  if (!open_ || now_ms < open_->record.deadline_unix_ms) return;
+  std::string error;
+  const bool commit = open_->accepted >= min_quorum_;
+  if (close_round(commit, now_ms, &error) != Status::kOk) fatal("closing the round at its deadline", error);
+}
+
+std::optional<RoundManager::ClosedRound> RoundManager::closed_round(uint64_t round_id) {
+  auto it = closed_.find(round_id);
+  if (it != closed_.end()) return it->second;
+  std::optional<RoundRecord> record;
+  std::string error;
+  if (storage_->get_round(round_id, &record, &error) != Status::kOk || !record || record->state == RoundState::kOpen) {
+    return std::nullopt;
+  }
+  return ClosedRound{record->deadline_unix_ms, record->closed_unix_ms, record->state == RoundState::kCommitted};
+}
+
+Reply RoundManager::error_reply(wire::ErrorCode code, const std::string& message, bool close) {
+  wire::Error e;
+  e.code = code;
+  e.message = message.substr(0, wire::kMaxErrorMessageBytes);
+  return Reply{wire::Message{std::move(e)}, close};
+}
+
+Reply RoundManager::ack(uint64_t round, const wire::UploadId& id, wire::UpdateDisposition d) {
+  wire::Ack a;
+  a.round_id = round;
+  a.upload_id = id;
+  a.disposition = d;
+  return Reply{wire::Message{a}, false};
+}
+
+wire::TaskOffer RoundManager::make_offer(const std::string& device) const {
+  (void)device;
+  wire::TaskOffer offer;
+  offer.round_id = open_->record.round_id;
+  offer.round_nonce = open_->record.nonce;
+  offer.model_version = model_version_;
+  offer.model_bytes = model_bytes_.size();
+  offer.model_digest = model_digest_;
+  offer.parameter_count = static_cast<uint32_t>(n_);
+  char spec_text[wire::kMaxModelSpecChars + 1];
+  format_model_spec(spec_, spec_text, sizeof spec_text);
+  offer.model_spec = spec_text;
+  offer.training = options_.training;
+  offer.training.seed = options_.seed * 1000003u + open_->record.round_id;
+  offer.uplink_codec = options_.uplink_codec;
+  offer.downlink_codec = "";
+  offer.codec_seed = options_.seed ^ (open_->record.round_id * 0x9E3779B97F4A7C15ull);
+  offer.deadline_ms = static_cast<uint32_t>(std::max<int64_t>(1, open_->record.deadline_unix_ms - unix_ms_now()));
+  offer.max_upload_bytes = max_upload_bytes_;
+  offer.max_chunk_bytes = options_.max_chunk_bytes;
+  return offer;
+}
+
+Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, int64_t now_ms) {
+  (void)hello;
+  wire::RetryLater retry;
+  retry.retry_after_ms = options_.retry_after_ms;
+  retry.retry_window_ms = options_.retry_window_ms;
+  if (finished_) {
+    retry.reason = wire::RetryReason::kDraining;
+    retry.retry_after_ms = 60000;
+    metrics_->retry_later.fetch_add(1);
+    return Reply{wire::Message{retry}, false};
+  }
+  if (!open_) {
+    retry.reason = wire::RetryReason::kNoRound;
+    metrics_->retry_later.fetch_add(1);
+    return Reply{wire::Message{retry}, false};
+  }
+  OpenRound& round = *open_;
+  std::optional<UpdateRecord> existing;
+  std::string error;
+  if (storage_->find_update(round.record.round_id, device, &existing, &error) != Status::kOk) {
+    fatal("find_update", error);
+    return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+  }
+  const bool already_offered = round.offered.count(device) != 0;
+  if (existing || (!already_offered && round.offered.size() >= offers_per_round_)) {
+    // Full (or this device already contributed): come back around the next round's opening.
+    retry.reason = wire::RetryReason::kRoundFull;
+    const int64_t until_deadline = ms_to_deadline(now_ms);
+    retry.retry_after_ms = static_cast<uint32_t>(std::clamp<int64_t>(
+        std::min<int64_t>(until_deadline, options_.retry_after_ms), 1, wire::kMaxRetryMs));
+    metrics_->retry_later.fetch_add(1);
+    return Reply{wire::Message{retry}, false};
+  }
+  if (!already_offered && options_.selection_probability < 1.0) {
+    // Random selection among check-ins, so that fast devices do not take every round.
+    uint64_t z = (selection_rng_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    if (double(z >> 11) * 0x1.0p-53 >= options_.selection_probability) {
+      retry.reason = wire::RetryReason::kNotSelected;
+      metrics_->retry_later.fetch_add(1);
+      return Reply{wire::Message{retry}, false};
+    }
+  }
+  round.offered.insert(device);
+  metrics_->offers.fetch_add(1);
+  log_info("task_offer").kv("round", round.record.round_id).kv("device", device).kv("again", already_offered ? 1 : 0);
+  return Reply{wire::Message{make_offer(device)}, false};
+}
+
+Reply RoundManager::model_request(const std::string& device, const wire::ModelRequest& request) {
+  if (request.model_version != model_version_) {
+    return error_reply(wire::ErrorCode::kUnknownRound,
+                       "model version " + std::to_string(request.model_version) + " is not served; say Hello again");
+  }
+  if (!open_ || request.round_id != open_->record.round_id || open_->offered.count(device) == 0) {
+    return error_reply(wire::ErrorCode::kUnknownRound,
+                       "round " + std::to_string(request.round_id) + " is not open for this device");
+  }
+  if (request.offset >= model_bytes_.size()) {
+    return error_reply(wire::ErrorCode::kOffsetMismatch, "offset beyond the model (" +
+                                                             std::to_string(model_bytes_.size()) + " bytes)");
+  }
+  const uint64_t length = std::min<uint64_t>({request.max_length, options_.max_chunk_bytes,
+                                              model_bytes_.size() - request.offset});
+  wire::ModelChunk chunk;
+  chunk.round_id = request.round_id;
+  chunk.model_version = model_version_;
+  chunk.offset = request.offset;
+  chunk.total_bytes = model_bytes_.size();
+  chunk.data.assign(model_bytes_.begin() + static_cast<ptrdiff_t>(request.offset),
+                    model_bytes_.begin() + static_cast<ptrdiff_t>(request.offset + length));
+  metrics_->download_bytes.fetch_add(length);
+  open_->download_bytes += length;
+  return Reply{wire::Message{std::move(chunk)}, false};
+}
+
+Reply RoundManager::upload_start(const std::string& device, const wire::UploadStart& start, int64_t /*now_ms*/) {
+  if (!open_ || start.round_id != open_->record.round_id) {
+    // Resuming an upload the server already accepted (the ack was lost): report it complete, so
+    // that the Commit is answered kDuplicate.
+    std::optional<UpdateRecord> existing;
+    std::string error;
+    if (storage_->find_update(start.round_id, device, &existing, &error) == Status::kOk && existing &&
+        existing->upload_id == start.upload_id) {
+      wire::UploadStatus status{start.round_id, start.upload_id, start.total_bytes, start.total_bytes};
+      return Reply{wire::Message{status}, false};
+    }
+    if (closed_round(start.round_id)) {
+      return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(start.round_id) + " is closed");
+    }
+    return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(start.round_id) + " is unknown");
+  }
+  OpenRound& round = *open_;
+  if (start.round_nonce != round.record.nonce) {
+    return error_reply(wire::ErrorCode::kNonceMismatch, "the round nonce does not match round " +
+                                                            std::to_string(round.record.round_id));
+  }
+  if (round.offered.count(device) == 0) {
+    return error_reply(wire::ErrorCode::kUnauthorized, "this device has no task in round " +
+                                                           std::to_string(round.record.round_id));
+  }
+  if (start.total_bytes > max_upload_bytes_) {
+    return error_reply(wire::ErrorCode::kTooLarge, "update of " + std::to_string(start.total_bytes) +
+                                                       " bytes exceeds the limit of " + std::to_string(max_upload_bytes_));
+  }
+  std::optional<UpdateRecord> existing;
+  std::string error;
+  if (storage_->find_update(round.record.round_id, device, &existing, &error) != Status::kOk) {
+    fatal("find_update", error);
+    return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+  }
+  if (existing) {  // accepted before: nothing to upload
+    wire::UploadStatus status{round.record.round_id, start.upload_id, start.total_bytes, start.total_bytes};
+    return Reply{wire::Message{status}, false};
+  }
+  Upload& upload = round.uploads[device];
+  if (upload.upload_id != start.upload_id || upload.total != start.total_bytes) {
+    // A new upload (or another one replacing an abandoned attempt of this device).
+    upload = Upload{};
+    upload.upload_id = start.upload_id;
+    upload.total = start.total_bytes;
+    upload.bytes.reserve(start.total_bytes);
+    upload.started = std::chrono::steady_clock::now();
+  }
+  wire::UploadStatus status{round.record.round_id, upload.upload_id, upload.bytes.size(), upload.total};
+  return Reply{wire::Message{status}, false};
+}
+
+std::optional<Reply> RoundManager::upload_chunk(const std::string& device, const wire::UploadChunk& chunk,
+                                                int64_t now_ms) {
+  (void)now_ms;
+  if (!open_ || chunk.round_id != open_->record.round_id) {
+    // The round closed while this device was uploading: drop the data silently; the Commit gets
+    // the disposition (straggler or late).
+    if (closed_round(chunk.round_id)) return std::nullopt;
+    return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(chunk.round_id) + " is unknown", true);
+  }
+  auto it = open_->uploads.find(device);
+  if (it == open_->uploads.end() || it->second.upload_id != chunk.upload_id) {
+    return error_reply(wire::ErrorCode::kUnknownUpload, "no upload with this id: send UploadStart first", true);
+  }
+  Upload& upload = it->second;
+  if (chunk.total_bytes != upload.total || chunk.offset != upload.bytes.size()) {
+    return error_reply(wire::ErrorCode::kOffsetMismatch,
+                       "chunk at offset " + std::to_string(chunk.offset) + ", but the server holds " +
+                           std::to_string(upload.bytes.size()) + " of " + std::to_string(upload.total) + " bytes",
+                       true);
+  }
+  upload.bytes.insert(upload.bytes.end(), chunk.data.begin(), chunk.data.end());
+  metrics_->upload_bytes.fetch_add(chunk.data.size());
+  return std::nullopt;
+}
+
+Reply RoundManager::commit(const std::string& device, const wire::Commit& commit, int64_t now_ms) {
+  std::string error;
+  // 1. Already accepted? (a retried commit after a lost ack, or a second update this round)
+  std::optional<UpdateRecord> existing;
+  if (storage_->find_update(commit.round_id, device, &existing, &error) != Status::kOk) {
+    fatal("find_update", error);
+    return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+  }
+  if (existing) {
+    metrics_->updates_duplicate.fetch_add(1);
+    log_info("update_duplicate").kv("round", commit.round_id).kv("device", device).kv("upload", hex(commit.upload_id));
+    return ack(commit.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
+  }
+  // 2. A round that is no longer open: straggler (closed with its quorum before the deadline) or late.
+  if (!open_ || commit.round_id != open_->record.round_id) {
+    const std::optional<ClosedRound> closed = closed_round(commit.round_id);
+    if (!closed) return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(commit.round_id) + " is unknown");
+    const bool late = now_ms >= closed->deadline_ms || !closed->committed;
+    (late ? metrics_->updates_late : metrics_->updates_straggler).fetch_add(1);
+    log_info(late ? "update_late" : "update_straggler").kv("round", commit.round_id).kv("device", device);
+    return ack(commit.round_id, commit.upload_id,
+               late ? wire::UpdateDisposition::kLate : wire::UpdateDisposition::kStraggler);
+  }
+  OpenRound& round = *open_;
+  if (commit.round_nonce != round.record.nonce) {
+    return error_reply(wire::ErrorCode::kNonceMismatch, "the round nonce does not match round " +
+                                                            std::to_string(round.record.round_id));
+  }
+  auto it = round.uploads.find(device);
+  if (it == round.uploads.end() || it->second.upload_id != commit.upload_id) {
+    return error_reply(wire::ErrorCode::kUnknownUpload, "no upload with this id in this round");
+  }
+  Upload& upload = it->second;
+  if (upload.total != commit.total_bytes || upload.bytes.size() != upload.total) {
+    return error_reply(wire::ErrorCode::kOffsetMismatch, "upload incomplete: the server holds " +
+                                                             std::to_string(upload.bytes.size()) + " of " +
+                                                             std::to_string(upload.total) + " bytes");
+  }
+  auto reject = [&](const std::string& why) {
+    metrics_->updates_rejected.fetch_add(1);
+    log_warn("update_rejected").kv("round", round.record.round_id).kv("device", device).kv("reason", why);
+    const wire::UploadId id = upload.upload_id;
+    round.uploads.erase(it);
+    return ack(round.record.round_id, id, wire::UpdateDisposition::kRejected);
+  };
+  const net::Sha256Digest digest = net::sha256({upload.bytes.data(), upload.bytes.size()});
+  if (std::memcmp(digest.data(), commit.digest.data(), digest.size()) != 0) return reject("digest mismatch");
+  if (commit.sample_count > options_.max_samples_per_update) {
+    return reject("sample count " + std::to_string(commit.sample_count) + " above the limit");
+  }
+  // 3. The whole encoding decodes at the model's dimension (so adding it later cannot fail).
+  EncodedInfo info;
+  Status s = inspect({upload.bytes.data(), upload.bytes.size()}, &info);
+  if (s == Status::kOk && info.n != n_) s = Status::kDimensionMismatch;
+  if (s == Status::kOk) {
+    decode_workspace_.resize(std::max(decode_workspace_.size(), decode_workspace_size(info)));
+    s = decode({upload.bytes.data(), upload.bytes.size()}, {scratch_.data(), n_},
+               {decode_workspace_.data(), decode_workspace_.size()});
+  }
+  if (s == Status::kOk) {
+    for (size_t i = 0; i < n_; ++i) {
+      if (!std::isfinite(scratch_[i])) {
+        s = Status::kNonFiniteInput;
+        break;
+      }
+    }
+  }
+  if (s != Status::kOk) return reject(std::string("invalid encoding: ") + status_name(s));
+  // 4. Durable, then counted, then acked.
+  UpdateRecord record;
+  record.round_id = round.record.round_id;
+  record.device_id = device;
+  record.upload_id = upload.upload_id;
+  record.sample_count = commit.sample_count;
+  std::memcpy(record.digest.data(), digest.data(), digest.size());
+  record.payload_bytes = upload.bytes.size();
+  record.accepted_unix_ms = now_ms;
+  record.payload = std::move(upload.bytes);
+  InsertResult inserted = InsertResult::kInserted;
+  if (storage_->record_update(record, &inserted, nullptr, &error) != Status::kOk) {
+    fatal("record_update", error);
+    return error_reply(wire::ErrorCode::kInternal, "server storage failure: the update was not recorded", true);
+  }
+  if (inserted == InsertResult::kDuplicate) {
+    round.uploads.erase(it);
+    metrics_->updates_duplicate.fetch_add(1);
+    return ack(round.record.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
+  }
+  s = aggregate_.add_encoded({record.payload.data(), record.payload.size()}, double(commit.sample_count),
+                             {decode_workspace_.data(), decode_workspace_.size()});
+  if (s != Status::kOk) {  // cannot happen after the decode check; the ledger still has it for a restart
+    fatal("aggregate add", status_name(s));
+    return error_reply(wire::ErrorCode::kInternal, "server failed to aggregate the update", true);
+  }
+  const double latency_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - upload.started).count();
+  metrics_->observe_upload_latency(latency_s);
+  metrics_->updates_accepted.fetch_add(1);
+  round.upload_bytes += record.payload_bytes;
+  ++round.accepted;
+  round.uploads.erase(it);
+  log_info("update_accepted")
+      .kv("round", round.record.round_id)
+      .kv("device", device)
+      .kv("bytes", record.payload_bytes)
+      .kv("samples", uint64_t{commit.sample_count})
+      .kv("accepted", uint64_t{round.accepted})
+      .kv("upload_to_ack_s", latency_s);
+  Reply reply = ack(record.round_id, record.upload_id, wire::UpdateDisposition::kAccepted);
+  if (round.accepted >= options_.cohort) {
+    if (close_round(true, now_ms, &error) != Status::kOk) fatal("committing the round", error);
+  }
+  return reply;
+}
+
+}  // namespace edgefl::server

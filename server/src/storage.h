@@ -1,0 +1,136 @@
+// storage.h: the server's durable state (rounds, the ledger of accepted updates, model versions,
+// settings) behind a small interface, so that a networked database could replace SQLite
+// (sqlite_storage.h) without touching the round logic.
+//
+// The promise the server makes to devices, "an acknowledged update is never lost", rests on one
+// call: record_update() returns kOk only after its transaction has committed AND been synced to
+// stable storage. Everything else is bookkeeping around it.
+//
+// Conventions (every implementation):
+//  * No exception escapes; every method returns a Status. kOk: done. kInvalidArgument: misuse
+//    (a null output, a value out of range, a round in the wrong state); nothing changed.
+//    kIoError: the store failed (I/O, locking, corruption); *error says why; for writes,
+//    nothing changed (the transaction rolled back).
+//  * `error` may be null; when not, it receives a message on failure and is left alone on kOk.
+//  * Outputs are written only on kOk.
+//  * Unsigned ids, versions and sizes must be < 2^63 (they are stored as signed 64-bit integers);
+//    larger values are kInvalidArgument.
+#ifndef EDGEFL_SERVER_STORAGE_H_
+#define EDGEFL_SERVER_STORAGE_H_
+
+#include <stdint.h>
+
+#include <array>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "edgefl/status.h"
+
+namespace edgefl {
+namespace server {
+
+using Digest = std::array<uint8_t, 32>;    // SHA-256
+using UploadId = std::array<uint8_t, 16>;  // chosen by the device, the same on every retry of one upload
+
+enum class RoundState : uint8_t { kOpen = 1, kCommitted = 2, kAbandoned = 3 };
+
+// "open", "committed", "abandoned"; "unknown" for any other value. Never null.
+const char* round_state_name(RoundState state);
+
+struct RoundRecord {
+  uint64_t round_id = 0;            // > 0
+  std::vector<uint8_t> nonce;       // 16 or 32 bytes
+  uint64_t base_model_version = 0;  // the model version clients train from
+  RoundState state = RoundState::kOpen;
+  int64_t opened_unix_ms = 0, deadline_unix_ms = 0, closed_unix_ms = 0;  // closed = 0 while open
+  uint64_t result_model_version = 0;  // committed: the version it produced; else 0
+  uint32_t accepted_updates = 0;      // filled on close (ledger count)
+};
+
+struct UpdateRecord {
+  uint64_t round_id = 0;
+  std::string device_id;  // non-empty
+  UploadId upload_id{};
+  uint32_t sample_count = 0;
+  Digest digest{};
+  uint64_t payload_bytes = 0;  // == payload.size() when recorded
+  int64_t accepted_unix_ms = 0;
+  uint64_t sequence = 0;         // acceptance order, assigned by record_update
+  std::vector<uint8_t> payload;  // the encoded update; only filled where documented
+};
+
+struct ModelRecord {
+  uint64_t version = 0;   // > 0; versions only grow
+  uint64_t round_id = 0;  // round 0: the initial model (or one loaded by the operator)
+  std::string path;       // file name relative to the state directory
+  Digest digest{};        // SHA-256 of the file
+  uint64_t bytes = 0;
+  int64_t created_unix_ms = 0;
+};
+
+enum class InsertResult : uint8_t { kInserted = 1, kDuplicate = 2 };
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+
+  // Stores a new open round. `round.state` must be kOpen and closed_unix_ms,
+  // result_model_version and accepted_updates 0. Fails (kInvalidArgument) if the id exists or
+  // another round is open.
+  virtual Status create_round(const RoundRecord& round, std::string* error) = 0;
+
+  // Marks the open round `round_id` committed or abandoned, stores the result version (committed:
+  // a version recorded with record_model for this round, which must happen first; abandoned: 0)
+  // and the ledger count, and, in the same transaction, drops the round's payloads (the ledger
+  // rows with their digests stay). kInvalidArgument if the round is not open.
+  virtual Status close_round(uint64_t round_id, RoundState state, uint64_t result_model_version,
+                             int64_t closed_unix_ms, std::string* error) = 0;
+
+  // The single open round, if any (*out = nullopt otherwise).
+  virtual Status open_round(std::optional<RoundRecord>* out, std::string* error) = 0;
+  virtual Status get_round(uint64_t round_id, std::optional<RoundRecord>* out, std::string* error) = 0;
+  // The highest round id ever created; 0 if none.
+  virtual Status last_round_id(uint64_t* out, std::string* error) = 0;
+
+  // Durable (committed, fsync'd) on kOk. (round, device, upload id) already present ->
+  // *result = kDuplicate, nothing changes. A second, different upload id from a device that
+  // already has an update in that round -> also kDuplicate (one update per device per round;
+  // find_update tells the two apart). Only for an open round (kInvalidArgument otherwise).
+  // `update.sequence` is ignored; payload.size() must equal payload_bytes. Fills nothing back
+  // except *result and *sequence (if non-null): the new row's sequence, or for kDuplicate the
+  // sequence of the update already stored.
+  virtual Status record_update(const UpdateRecord& update, InsertResult* result, uint64_t* sequence,
+                               std::string* error) = 0;
+
+  // The device's update in the round, without payload; nullopt if none.
+  virtual Status find_update(uint64_t round_id, const std::string& device_id,
+                             std::optional<UpdateRecord>* out, std::string* error) = 0;
+  // Ledger rows of the round (also after it closed).
+  virtual Status count_updates(uint64_t round_id, uint64_t* out, std::string* error) = 0;
+
+  // In acceptance order, with payloads (open round; after close the payloads are empty and
+  // payload_bytes still tells their size) -- used to rebuild the aggregate after a restart.
+  // Stops at fn's first non-kOk and returns it. fn must not call back into this Storage
+  // (kInvalidArgument if it does).
+  virtual Status for_each_update(uint64_t round_id, const std::function<Status(const UpdateRecord&)>& fn,
+                                 std::string* error) = 0;
+
+  // Records a model file written (and synced) before. version > every recorded version;
+  // round_id 0 or the open round; path relative (no leading '/', no ".." component).
+  virtual Status record_model(const ModelRecord& model, std::string* error) = 0;
+  // The highest version; nullopt if none.
+  virtual Status latest_model(std::optional<ModelRecord>* out, std::string* error) = 0;
+
+  // Small key/value store for server settings that must survive restarts (e.g. the model spec,
+  // the optimizer state file name). Keys are non-empty. put_setting is durable on kOk.
+  virtual Status put_setting(const std::string& key, const std::string& value, std::string* error) = 0;
+  virtual Status get_setting(const std::string& key, std::optional<std::string>* value,
+                             std::string* error) = 0;
+};
+
+}  // namespace server
+}  // namespace edgefl
+
+#endif  // EDGEFL_SERVER_STORAGE_H_

@@ -1,0 +1,37 @@
+# tests/net.cmake, included from tests/CMakeLists.txt: the suites of edgefl::net (sdk/net.cmake).
+#
+#   ctest -R net.credentials   TlsCredentials + the dev PKI (net/tls_credentials.h, net/certs.h):
+#                              in-memory mutual-TLS handshakes that must pass or fail, device ids,
+#                              deny list, load errors, certificate fields, file modes
+#
+# One executable, edgefl_net_tests; add sources to edgefl_net_test_sources (a test file may be
+# listed before it exists: only the files present are built) and, for a new doctest suite, its
+# name to edgefl_net_suites. Built when edgefl_net exists (EDGEFL_BUILD_NET=ON, hosted).
+if(TARGET edgefl_net)
+  set(edgefl_net_test_sources
+    net/credentials_test.cpp)
+  set(edgefl_net_test_files "")
+  foreach(source IN LISTS edgefl_net_test_sources)
+    if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/${source})
+      list(APPEND edgefl_net_test_files ${CMAKE_CURRENT_LIST_DIR}/${source})
+    endif()
+  endforeach()
+
+  add_executable(edgefl_net_tests ${CMAKE_CURRENT_LIST_DIR}/main.cpp ${edgefl_net_test_files})
+  target_compile_features(edgefl_net_tests PRIVATE cxx_std_17)
+  set_target_properties(edgefl_net_tests PROPERTIES CXX_EXTENSIONS OFF)
+  target_include_directories(edgefl_net_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+  target_link_libraries(edgefl_net_tests PRIVATE edgefl_net_internal doctest::doctest)
+  edgefl_target_options(edgefl_net_tests)
+
+  # One ctest entry per doctest suite (net.<suite>); net.other runs every suite not listed, so that
+  # a new suite is never silently skipped.
+  set(edgefl_net_suites credentials)
+  foreach(suite IN LISTS edgefl_net_suites)
+    add_test(NAME net.${suite} COMMAND edgefl_net_tests --test-suite=${suite} --no-intro=true)
+    set_tests_properties(net.${suite} PROPERTIES LABELS unit TIMEOUT 600)
+  endforeach()
+  list(JOIN edgefl_net_suites "," edgefl_net_suite_list)
+  add_test(NAME net.other COMMAND edgefl_net_tests --test-suite-exclude=${edgefl_net_suite_list} --no-intro=true)
+  set_tests_properties(net.other PROPERTIES LABELS unit TIMEOUT 600)
+endif()

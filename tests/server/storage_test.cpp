@@ -1,0 +1,723 @@
+// storage_test.cpp: Storage over SQLite (server/src/sqlite_storage.h): WAL and full sync, an
+// acknowledged update surviving a killed process, the ledger's rules (one update per device per
+// round, duplicates change nothing, closed rounds refuse updates, close drops payloads only),
+// reopening, and files that are not our database.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sqlite_storage.h"
+#include "storage.h"
+
+namespace edgefl {
+namespace server {
+namespace {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = getenv("TMPDIR");
+    std::string pattern =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/edgefl_storage_XXXXXX";
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    REQUIRE(mkdtemp(buf.data()) != nullptr);
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::unique_ptr<Storage> open_db(const std::string& path) {
+  std::unique_ptr<Storage> s;
+  std::string error;
+  const Status st = open_sqlite_storage(path, &s, &error);
+  INFO(error);
+  REQUIRE(st == Status::kOk);
+  REQUIRE(s != nullptr);
+  return s;
+}
+
+RoundRecord make_round(uint64_t id, uint64_t base_version = 1) {
+  RoundRecord r;
+  r.round_id = id;
+  r.nonce.assign(32, uint8_t(id));
+  r.base_model_version = base_version;
+  r.opened_unix_ms = 1'700'000'000'000 + int64_t(id);
+  r.deadline_unix_ms = r.opened_unix_ms + 60'000;
+  return r;
+}
+
+UpdateRecord make_update(uint64_t round, const std::string& device, uint8_t upload,
+                         size_t payload_size = 100) {
+  UpdateRecord u;
+  u.round_id = round;
+  u.device_id = device;
+  u.upload_id.fill(upload);
+  u.sample_count = 32 + upload;
+  u.payload.resize(payload_size);
+  for (size_t i = 0; i < payload_size; ++i) u.payload[i] = uint8_t(i * 7 + upload + device.size());
+  u.payload_bytes = payload_size;
+  for (size_t i = 0; i < u.digest.size(); ++i) u.digest[i] = uint8_t(i ^ upload);
+  u.accepted_unix_ms = 1'700'000'001'000 + upload;
+  return u;
+}
+
+void create(Storage& s, const RoundRecord& r) {
+  std::string error;
+  const Status st = s.create_round(r, &error);
+  INFO(error);
+  REQUIRE(st == Status::kOk);
+}
+
+InsertResult record(Storage& s, const UpdateRecord& u, uint64_t* sequence = nullptr) {
+  InsertResult result{};
+  std::string error;
+  const Status st = s.record_update(u, &result, sequence, &error);
+  INFO(error);
+  REQUIRE(st == Status::kOk);
+  return result;
+}
+
+uint64_t count(Storage& s, uint64_t round) {
+  uint64_t n = 999;
+  REQUIRE(s.count_updates(round, &n, nullptr) == Status::kOk);
+  return n;
+}
+
+std::vector<UpdateRecord> all_updates(Storage& s, uint64_t round) {
+  std::vector<UpdateRecord> out;
+  std::string error;
+  const Status st = s.for_each_update(
+      round,
+      [&](const UpdateRecord& u) {
+        out.push_back(u);
+        return Status::kOk;
+      },
+      &error);
+  INFO(error);
+  REQUIRE(st == Status::kOk);
+  return out;
+}
+
+void record_model_for(Storage& s, uint64_t version, uint64_t round) {
+  ModelRecord m;
+  m.version = version;
+  m.round_id = round;
+  m.path = "model-" + std::to_string(version) + ".safetensors";
+  m.digest.fill(uint8_t(version));
+  m.bytes = 1000 + version;
+  m.created_unix_ms = 1'700'000'002'000;
+  std::string error;
+  const Status st = s.record_model(m, &error);
+  INFO(error);
+  REQUIRE(st == Status::kOk);
+}
+
+// One value of a pragma or query, read through a separate raw connection.
+std::string raw_query(const std::string& path, const char* sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) == SQLITE_OK);
+  std::string value;
+  if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
+    value = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return value;
+}
+
+// --- a VFS shim that counts xSync calls, to see that commits reach the disk -------------------
+
+struct CountingFile {
+  sqlite3_file base;
+  sqlite3_file* real;  // the default VFS's file, allocated right after this struct
+  bool wal;
+};
+sqlite3_vfs* g_real_vfs = nullptr;
+sqlite3_vfs g_counting_vfs;
+sqlite3_io_methods g_counting_methods;
+std::atomic<int> g_wal_syncs{0};
+std::atomic<int> g_db_syncs{0};
+
+sqlite3_file* real_of(sqlite3_file* f) {
+  return reinterpret_cast<CountingFile*>(f)->real;
+}
+int c_close(sqlite3_file* f) {
+  return real_of(f)->pMethods->xClose(real_of(f));
+}
+int c_read(sqlite3_file* f, void* p, int n, sqlite3_int64 off) {
+  return real_of(f)->pMethods->xRead(real_of(f), p, n, off);
+}
+int c_write(sqlite3_file* f, const void* p, int n, sqlite3_int64 off) {
+  return real_of(f)->pMethods->xWrite(real_of(f), p, n, off);
+}
+int c_truncate(sqlite3_file* f, sqlite3_int64 size) {
+  return real_of(f)->pMethods->xTruncate(real_of(f), size);
+}
+int c_sync(sqlite3_file* f, int flags) {
+  (reinterpret_cast<CountingFile*>(f)->wal ? g_wal_syncs : g_db_syncs)++;
+  return real_of(f)->pMethods->xSync(real_of(f), flags);
+}
+int c_file_size(sqlite3_file* f, sqlite3_int64* size) {
+  return real_of(f)->pMethods->xFileSize(real_of(f), size);
+}
+int c_lock(sqlite3_file* f, int level) {
+  return real_of(f)->pMethods->xLock(real_of(f), level);
+}
+int c_unlock(sqlite3_file* f, int level) {
+  return real_of(f)->pMethods->xUnlock(real_of(f), level);
+}
+int c_check_reserved(sqlite3_file* f, int* out) {
+  return real_of(f)->pMethods->xCheckReservedLock(real_of(f), out);
+}
+int c_file_control(sqlite3_file* f, int op, void* arg) {
+  return real_of(f)->pMethods->xFileControl(real_of(f), op, arg);
+}
+int c_sector_size(sqlite3_file* f) {
+  return real_of(f)->pMethods->xSectorSize(real_of(f));
+}
+int c_device_characteristics(sqlite3_file* f) {
+  return real_of(f)->pMethods->xDeviceCharacteristics(real_of(f));
+}
+int c_shm_map(sqlite3_file* f, int page, int size, int extend, void volatile** p) {
+  return real_of(f)->pMethods->xShmMap(real_of(f), page, size, extend, p);
+}
+int c_shm_lock(sqlite3_file* f, int offset, int n, int flags) {
+  return real_of(f)->pMethods->xShmLock(real_of(f), offset, n, flags);
+}
+void c_shm_barrier(sqlite3_file* f) {
+  real_of(f)->pMethods->xShmBarrier(real_of(f));
+}
+int c_shm_unmap(sqlite3_file* f, int del) {
+  return real_of(f)->pMethods->xShmUnmap(real_of(f), del);
+}
+int c_fetch(sqlite3_file* f, sqlite3_int64 off, int n, void** p) {
+  return real_of(f)->pMethods->xFetch(real_of(f), off, n, p);
+}
+int c_unfetch(sqlite3_file* f, sqlite3_int64 off, void* p) {
+  return real_of(f)->pMethods->xUnfetch(real_of(f), off, p);
+}
+
+int c_open(sqlite3_vfs*, sqlite3_filename name, sqlite3_file* f, int flags, int* out_flags) {
+  CountingFile* c = reinterpret_cast<CountingFile*>(f);
+  c->real = reinterpret_cast<sqlite3_file*>(c + 1);
+  c->wal = (flags & SQLITE_OPEN_WAL) != 0;
+  c->base.pMethods = nullptr;
+  const int rc = g_real_vfs->xOpen(g_real_vfs, name, c->real, flags, out_flags);
+  if (c->real->pMethods != nullptr) {
+    if (g_counting_methods.iVersion == 0) g_counting_methods.iVersion = c->real->pMethods->iVersion;
+    c->base.pMethods = &g_counting_methods;  // forwards xClose even when xOpen failed
+  }
+  return rc;
+}
+
+// Makes the counting VFS the default while alive.
+class CountingVfs {
+ public:
+  CountingVfs() {
+    g_real_vfs = sqlite3_vfs_find(nullptr);
+    REQUIRE(g_real_vfs != nullptr);
+    g_counting_methods = sqlite3_io_methods{0,
+                                            c_close,
+                                            c_read,
+                                            c_write,
+                                            c_truncate,
+                                            c_sync,
+                                            c_file_size,
+                                            c_lock,
+                                            c_unlock,
+                                            c_check_reserved,
+                                            c_file_control,
+                                            c_sector_size,
+                                            c_device_characteristics,
+                                            c_shm_map,
+                                            c_shm_lock,
+                                            c_shm_barrier,
+                                            c_shm_unmap,
+                                            c_fetch,
+                                            c_unfetch};
+    g_counting_vfs = *g_real_vfs;
+    g_counting_vfs.szOsFile = int(sizeof(CountingFile)) + g_real_vfs->szOsFile;
+    g_counting_vfs.zName = "edgefl-counting";
+    g_counting_vfs.pNext = nullptr;
+    g_counting_vfs.xOpen = c_open;
+    REQUIRE(sqlite3_vfs_register(&g_counting_vfs, 1) == SQLITE_OK);
+  }
+  ~CountingVfs() { sqlite3_vfs_unregister(&g_counting_vfs); }
+};
+
+static_assert(sizeof(CountingFile) % 8 == 0, "the real file after it stays aligned");
+
+}  // namespace
+
+TEST_SUITE("server.storage") {
+  TEST_CASE("a new database uses WAL, schema version 1, and starts empty") {
+    TempDir dir;
+    const std::string path = dir.file("state.db");
+    {
+      auto s = open_db(path);
+      std::optional<RoundRecord> open;
+      REQUIRE(s->open_round(&open, nullptr) == Status::kOk);
+      CHECK(!open.has_value());
+      uint64_t last = 99;
+      REQUIRE(s->last_round_id(&last, nullptr) == Status::kOk);
+      CHECK(last == 0);
+      std::optional<ModelRecord> model;
+      REQUIRE(s->latest_model(&model, nullptr) == Status::kOk);
+      CHECK(!model.has_value());
+      // journal_mode=WAL is stored in the file: another connection sees it.
+      CHECK(raw_query(path, "PRAGMA journal_mode") == "wal");
+    }
+    CHECK(raw_query(path, "PRAGMA user_version") == std::to_string(kSqliteSchemaVersion));
+    CHECK(raw_query(path, "PRAGMA application_id") == "1162103878");
+    CHECK(std::string(round_state_name(RoundState::kOpen)) == "open");
+    CHECK(std::string(round_state_name(RoundState::kCommitted)) == "committed");
+    CHECK(std::string(round_state_name(RoundState::kAbandoned)) == "abandoned");
+  }
+
+  TEST_CASE("record_update syncs the WAL before it returns; reads do not write") {
+    TempDir dir;
+    CountingVfs vfs;
+    auto s = open_db(dir.file("state.db"));
+    create(*s, make_round(1));
+    g_wal_syncs = 0;
+    g_db_syncs = 0;
+    CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
+    CHECK(g_wal_syncs.load() >= 1);  // synchronous=NORMAL would not sync the WAL on commit
+    g_wal_syncs = 0;
+    std::optional<UpdateRecord> found;
+    REQUIRE(s->find_update(1, "dev-a", &found, nullptr) == Status::kOk);
+    CHECK(found.has_value());
+    CHECK(count(*s, 1) == 1);
+    CHECK(g_wal_syncs.load() == 0);
+    // A duplicate writes nothing either.
+    CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kDuplicate);
+    CHECK(g_wal_syncs.load() == 0);
+    REQUIRE(s->put_setting("k", "v", nullptr) == Status::kOk);
+    CHECK(g_wal_syncs.load() >= 1);
+    s.reset();
+  }
+
+  TEST_CASE("an acknowledged update survives its process dying right after record_update") {
+    for (const bool sigkill : {true, false}) {
+      CAPTURE(sigkill);
+      TempDir dir;
+      const std::string path = dir.file("state.db");
+      {
+        auto s = open_db(path);
+        create(*s, make_round(7));
+        CHECK(record(*s, make_update(7, "dev-before", 1)) == InsertResult::kInserted);
+      }  // no connection crosses the fork
+      const UpdateRecord update = make_update(7, "dev-crash", 42, 300'000);
+      const pid_t child = fork();
+      REQUIRE(child >= 0);
+      if (child == 0) {
+        std::unique_ptr<Storage> s;
+        if (open_sqlite_storage(path, &s, nullptr) != Status::kOk) _exit(2);
+        InsertResult result{};
+        if (s->record_update(update, &result, nullptr, nullptr) != Status::kOk ||
+            result != InsertResult::kInserted) {
+          _exit(3);
+        }
+        // The ack would go out here. Die without closing the database (no checkpoint).
+        if (sigkill) kill(getpid(), SIGKILL);
+        _exit(0);
+      }
+      int wstatus = 0;
+      REQUIRE(waitpid(child, &wstatus, 0) == child);
+      if (sigkill) {
+        REQUIRE(WIFSIGNALED(wstatus));
+        CHECK(WTERMSIG(wstatus) == SIGKILL);
+      } else {
+        REQUIRE(WIFEXITED(wstatus));
+        REQUIRE(WEXITSTATUS(wstatus) == 0);
+      }
+      CHECK(std::filesystem::exists(path + "-wal"));  // the update lives in the WAL, not yet checkpointed
+
+      auto s = open_db(path);
+      std::optional<UpdateRecord> found;
+      REQUIRE(s->find_update(7, "dev-crash", &found, nullptr) == Status::kOk);
+      REQUIRE(found.has_value());
+      CHECK(found->digest == update.digest);
+      CHECK(found->upload_id == update.upload_id);
+      CHECK(found->sample_count == update.sample_count);
+      CHECK(found->payload_bytes == update.payload.size());
+      CHECK(found->payload.empty());  // find_update never fills the payload
+      const auto updates = all_updates(*s, 7);
+      REQUIRE(updates.size() == 2);
+      CHECK(updates[0].device_id == "dev-before");
+      CHECK(updates[1].device_id == "dev-crash");
+      CHECK(updates[1].payload == update.payload);
+      CHECK(updates[1].digest == update.digest);
+      CHECK(updates[1].accepted_unix_ms == update.accepted_unix_ms);
+    }
+  }
+
+  TEST_CASE("a retried upload is a duplicate and changes nothing") {
+    TempDir dir;
+    auto s = open_db(dir.file("state.db"));
+    create(*s, make_round(1));
+    const UpdateRecord first = make_update(1, "dev-a", 5);
+    uint64_t seq1 = 0, seq2 = 0;
+    CHECK(record(*s, first, &seq1) == InsertResult::kInserted);
+    CHECK(seq1 > 0);
+    UpdateRecord retry = make_update(1, "dev-a", 5, 64);  // same upload id, other bytes
+    retry.payload.assign(64, 0xEE);
+    retry.digest.fill(0xEE);
+    CHECK(record(*s, retry, &seq2) == InsertResult::kDuplicate);
+    CHECK(seq2 == seq1);
+    CHECK(count(*s, 1) == 1);
+    const auto updates = all_updates(*s, 1);
+    REQUIRE(updates.size() == 1);
+    CHECK(updates[0].payload == first.payload);
+    CHECK(updates[0].digest == first.digest);
+    CHECK(updates[0].sequence == seq1);
+  }
+
+  TEST_CASE("a second upload from a device in the same round is a duplicate; other rounds are not") {
+    TempDir dir;
+    auto s = open_db(dir.file("state.db"));
+    create(*s, make_round(1));
+    uint64_t seq = 0;
+    CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
+    CHECK(record(*s, make_update(1, "dev-b", 1)) == InsertResult::kInserted);  // same upload id, other device
+    CHECK(record(*s, make_update(1, "dev-a", 2), &seq) == InsertResult::kDuplicate);
+    CHECK(count(*s, 1) == 2);
+    std::optional<UpdateRecord> found;
+    REQUIRE(s->find_update(1, "dev-a", &found, nullptr) == Status::kOk);
+    REQUIRE(found.has_value());
+    CHECK(found->upload_id == make_update(1, "dev-a", 1).upload_id);  // the first one stands
+    CHECK(found->sequence == seq);
+    REQUIRE(s->find_update(1, "dev-c", &found, nullptr) == Status::kOk);
+    CHECK(!found.has_value());
+
+    REQUIRE(s->close_round(1, RoundState::kAbandoned, 0, 5, nullptr) == Status::kOk);
+    create(*s, make_round(2));
+    CHECK(record(*s, make_update(2, "dev-a", 1)) == InsertResult::kInserted);
+    CHECK(count(*s, 2) == 1);
+  }
+
+  TEST_CASE("updates into a closed or unknown round are refused and change nothing") {
+    TempDir dir;
+    auto s = open_db(dir.file("state.db"));
+    InsertResult result = InsertResult::kInserted;
+    std::string error;
+    CHECK(s->record_update(make_update(1, "dev-a", 1), &result, nullptr, &error) == Status::kInvalidArgument);
+    CHECK(error.find("no round") != std::string::npos);
+    create(*s, make_round(1));
+    CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
+    REQUIRE(s->close_round(1, RoundState::kAbandoned, 0, 9, nullptr) == Status::kOk);
+    error.clear();
+    CHECK(s->record_update(make_update(1, "dev-b", 1), &result, nullptr, &error) == Status::kInvalidArgument);
+    CHECK(error.find("abandoned") != std::string::npos);
+    CHECK(count(*s, 1) == 1);
+    // Closing twice is refused too.
+    CHECK(s->close_round(1, RoundState::kAbandoned, 0, 10, nullptr) == Status::kInvalidArgument);
+  }
+
+  TEST_CASE("create_round refuses an existing id, a second open round and bad records") {
+    TempDir dir;
+    auto s = open_db(dir.file("state.db"));
+    create(*s, make_round(3));
+    std::string error;
+    CHECK(s->create_round(make_round(4), &error) == Status::kInvalidArgument);
+    CHECK(error.find("still open") != std::string::npos);
+    CHECK(s->create_round(make_round(3), &error) == Status::kInvalidArgument);
+    REQUIRE(s->close_round(3, RoundState::kAbandoned, 0, 1, nullptr) == Status::kOk);
+    CHECK(s->create_round(make_round(3), &error) == Status::kInvalidArgument);
+    CHECK(error.find("exists") != std::string::npos);
+
+    RoundRecord bad = make_round(4);
+    bad.nonce.resize(20);
+    CHECK(s->create_round(bad, nullptr) == Status::kInvalidArgument);
+    bad = make_round(4);
+    bad.state = RoundState::kCommitted;
+    CHECK(s->create_round(bad, nullptr) == Status::kInvalidArgument);
+    bad = make_round(0);
+    CHECK(s->create_round(bad, nullptr) == Status::kInvalidArgument);
+    bad = make_round(uint64_t(1) << 63);
+    CHECK(s->create_round(bad, nullptr) == Status::kInvalidArgument);
+
+    RoundRecord good = make_round(4);
+    good.nonce.resize(16);
+    create(*s, good);
+    std::optional<RoundRecord> open;
+    REQUIRE(s->open_round(&open, nullptr) == Status::kOk);
+    REQUIRE(open.has_value());
+    CHECK(open->round_id == 4);
+    CHECK(open->nonce == good.nonce);
+    CHECK(open->base_model_version == good.base_model_version);
+    CHECK(open->opened_unix_ms == good.opened_unix_ms);
+    CHECK(open->deadline_unix_ms == good.deadline_unix_ms);
+    CHECK(open->state == RoundState::kOpen);
+    CHECK(open->closed_unix_ms == 0);
+    uint64_t last = 0;
+    REQUIRE(s->last_round_id(&last, nullptr) == Status::kOk);
+    CHECK(last == 4);
+  }
+
+  TEST_CASE("close_round drops the payloads but keeps the ledger") {
+    TempDir dir;
+    const std::string path = dir.file("state.db");
+    auto s = open_db(path);
+    create(*s, make_round(1));
+    for (uint8_t i = 0; i < 3; ++i) {
+      CHECK(record(*s, make_update(1, "dev-" + std::to_string(i), i, 1000)) == InsertResult::kInserted);
+    }
+    std::string error;
+    // A committed round needs its model recorded first, for this round.
+    CHECK(s->close_round(1, RoundState::kCommitted, 2, 50, &error) == Status::kInvalidArgument);
+    CHECK(error.find("not recorded") != std::string::npos);
+    CHECK(s->close_round(1, RoundState::kCommitted, 0, 50, nullptr) == Status::kInvalidArgument);
+    CHECK(s->close_round(1, RoundState::kOpen, 0, 50, nullptr) == Status::kInvalidArgument);
+    CHECK(s->close_round(1, RoundState::kAbandoned, 2, 50, nullptr) == Status::kInvalidArgument);
+    record_model_for(*s, 2, 1);
+    REQUIRE(s->close_round(1, RoundState::kCommitted, 2, 50, &error) == Status::kOk);
+
+    std::optional<RoundRecord> round;
+    REQUIRE(s->get_round(1, &round, nullptr) == Status::kOk);
+    REQUIRE(round.has_value());
+    CHECK(round->state == RoundState::kCommitted);
+    CHECK(round->result_model_version == 2);
+    CHECK(round->closed_unix_ms == 50);
+    CHECK(round->accepted_updates == 3);
+    std::optional<RoundRecord> open;
+    REQUIRE(s->open_round(&open, nullptr) == Status::kOk);
+    CHECK(!open.has_value());
+
+    CHECK(count(*s, 1) == 3);
+    const auto updates = all_updates(*s, 1);
+    REQUIRE(updates.size() == 3);
+    for (uint8_t i = 0; i < 3; ++i) {
+      CHECK(updates[i].payload.empty());
+      CHECK(updates[i].payload_bytes == 1000);
+      CHECK(updates[i].digest == make_update(1, "x", i).digest);
+    }
+    CHECK(raw_query(path, "SELECT count(*) FROM updates WHERE payload IS NOT NULL") == "0");
+    CHECK(raw_query(path, "SELECT count(*) FROM updates") == "3");
+  }
+
+  TEST_CASE("for_each_update yields acceptance order with payloads and stops at the first error") {
+    TempDir dir;
+    auto s = open_db(dir.file("state.db"));
+    create(*s, make_round(1));
+    const std::vector<std::string> devices = {"zeta", "alpha", "mid", "beta"};  // not sorted
+    std::vector<uint64_t> sequences;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      uint64_t seq = 0;
+      CHECK(record(*s, make_update(1, devices[i], uint8_t(i), 10 + i), &seq) == InsertResult::kInserted);
+      if (!sequences.empty()) CHECK(seq > sequences.back());
+      sequences.push_back(seq);
+    }
+    const auto updates = all_updates(*s, 1);
+    REQUIRE(updates.size() == devices.size());
+    for (size_t i = 0; i < devices.size(); ++i) {
+      CHECK(updates[i].device_id == devices[i]);
+      CHECK(updates[i].sequence == sequences[i]);
+      CHECK(updates[i].payload == make_update(1, devices[i], uint8_t(i), 10 + i).payload);
+    }
+    int calls = 0;
+    CHECK(s->for_each_update(
+              1,
+              [&](const UpdateRecord&) {
+                ++calls;
+                return calls == 2 ? Status::kCorruptPayload : Status::kOk;
+              },
+              nullptr) == Status::kCorruptPayload);
+    CHECK(calls == 2);
+    // The callback may not call back into the storage (the iteration holds it).
+    Status inner = Status::kOk;
+    CHECK(s->for_each_update(
+              1,
+              [&](const UpdateRecord&) {
+                uint64_t n = 0;
+                inner = s->count_updates(1, &n, nullptr);
+                return Status::kOk;
+              },
+              nullptr) == Status::kOk);
+    CHECK(inner == Status::kInvalidArgument);
+    // And it works again afterwards.
+    CHECK(count(*s, 1) == devices.size());
+    CHECK(all_updates(*s, 99).empty());
+  }
+
+  TEST_CASE("reopening keeps rounds, ledger, models and settings") {
+    TempDir dir;
+    const std::string path = dir.file("state.db");
+    {
+      auto s = open_db(path);
+      record_model_for(*s, 1, 0);
+      create(*s, make_round(1));
+      CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
+      record_model_for(*s, 2, 1);
+      REQUIRE(s->close_round(1, RoundState::kCommitted, 2, 77, nullptr) == Status::kOk);
+      create(*s, make_round(2, 2));
+      CHECK(record(*s, make_update(2, "dev-b", 3)) == InsertResult::kInserted);
+      REQUIRE(s->put_setting("model_spec", "cnn", nullptr) == Status::kOk);
+      REQUIRE(s->put_setting("model_spec", "mlp:784-128-10", nullptr) == Status::kOk);
+    }
+    auto s = open_db(path);
+    std::optional<RoundRecord> round;
+    REQUIRE(s->get_round(1, &round, nullptr) == Status::kOk);
+    REQUIRE(round.has_value());
+    CHECK(round->state == RoundState::kCommitted);
+    CHECK(round->accepted_updates == 1);
+    REQUIRE(s->open_round(&round, nullptr) == Status::kOk);
+    REQUIRE(round.has_value());
+    CHECK(round->round_id == 2);
+    CHECK(round->base_model_version == 2);
+    uint64_t last = 0;
+    REQUIRE(s->last_round_id(&last, nullptr) == Status::kOk);
+    CHECK(last == 2);
+    CHECK(count(*s, 1) == 1);
+    const auto updates = all_updates(*s, 2);
+    REQUIRE(updates.size() == 1);
+    CHECK(updates[0].payload == make_update(2, "dev-b", 3).payload);
+    std::optional<ModelRecord> model;
+    REQUIRE(s->latest_model(&model, nullptr) == Status::kOk);
+    REQUIRE(model.has_value());
+    CHECK(model->version == 2);
+    CHECK(model->round_id == 1);
+    CHECK(model->path == "model-2.safetensors");
+    CHECK(model->bytes == 1002);
+    std::optional<std::string> value;
+    REQUIRE(s->get_setting("model_spec", &value, nullptr) == Status::kOk);
+    CHECK(value == std::optional<std::string>("mlp:784-128-10"));
+    REQUIRE(s->get_setting("absent", &value, nullptr) == Status::kOk);
+    CHECK(!value.has_value());
+  }
+
+  TEST_CASE("record_model: versions only grow, paths stay inside the state directory") {
+    TempDir dir;
+    auto s = open_db(dir.file("state.db"));
+    record_model_for(*s, 5, 0);
+    ModelRecord m;
+    m.version = 5;
+    m.path = "m.safetensors";
+    CHECK(s->record_model(m, nullptr) == Status::kInvalidArgument);  // not above 5
+    m.version = 6;
+    m.round_id = 3;  // no such round
+    CHECK(s->record_model(m, nullptr) == Status::kInvalidArgument);
+    m.round_id = 0;
+    for (const char* bad : {"", "/etc/passwd", "../m", "a/../m", "a//m", "./m", "m/"}) {
+      m.path = bad;
+      CAPTURE(m.path);
+      CHECK(s->record_model(m, nullptr) == Status::kInvalidArgument);
+    }
+    m.path = "models/m6.safetensors";
+    CHECK(s->record_model(m, nullptr) == Status::kOk);
+    m.version = 0;
+    CHECK(s->record_model(m, nullptr) == Status::kInvalidArgument);
+  }
+
+  TEST_CASE("misuse is kInvalidArgument") {
+    TempDir dir;
+    auto s = open_db(dir.file("state.db"));
+    create(*s, make_round(1));
+    UpdateRecord u = make_update(1, "dev-a", 1);
+    u.payload_bytes += 1;
+    InsertResult result{};
+    CHECK(s->record_update(u, &result, nullptr, nullptr) == Status::kInvalidArgument);
+    CHECK(s->record_update(make_update(1, "", 1), &result, nullptr, nullptr) == Status::kInvalidArgument);
+    CHECK(s->record_update(make_update(1, "dev-a", 1), nullptr, nullptr, nullptr) ==
+          Status::kInvalidArgument);
+    CHECK(s->open_round(nullptr, nullptr) == Status::kInvalidArgument);
+    CHECK(s->get_round(1, nullptr, nullptr) == Status::kInvalidArgument);
+    CHECK(s->last_round_id(nullptr, nullptr) == Status::kInvalidArgument);
+    CHECK(s->count_updates(1, nullptr, nullptr) == Status::kInvalidArgument);
+    CHECK(s->find_update(1, "dev-a", nullptr, nullptr) == Status::kInvalidArgument);
+    CHECK(s->for_each_update(1, nullptr, nullptr) == Status::kInvalidArgument);
+    CHECK(s->latest_model(nullptr, nullptr) == Status::kInvalidArgument);
+    CHECK(s->put_setting("", "v", nullptr) == Status::kInvalidArgument);
+    CHECK(s->get_setting("k", nullptr, nullptr) == Status::kInvalidArgument);
+    CHECK(count(*s, 1) == 0);
+    std::unique_ptr<Storage> none;
+    CHECK(open_sqlite_storage("", &none, nullptr) == Status::kInvalidArgument);
+    CHECK(open_sqlite_storage(dir.file("x.db"), nullptr, nullptr) == Status::kInvalidArgument);
+  }
+
+  TEST_CASE("a file that is not an edgefl database is refused with kIoError") {
+    TempDir dir;
+    std::unique_ptr<Storage> s;
+    std::string error;
+
+    const std::string garbage = dir.file("garbage.db");
+    {
+      std::ofstream f(garbage, std::ios::binary);
+      for (int i = 0; i < 4096; ++i) f.put(char(i * 31 + 7));
+    }
+    CHECK(open_sqlite_storage(garbage, &s, &error) == Status::kIoError);
+    CHECK(s == nullptr);
+    CHECK(error.find("not a database") != std::string::npos);
+    CHECK(error.find(garbage) != std::string::npos);
+
+    // A real database whose header is damaged later (the first page overwritten).
+    const std::string damaged = dir.file("damaged.db");
+    { auto ok = open_db(damaged); }
+    {
+      std::fstream f(damaged, std::ios::binary | std::ios::in | std::ios::out);
+      f.seekp(0);
+      f.write("this is not SQLite at all", 25);
+    }
+    error.clear();
+    CHECK(open_sqlite_storage(damaged, &s, &error) == Status::kIoError);
+    CHECK(!error.empty());
+
+    // Another application's SQLite database is left alone.
+    const std::string other = dir.file("other.db");
+    {
+      sqlite3* db = nullptr;
+      REQUIRE(sqlite3_open(other.c_str(), &db) == SQLITE_OK);
+      REQUIRE(sqlite3_exec(db, "CREATE TABLE t (x INTEGER)", nullptr, nullptr, nullptr) == SQLITE_OK);
+      sqlite3_close(db);
+    }
+    error.clear();
+    CHECK(open_sqlite_storage(other, &s, &error) == Status::kIoError);
+    CHECK(error.find("not an edgefl state database") != std::string::npos);
+    CHECK(raw_query(other, "PRAGMA journal_mode") == "delete");  // not switched to WAL
+
+    // A directory, and a path whose parent does not exist.
+    error.clear();
+    CHECK(open_sqlite_storage(dir.path(), &s, &error) == Status::kIoError);
+    CHECK(!error.empty());
+    CHECK(open_sqlite_storage(dir.file("missing/state.db"), &s, &error) == Status::kIoError);
+    CHECK(s == nullptr);
+  }
+
+  TEST_CASE("a database of a newer schema version is refused") {
+    TempDir dir;
+    const std::string path = dir.file("state.db");
+    { auto s = open_db(path); }
+    CHECK(raw_query(path, "PRAGMA user_version = 2").empty());
+    std::unique_ptr<Storage> s;
+    std::string error;
+    CHECK(open_sqlite_storage(path, &s, &error) == Status::kUnsupportedVersion);
+    CHECK(error.find("newer") != std::string::npos);
+  }
+}
+
+}  // namespace server
+}  // namespace edgefl
