@@ -28,3 +28,30 @@ if(TARGET edgefl_server_lib)
                                      --no-intro=true)
   set_tests_properties(server.other PROPERTIES LABELS unit TIMEOUT 600)
 endif()
+
+# --- edgefl_e2e_tests: the edgefl-server executable end to end (tests/server/e2e_test.cpp) -----
+# Each test starts edgefl-server as a child process on loopback (mutual TLS, a fresh development
+# PKI and state directory under $TMPDIR) and talks to it as devices do. One ctest entry per doctest
+# suite (server.e2e.<suite>); they share one RESOURCE_LOCK, so that at most one server runs at a
+# time on small machines, while other test executables may still run beside them.
+if(TARGET edgefl-server AND TARGET edgefl_net)
+  add_executable(edgefl_e2e_tests ${CMAKE_CURRENT_LIST_DIR}/main.cpp ${CMAKE_CURRENT_LIST_DIR}/server/e2e_test.cpp)
+  set_target_properties(edgefl_e2e_tests PROPERTIES CXX_EXTENSIONS OFF)
+  target_compile_features(edgefl_e2e_tests PRIVATE cxx_std_20)
+  target_include_directories(edgefl_e2e_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+  target_link_libraries(edgefl_e2e_tests PRIVATE edgefl_server_lib edgefl_net_internal doctest::doctest)
+  target_compile_definitions(edgefl_e2e_tests PRIVATE EDGEFL_SERVER_BINARY="$<TARGET_FILE:edgefl-server>")
+  add_dependencies(edgefl_e2e_tests edgefl-server)
+  edgefl_target_options(edgefl_e2e_tests)
+
+  set(edgefl_e2e_suites rounds rejections resume restart ops)
+  foreach(suite IN LISTS edgefl_e2e_suites)
+    add_test(NAME server.e2e.${suite} COMMAND edgefl_e2e_tests --test-suite=e2e.${suite} --no-intro=true)
+    set_tests_properties(server.e2e.${suite} PROPERTIES LABELS "unit;e2e" TIMEOUT 600 RESOURCE_LOCK edgefl_e2e)
+  endforeach()
+  list(TRANSFORM edgefl_e2e_suites PREPEND "e2e." OUTPUT_VARIABLE edgefl_e2e_suite_names)
+  list(JOIN edgefl_e2e_suite_names "," edgefl_e2e_suite_list)
+  add_test(NAME server.e2e.other COMMAND edgefl_e2e_tests --test-suite-exclude=${edgefl_e2e_suite_list}
+                                         --no-intro=true)
+  set_tests_properties(server.e2e.other PROPERTIES LABELS "unit;e2e" TIMEOUT 600 RESOURCE_LOCK edgefl_e2e)
+endif()

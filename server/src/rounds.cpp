@@ -489,8 +489,12 @@ Reply RoundManager::model_request(const std::string& device, const wire::ModelRe
     return error_reply(wire::ErrorCode::kOffsetMismatch, "offset beyond the model (" +
                                                              std::to_string(model_bytes_.size()) + " bytes)");
   }
+  // Whole float32 values per chunk (the model and every offset are multiples of 4 bytes).
   const uint64_t length = std::min<uint64_t>({request.max_length, options_.max_chunk_bytes,
-                                              model_bytes_.size() - request.offset});
+                                              model_bytes_.size() - request.offset}) & ~uint64_t{3};
+  if (length == 0 || request.offset % 4 != 0) {
+    return error_reply(wire::ErrorCode::kBadMessage, "model requests take whole float32 values (multiples of 4 bytes)");
+  }
   wire::ModelChunk chunk;
   chunk.round_id = request.round_id;
   chunk.model_version = model_version_;

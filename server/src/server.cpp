@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <cmath>
 #include <cstdio>
@@ -444,6 +445,16 @@ void print_summary(const RoundManager& rounds, const ServerOptions& options) {
   }
 }
 
+// Peak resident set size of this process (VmHWM), kB; 0 where /proc is absent.
+uint64_t peak_rss_kb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_server(const ServerOptions& options) {
@@ -580,7 +591,9 @@ int run_server(const ServerOptions& options) {
       .kv("rounds_committed", metrics.rounds_committed.load())
       .kv("rounds_abandoned", metrics.rounds_abandoned.load())
       .kv("updates_accepted", metrics.updates_accepted.load())
+      .kv("p50_upload_to_ack_s", metrics.upload_latency_quantile(0.5))
       .kv("p99_upload_to_ack_s", metrics.upload_latency_quantile(0.99))
+      .kv("peak_rss_kb", peak_rss_kb())
       .kv("handshakes", metrics.handshakes_ok.load())
       .kv("handshake_ms_mean", metrics.handshakes_ok.load()
                                    ? double(metrics.handshake_us_total.load()) / 1e3 / double(metrics.handshakes_ok.load())

@@ -202,6 +202,7 @@ class Client {
  private:
   struct Pending;
   Status connect_with_backoff(RoundResult* result, std::string* error);
+  Status back_off(uint32_t attempt, RoundResult* result);
   Status sleep_ms(uint64_t ms);
 
   ClientOptions options_;

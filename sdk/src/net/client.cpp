@@ -142,22 +142,26 @@ Status Client::sleep_ms(uint64_t ms) {
   return cancelled_.load() ? Status::kCancelled : Status::kOk;
 }
 
+// Exponential backoff with jitter before reconnect number `attempt` (>= 1):
+// min(max, initial x 2^attempt) x U[0.5, 1].
+Status Client::back_off(uint32_t attempt, RoundResult* result) {
+  const double cap = std::min<double>(options_.backoff_max_ms,
+                                      double(options_.backoff_initial_ms) * std::ldexp(1.0, int(std::min(attempt, 20u))));
+  const double jitter = 0.5 + 0.5 * double(splitmix64(&rng_state_) >> 11) * 0x1.0p-53;
+  const auto t0 = Clock::now();
+  const Status s = sleep_ms(static_cast<uint64_t>(cap * jitter));
+  result->wait_seconds += seconds_since(t0);
+  ++result->reconnects;
+  return s;
+}
+
 Status Client::connect_with_backoff(RoundResult* result, std::string* error) {
   if (connection_->is_open()) return Status::kOk;
   const size_t heap_before = options_.heap_probe ? options_.heap_probe() : 0;
   std::string last;
   for (uint32_t attempt = 0; attempt < options_.max_attempts; ++attempt) {
     if (cancelled_.load()) return Status::kCancelled;
-    if (attempt > 0) {
-      // Exponential backoff with jitter: min(max, initial x 2^attempt) x U[0.5, 1].
-      const double cap = std::min<double>(options_.backoff_max_ms,
-                                          double(options_.backoff_initial_ms) * std::ldexp(1.0, int(std::min(attempt, 20u))));
-      const double jitter = 0.5 + 0.5 * double(splitmix64(&rng_state_) >> 11) * 0x1.0p-53;
-      const auto t0 = Clock::now();
-      EDGEFL_RETURN_IF_ERROR(sleep_ms(static_cast<uint64_t>(cap * jitter)));
-      result->wait_seconds += seconds_since(t0);
-      ++result->reconnects;
-    }
+    if (attempt > 0) EDGEFL_RETURN_IF_ERROR(back_off(attempt, result));
     const Status s = connection_->connect(options_.host, options_.port, credentials_.get(), options_.connect_timeout_ms, &last);
     if (s == Status::kOk) {
       if (options_.heap_probe) {
@@ -203,9 +207,16 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
   }
   double waited_ms = 0;
   uint32_t failures = 0;
+  // TLS 1.3 clients finish their handshake before the server has checked the client certificate:
+  // a server that refuses it (expired, another CA, CRL) closes the connection after the client's
+  // handshake "succeeded". Fresh connections that die before the server answers Hello, several
+  // times in a row, are therefore reported as a refused handshake, not retried for ever.
+  uint32_t silent_refusals = 0;
+  constexpr uint32_t kSilentRefusalsBeforeGivingUp = 3;
   bool drop_injected = false;
   for (;;) {
     if (cancelled_.load()) return finish(Status::kCancelled);
+    const bool fresh = !connection_->is_open();
     Status s = connect_with_backoff(result, error);
     if (s != Status::kOk) return finish(s);
     sample_heap();
@@ -215,7 +226,8 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       if (st == Status::kCancelled) return false;
       if (st != Status::kConnectionFailed && st != Status::kTimeout && st != Status::kTlsError) return false;
       connection_->close();
-      return ++failures < options_.max_attempts;
+      if (++failures >= options_.max_attempts) return false;
+      return back_off(failures, result) == Status::kOk;
     };
     auto exchange = [&](const wire::Message& out, wire::Message* in) -> Status {
       Status st = connection_->send(out, options_.io_timeout_ms, error);
@@ -245,9 +257,18 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
     wire::Message reply;
     s = exchange(wire::Message{hello}, &reply);
     if (s != Status::kOk) {
+      if (fresh && !options_.insecure_plaintext_for_tests && (s == Status::kConnectionFailed || s == Status::kTlsError) &&
+          ++silent_refusals >= kSilentRefusalsBeforeGivingUp) {
+        connection_->close();
+        *error = "the server closed " + std::to_string(silent_refusals) +
+                 " fresh TLS connections before answering Hello: it refuses this device's certificate "
+                 "(expired, revoked, or from another CA); last error: " + *error;
+        return finish(Status::kTlsHandshakeFailed);
+      }
       if (retry_or_fail(s)) continue;
       return finish(s);
     }
+    silent_refusals = 0;
     if (const auto* retry = std::get_if<wire::RetryLater>(&reply)) {
       if (retry->reason == wire::RetryReason::kDraining) {
         connection_->close();
@@ -325,15 +346,20 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
           connection_->close();
           return finish(Status::kProtocolError);
         }
-        std::vector<uint8_t> bytes;
-        bytes.reserve(offer->model_bytes);
+        // Straight into the model (no second copy): the cached model is stale anyway, so it is
+        // invalidated first and trusted again only when the SHA-256 of the whole download matches.
+        model_version_ = ~0ull;
+        model_.resize(n);
+        net::Sha256 hash;
+        uint64_t received = 0;
         bool dropped = false;
-        while (bytes.size() < offer->model_bytes) {
+        while (received < offer->model_bytes) {
           wire::ModelRequest request;
           request.round_id = offer->round_id;
           request.model_version = offer->model_version;
-          request.offset = bytes.size();
-          request.max_length = std::min<uint32_t>(offer->max_chunk_bytes, wire::kMaxChunkBytes);
+          request.offset = received;
+          request.max_length = std::min<uint32_t>(offer->max_chunk_bytes, wire::kMaxChunkBytes) & ~3u;
+          if (request.max_length == 0) request.max_length = 4;
           s = exchange(wire::Message{request}, &reply);
           if (s != Status::kOk) {
             dropped = true;
@@ -341,30 +367,31 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
           }
           const auto* chunk = std::get_if<wire::ModelChunk>(&reply);
           if (chunk == nullptr) return finish(server_error(reply));
-          if (chunk->offset != bytes.size() || chunk->total_bytes != offer->model_bytes ||
-              chunk->model_version != offer->model_version) {
+          if (chunk->offset != received || chunk->total_bytes != offer->model_bytes ||
+              chunk->model_version != offer->model_version || chunk->data.size() % 4 != 0) {
             *error = "model chunk does not continue the download";
             connection_->close();
             return finish(Status::kProtocolError);
           }
-          bytes.insert(bytes.end(), chunk->data.begin(), chunk->data.end());
+          hash.update({chunk->data.data(), chunk->data.size()});
+          const uint8_t* b = chunk->data.data();
+          for (size_t i = 0; i < chunk->data.size() / 4; ++i, b += 4) {
+            const uint32_t bits = uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
+            std::memcpy(&model_[received / 4 + i], &bits, 4);
+          }
+          received += chunk->data.size();
           result->model_bytes += chunk->data.size();
         }
         if (dropped) {
           if (retry_or_fail(s)) continue;
           return finish(s);
         }
-        const net::Sha256Digest digest = net::sha256({bytes.data(), bytes.size()});
+        reply = wire::Message{};  // release the last chunk's data
+        const net::Sha256Digest digest = hash.finish();
         if (std::memcmp(digest.data(), offer->model_digest.data(), digest.size()) != 0) {
           *error = "the downloaded model does not match the offer's SHA-256";
           connection_->close();
           return finish(Status::kChecksumMismatch);
-        }
-        model_.resize(n);
-        for (size_t i = 0; i < n; ++i) {
-          const uint32_t bits = uint32_t{bytes[4 * i]} | uint32_t{bytes[4 * i + 1]} << 8 |
-                                uint32_t{bytes[4 * i + 2]} << 16 | uint32_t{bytes[4 * i + 3]} << 24;
-          std::memcpy(&model_[i], &bits, 4);
         }
         model_version_ = offer->model_version;
         sample_heap();

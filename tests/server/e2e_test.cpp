@@ -1,0 +1,1844 @@
+// tests/server/e2e_test.cpp: edgefl-server end to end, as a separate process over loopback.
+//
+// Every test starts the real edgefl-server binary (EDGEFL_SERVER_BINARY) in a fresh temporary
+// directory with a development PKI, waits for its port file and talks to it as devices do:
+// through net::Connection (mutual TLS, whole wire messages), through edgefl::Client, or through a
+// raw socket for bytes no well-behaved client sends. Updates are synthetic, so every committed
+// model is checked against model_v + sum_i w_i decode(u_i) / sum_i w_i computed here (FedAvg with
+// server learning rate 1, w_i = the Commit's sample_count). The server's stderr (logfmt) goes to
+// one file per start; the assertions name the event (and reason) lines they expect.
+//
+// Suites (one ctest entry each: server.e2e.<suite>):
+//   e2e.rounds      3 devices x 2 rounds, concurrently: acks, served models, FedAvg results
+//   e2e.rejections  bad frames, bad or missing certificates, a revoked device, replays, late
+//                   commits: each refused with its specific error while the rounds go on
+//   e2e.resume      interrupted uploads resume at the offset the server holds
+//   e2e.restart     SIGKILL mid-round (also right after an ack), restart: every acked update
+//                   counted exactly once
+//   e2e.ops         the state-directory lock, /metrics, /healthz, SIGTERM, a spec mismatch
+//
+// EDGEFL_E2E_KEEP=1 keeps the temporary directories (server logs, state) for a look afterwards;
+// EDGEFL_E2E_WRAPPER="valgrind -q" runs every server under a tool (its output lands in the log).
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/ssl.h>
+#include <mbedtls/x509_crt.h>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "edgefl/client.h"
+#include "edgefl/codec.h"
+#include "edgefl/model.h"
+#include "edgefl/wire.h"
+#include "net/certs.h"
+#include "net/digest.h"
+#include "net/tls_credentials.h"
+#include "net/tls_session.h"
+#include "net/tls_stream.h"
+#include "safetensors.h"
+
+#ifndef EDGEFL_SERVER_BINARY
+#error "EDGEFL_SERVER_BINARY must name the edgefl-server executable"
+#endif
+
+namespace {
+
+using namespace edgefl;
+using Clock = std::chrono::steady_clock;
+using wire::UpdateDisposition;
+
+constexpr char kModelSpec[] = "mlp:784-16-10";
+constexpr uint32_t kIoMs = 10000;  // any single exchange with the server
+
+void sleep_ms(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+// The test process writes to sockets the server may have closed: EPIPE, never SIGPIPE.
+const bool kSigpipeIgnored = [] {
+  ::signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// The log lines that contain every one of `needles`.
+std::vector<std::string> lines_with(const std::string& text, std::initializer_list<std::string> needles) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    bool all = true;
+    for (const std::string& n : needles) all = all && line.find(n) != std::string::npos;
+    if (all) out.push_back(line);
+  }
+  return out;
+}
+
+std::string describe(const wire::Message& m) {
+  std::string out = wire::message_type_name(wire::message_type(m));
+  if (const auto* e = std::get_if<wire::Error>(&m)) {
+    out += " code=" + std::to_string(unsigned(e->code)) + " message='" + e->message + "'";
+  } else if (const auto* a = std::get_if<wire::Ack>(&m)) {
+    out +=
+        " disposition=" + std::to_string(unsigned(a->disposition)) + " round=" + std::to_string(a->round_id);
+  } else if (const auto* r = std::get_if<wire::RetryLater>(&m)) {
+    out += " reason=" + std::to_string(unsigned(r->reason)) + " after=" + std::to_string(r->retry_after_ms);
+  }
+  return out;
+}
+
+// --- A temporary directory, removed with its contents ---------------------------------------------
+
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(base != nullptr && base[0] != '\0' ? base : "/tmp") + "/edgefl-e2e-XXXXXX";
+    std::vector<char> buffer(pattern.begin(), pattern.end());
+    buffer.push_back('\0');
+    if (::mkdtemp(buffer.data()) == nullptr) FAIL("mkdtemp(" << pattern << "): " << std::strerror(errno));
+    path_ = buffer.data();
+  }
+  ~TempDir() {
+    if (path_.empty() || std::getenv("EDGEFL_E2E_KEEP") != nullptr) return;
+    ::nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  static int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
+    ::remove(path);
+    return 0;
+  }
+  std::string path_;
+};
+
+// --- The development PKI ----------------------------------------------------------------------------
+
+struct Pki {
+  std::string dir;
+  std::string ca() const { return dir + "/ca.crt"; }
+  std::string server_cert() const { return dir + "/server.crt"; }
+  std::string server_key() const { return dir + "/server.key"; }
+  std::string cert(const std::string& id) const { return dir + "/devices/" + id + ".crt"; }
+  std::string key(const std::string& id) const { return dir + "/devices/" + id + ".key"; }
+};
+
+Pki make_pki(const std::string& dir, uint32_t devices, const std::string& ca_name = "edgefl e2e CA") {
+  net::DevPkiOptions o;
+  o.out_dir = dir;
+  o.devices = devices;
+  o.ca_name = ca_name;
+  std::string error;
+  REQUIRE_MESSAGE(net::write_dev_pki(o, &error) == Status::kOk, error);
+  return Pki{dir};
+}
+
+std::unique_ptr<net::TlsCredentials> client_credentials(const std::string& ca, const std::string& cert,
+                                                        const std::string& key) {
+  std::string error;
+  REQUIRE_MESSAGE(net::tls_global_init(&error) == Status::kOk, error);
+  net::TlsFiles files;
+  files.ca_file = ca;
+  files.cert_file = cert;
+  files.key_file = key;
+  files.server_name = "localhost";
+  std::unique_ptr<net::TlsCredentials> out;
+  REQUIRE_MESSAGE(net::TlsCredentials::load(net::TlsRole::kClient, files, &out, &error) == Status::kOk,
+                  error);
+  return out;
+}
+
+std::unique_ptr<net::TlsCredentials> device_credentials(const Pki& pki, const std::string& id) {
+  return client_credentials(pki.ca(), pki.cert(id), pki.key(id));
+}
+
+// A client configuration with the CA but no certificate of its own (TlsCredentials requires one).
+class NoCertificateConfig {
+ public:
+  explicit NoCertificateConfig(const std::string& ca_file) {
+    mbedtls_ssl_config_init(&conf_);
+    mbedtls_x509_crt_init(&ca_);
+    mbedtls_entropy_init(&entropy_);
+    mbedtls_ctr_drbg_init(&drbg_);
+    std::string error;
+    REQUIRE_MESSAGE(net::tls_global_init(&error) == Status::kOk, error);
+    REQUIRE(mbedtls_ctr_drbg_seed(&drbg_, mbedtls_entropy_func, &entropy_, nullptr, 0) == 0);
+    const std::string pem = read_text(ca_file);
+    REQUIRE(mbedtls_x509_crt_parse(&ca_, reinterpret_cast<const unsigned char*>(pem.c_str()),
+                                   pem.size() + 1) == 0);
+    REQUIRE(mbedtls_ssl_config_defaults(&conf_, MBEDTLS_SSL_IS_CLIENT, MBEDTLS_SSL_TRANSPORT_STREAM,
+                                        MBEDTLS_SSL_PRESET_DEFAULT) == 0);
+    mbedtls_ssl_conf_authmode(&conf_, MBEDTLS_SSL_VERIFY_REQUIRED);
+    mbedtls_ssl_conf_ca_chain(&conf_, &ca_, nullptr);
+    mbedtls_ssl_conf_rng(&conf_, mbedtls_ctr_drbg_random, &drbg_);
+  }
+  ~NoCertificateConfig() {
+    mbedtls_ssl_config_free(&conf_);
+    mbedtls_ctr_drbg_free(&drbg_);
+    mbedtls_entropy_free(&entropy_);
+    mbedtls_x509_crt_free(&ca_);
+  }
+  NoCertificateConfig(const NoCertificateConfig&) = delete;
+  NoCertificateConfig& operator=(const NoCertificateConfig&) = delete;
+  const mbedtls_ssl_config* config() const { return &conf_; }
+
+ private:
+  mbedtls_ssl_config conf_;
+  mbedtls_x509_crt ca_;
+  mbedtls_entropy_context entropy_;
+  mbedtls_ctr_drbg_context drbg_;
+};
+
+// --- The server process -----------------------------------------------------------------------------
+
+// edgefl-server as a child process: its stderr to <dir>/<name>-<n>.log per start; SIGKILLed and
+// reaped when this object goes away (and by the kernel if the test process dies: PDEATHSIG).
+class ServerProcess {
+ public:
+  // Logs and port files go to <dir>/<name>-<n>.log, <dir>/<name>-<n>.port.
+  explicit ServerProcess(const TempDir& dir, std::string name = "server")
+      : dir_(dir.path()), name_(std::move(name)) {}
+  ~ServerProcess() { kill_now(); }
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  // Starts the server with `args` plus --port-file, then waits until it listens. False, with the
+  // exit status and the log in *error, if it exits first or does not listen within 30 s.
+  bool start(const std::vector<std::string>& args, std::string* error) {
+    kill_now();
+    ++starts_;
+    log_path_ = file(".log");
+    const std::string port_file = file(".port");
+    std::vector<std::string> all = args;
+    all.push_back("--port-file");
+    all.push_back(port_file);
+    spawn(all);
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (Clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        *error = "edgefl-server exited (" + status_text(status) + "):\n" + log();
+        return false;
+      }
+      unsigned port = 0, metrics = 0;
+      if (std::sscanf(read_text(port_file).c_str(), "%u %u", &port, &metrics) == 2 && port != 0) {
+        port_ = static_cast<uint16_t>(port);
+        metrics_port_ = static_cast<uint16_t>(metrics);
+        return true;
+      }
+      sleep_ms(10);
+    }
+    *error = "edgefl-server did not listen within 30 s:\n" + log();
+    kill_now();
+    return false;
+  }
+
+  // Starts the server with `args` and waits for it to exit; its exit code (-1: still running
+  // after timeout_ms, then killed; 128 + n: killed by signal n).
+  int run_to_exit(const std::vector<std::string>& args, int timeout_ms) {
+    kill_now();
+    ++starts_;
+    log_path_ = file(".log");
+    spawn(args);
+    return wait_exit(timeout_ms);
+  }
+
+  int wait_exit(int timeout_ms) {
+    if (pid_ < 0) return last_exit_;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (Clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        last_exit_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return last_exit_;
+      }
+      sleep_ms(10);
+    }
+    kill_now();
+    return -1;
+  }
+
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+
+  // SIGKILL (a crash: no chance to flush or clean up), then reap.
+  void kill_now() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    last_exit_ = 128 + SIGKILL;
+  }
+
+  bool running() const { return pid_ > 0; }
+  uint16_t port() const { return port_; }
+  uint16_t metrics_port() const { return metrics_port_; }
+  // The log of the latest start, and of every start so far.
+  std::string log() const { return read_text(log_path_); }
+  std::string all_logs() const {
+    std::string out;
+    for (int i = 1; i <= starts_; ++i)
+      out += read_text(dir_ + "/" + name_ + "-" + std::to_string(i) + ".log");
+    return out;
+  }
+
+  // Waits until the latest log holds at least `count` lines with every one of `needles`.
+  bool wait_for_log(std::initializer_list<std::string> needles, size_t count = 1,
+                    int timeout_ms = 5000) const {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      if (lines_with(log(), needles).size() >= count) return true;
+      if (Clock::now() >= deadline) return false;
+      sleep_ms(10);
+    }
+  }
+
+ private:
+  std::string file(const char* suffix) const {
+    return dir_ + "/" + name_ + "-" + std::to_string(starts_) + suffix;
+  }
+
+  static std::string status_text(int status) {
+    if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
+    return "status " + std::to_string(status);
+  }
+
+  void spawn(const std::vector<std::string>& args) {
+    std::vector<std::string> strings;
+    // EDGEFL_E2E_WRAPPER="valgrind -q --error-exitcode=99" runs the server under a tool.
+    if (const char* wrapper = std::getenv("EDGEFL_E2E_WRAPPER")) {
+      std::istringstream words(wrapper);
+      for (std::string word; words >> word;) strings.push_back(word);
+    }
+    strings.push_back(EDGEFL_SERVER_BINARY);
+    strings.insert(strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& s : strings) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    const std::string log_path = log_path_;
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    REQUIRE_MESSAGE(pid >= 0, "fork: " << std::strerror(errno));
+    if (pid == 0) {
+      // The child: only async-signal-safe calls until exec.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      ::signal(SIGPIPE, SIG_DFL);
+      const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      const int null = ::open("/dev/null", O_RDWR);
+      if (log < 0 || null < 0) ::_exit(127);
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::dup2(log, 2);
+      ::execvp(argv[0], argv.data());
+      ::_exit(127);
+    }
+    pid_ = pid;
+  }
+
+  std::string dir_;
+  std::string name_;
+  pid_t pid_ = -1;
+  int last_exit_ = -1;
+  int starts_ = 0;
+  std::string log_path_;
+  uint16_t port_ = 0;
+  uint16_t metrics_port_ = 0;
+};
+
+// The options every test starts from: loopback, the test model, FedAvg, quick pace steering, a
+// deadline far away (tests that need one passing set their own).
+std::vector<std::string> server_args(const Pki& pki, const std::string& state_dir, const std::string& codec,
+                                     std::initializer_list<std::string> more) {
+  std::vector<std::string> args = {"--state-dir",    state_dir,
+                                   "--ca",           pki.ca(),
+                                   "--cert",         pki.server_cert(),
+                                   "--key",          pki.server_key(),
+                                   "--listen",       "127.0.0.1:0",
+                                   "--metrics",      "127.0.0.1:0",
+                                   "--model",        kModelSpec,
+                                   "--codec",        codec,
+                                   "--optimizer",    "fedavg",
+                                   "--retry-after",  "50",
+                                   "--retry-window", "50",
+                                   "--drain",        "200",
+                                   "--deadline",     "300"};
+  args.insert(args.end(), more);
+  return args;
+}
+
+#define START_SERVER(server, args)                                        \
+  do {                                                                    \
+    std::string start_error_;                                             \
+    REQUIRE_MESSAGE((server).start((args), &start_error_), start_error_); \
+  } while (0)
+
+// --- Models and synthetic updates -----------------------------------------------------------------
+
+ModelSpec model_spec() {
+  ModelSpec spec{};
+  REQUIRE(parse_model_spec(kModelSpec, &spec) == Status::kOk);
+  return spec;
+}
+
+std::string model_path(const std::string& state_dir, uint64_t version) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/model-v%06llu.safetensors", static_cast<unsigned long long>(version));
+  return state_dir + name;
+}
+
+std::vector<float> read_model(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE_MESSAGE(in.good(), "no model file " << path);
+  const std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> params;
+  std::string error;
+  REQUIRE_MESSAGE(server::decode_safetensors({file.data(), file.size()}, model_spec(), &params, nullptr,
+                                             &error) == Status::kOk,
+                  path << ": " << error);
+  return params;
+}
+
+std::vector<float> floats_of(const std::vector<uint8_t>& le) {
+  std::vector<float> out(le.size() / 4);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const uint32_t bits = uint32_t{le[4 * i]} | uint32_t{le[4 * i + 1]} << 8 | uint32_t{le[4 * i + 2]} << 16 |
+                          uint32_t{le[4 * i + 3]} << 24;
+    std::memcpy(&out[i], &bits, 4);
+  }
+  return out;
+}
+
+// A deterministic update for `tag`: smooth, of both signs, about 1e-2.
+std::vector<float> synthetic_delta(size_t n, uint32_t tag) {
+  std::vector<float> delta(n);
+  for (size_t j = 0; j < n; ++j) {
+    delta[j] = 0.01f * static_cast<float>(std::sin(0.013 * double(j) * (tag % 7 + 1) + 0.7 * tag)) +
+               0.001f * static_cast<float>(tag % 5);
+  }
+  return delta;
+}
+
+// One update as uploaded: its encoding and what the server adds for it (decode of the encoding).
+struct Update {
+  std::string device;
+  uint64_t round_id = 0;
+  std::vector<uint8_t> nonce;
+  wire::UploadId upload_id{};
+  std::vector<uint8_t> bytes;
+  std::vector<float> decoded;
+  uint32_t samples = 0;
+  wire::Digest digest{};
+};
+
+// Encodes a synthetic update for `offer` with the offer's codec and seed. No doctest assertions:
+// device threads call it.
+Status make_update(const wire::TaskOffer& offer, const std::string& device, uint32_t tag, uint32_t samples,
+                   Update* u, std::string* error) {
+  const size_t n = offer.parameter_count;
+  CodecSpec spec{};
+  Status s = parse_codec_spec(offer.uplink_codec.c_str(), &spec);
+  if (s != Status::kOk) {
+    *error = "codec '" + offer.uplink_codec + "' does not parse";
+    return s;
+  }
+  const std::vector<float> delta = synthetic_delta(n, tag);
+  std::vector<uint8_t> workspace(workspace_size(spec, n));
+  u->bytes.assign(encoded_bound(spec, n), 0);
+  size_t written = 0;
+  s = encode(spec, {delta.data(), n}, offer.codec_seed, {workspace.data(), workspace.size()},
+             {u->bytes.data(), u->bytes.size()}, &written);
+  if (s != Status::kOk) {
+    *error = std::string("encode: ") + status_name(s);
+    return s;
+  }
+  u->bytes.resize(written);
+  EncodedInfo info;
+  s = inspect({u->bytes.data(), u->bytes.size()}, &info);
+  std::vector<uint8_t> decode_ws(s == Status::kOk ? decode_workspace_size(info) : 0);
+  u->decoded.assign(n, 0.0f);
+  if (s == Status::kOk) {
+    s = decode({u->bytes.data(), u->bytes.size()}, {u->decoded.data(), n},
+               {decode_ws.data(), decode_ws.size()});
+  }
+  if (s != Status::kOk) {
+    *error = std::string("decode: ") + status_name(s);
+    return s;
+  }
+  u->device = device;
+  u->round_id = offer.round_id;
+  u->nonce = offer.round_nonce;
+  for (size_t i = 0; i < u->upload_id.size(); ++i) u->upload_id[i] = static_cast<uint8_t>(tag * 31u + i + 1u);
+  u->samples = samples;
+  const net::Sha256Digest d = net::sha256({u->bytes.data(), u->bytes.size()});
+  std::memcpy(u->digest.data(), d.data(), d.size());
+  return Status::kOk;
+}
+
+// Checks after == before + sum_i w_i u_i / sum_i w_i, each update once, within float rounding
+// (1e-6 relative).
+void check_fedavg(const std::vector<float>& before, const std::vector<const Update*>& updates,
+                  const std::vector<float>& after) {
+  REQUIRE(after.size() == before.size());
+  REQUIRE(!updates.empty());
+  double weights = 0;
+  for (const Update* u : updates) {
+    REQUIRE(u->decoded.size() == before.size());
+    weights += u->samples;
+  }
+  size_t bad = 0, changed = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t j = 0; j < before.size(); ++j) {
+    double mean = 0;
+    for (const Update* u : updates) mean += double(u->samples) * double(u->decoded[j]);
+    mean /= weights;
+    const double expected = double(before[j]) + mean;
+    const double tolerance =
+        1e-6 * std::max({std::fabs(expected), std::fabs(double(before[j])), std::fabs(mean)}) + 1e-12;
+    const double ratio = std::fabs(double(after[j]) - expected) / tolerance;
+    if (ratio > 1) ++bad;
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = j;
+    }
+    if (after[j] != before[j]) ++changed;
+  }
+  INFO("worst coordinate " << worst << ": " << after[worst] << " (error / tolerance " << worst_ratio << ")");
+  CHECK(bad == 0);
+  CHECK(changed > before.size() / 2);
+}
+
+// --- Devices over net::Connection -------------------------------------------------------------------
+
+struct Link {
+  net::Connection conn;
+  std::string error;
+  Status connect(uint16_t port, const net::TlsCredentials* creds) {
+    return conn.connect("127.0.0.1", port, creds, kIoMs, &error);
+  }
+  Status send(const wire::Message& m) { return conn.send(m, kIoMs, &error); }
+  Status receive(wire::Message* m, uint32_t timeout_ms = kIoMs) {
+    return conn.receive(m, timeout_ms, &error);
+  }
+  Status exchange(const wire::Message& out, wire::Message* in) {
+    const Status s = send(out);
+    return s == Status::kOk ? receive(in) : s;
+  }
+};
+
+wire::Hello make_hello() {
+  wire::Hello h;
+  h.sdk_version = "edgefl e2e";
+  h.supported_sparsifiers = wire::kKnownSparsifierBits;
+  h.supported_value_coders = wire::kKnownValueCoderBits;
+  h.supported_index_codings = wire::kKnownIndexCodingBits;
+  h.memory_budget_bytes = 64u << 20;
+  return h;
+}
+
+// Says Hello until the server offers a task, waiting as RetryLater says (30 s at most in all).
+Status await_offer(Link& link, wire::TaskOffer* offer, std::string* what) {
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    wire::Message reply;
+    const Status s = link.exchange(wire::Message{make_hello()}, &reply);
+    if (s != Status::kOk) {
+      *what = "hello: " + link.error;
+      return s;
+    }
+    if (const auto* o = std::get_if<wire::TaskOffer>(&reply)) {
+      *offer = *o;
+      return Status::kOk;
+    }
+    const auto* retry = std::get_if<wire::RetryLater>(&reply);
+    if (retry == nullptr) {
+      *what = "hello answered with " + describe(reply);
+      return Status::kProtocolError;
+    }
+    if (Clock::now() > deadline) {
+      *what = "no task offered within 30 s";
+      return Status::kTimeout;
+    }
+    sleep_ms(static_cast<int>(std::min<uint32_t>(retry->retry_after_ms, 200)));
+  }
+}
+
+// Downloads the offered model (chunks of `chunk` bytes) and checks it against the offer's digest.
+Status download_model(Link& link, const wire::TaskOffer& offer, uint32_t chunk, std::vector<uint8_t>* bytes,
+                      std::string* what) {
+  bytes->clear();
+  while (bytes->size() < offer.model_bytes) {
+    wire::ModelRequest request;
+    request.round_id = offer.round_id;
+    request.model_version = offer.model_version;
+    request.offset = bytes->size();
+    request.max_length = chunk;
+    wire::Message reply;
+    const Status s = link.exchange(wire::Message{request}, &reply);
+    if (s != Status::kOk) {
+      *what = "model request: " + link.error;
+      return s;
+    }
+    const auto* c = std::get_if<wire::ModelChunk>(&reply);
+    if (c == nullptr || c->offset != bytes->size() || c->total_bytes != offer.model_bytes) {
+      *what = "model request answered with " + describe(reply);
+      return Status::kProtocolError;
+    }
+    bytes->insert(bytes->end(), c->data.begin(), c->data.end());
+  }
+  const net::Sha256Digest d = net::sha256({bytes->data(), bytes->size()});
+  if (std::memcmp(d.data(), offer.model_digest.data(), d.size()) != 0) {
+    *what = "the model does not match the offer's digest";
+    return Status::kChecksumMismatch;
+  }
+  return Status::kOk;
+}
+
+// UploadStart, then UploadChunks of `chunk` bytes from the offset the server reports, stopping
+// after `max_chunks` chunks (0: to the end). *server_offset: the UploadStatus offset; *sent: the
+// update bytes sent.
+Status send_upload(Link& link, const Update& u, uint32_t chunk, uint32_t max_chunks, uint64_t* server_offset,
+                   uint64_t* sent, std::string* what) {
+  wire::UploadStart start;
+  start.round_id = u.round_id;
+  start.round_nonce = u.nonce;
+  start.upload_id = u.upload_id;
+  start.total_bytes = u.bytes.size();
+  wire::Message reply;
+  Status s = link.exchange(wire::Message{start}, &reply);
+  if (s != Status::kOk) {
+    *what = "upload start: " + link.error;
+    return s;
+  }
+  const auto* status = std::get_if<wire::UploadStatus>(&reply);
+  if (status == nullptr || status->upload_id != u.upload_id || status->total_bytes != u.bytes.size() ||
+      status->offset > u.bytes.size()) {
+    *what = "upload start answered with " + describe(reply);
+    return Status::kProtocolError;
+  }
+  uint64_t offset = status->offset;
+  if (server_offset != nullptr) *server_offset = offset;
+  uint32_t chunks = 0;
+  while (offset < u.bytes.size() && (max_chunks == 0 || chunks < max_chunks)) {
+    wire::UploadChunk c;
+    c.round_id = u.round_id;
+    c.upload_id = u.upload_id;
+    c.offset = offset;
+    c.total_bytes = u.bytes.size();
+    const size_t len = static_cast<size_t>(std::min<uint64_t>(chunk, u.bytes.size() - offset));
+    c.data.assign(u.bytes.begin() + static_cast<ptrdiff_t>(offset),
+                  u.bytes.begin() + static_cast<ptrdiff_t>(offset + len));
+    s = link.send(wire::Message{std::move(c)});
+    if (s != Status::kOk) {
+      *what = "upload chunk: " + link.error;
+      return s;
+    }
+    offset += len;
+    if (sent != nullptr) *sent += len;
+    ++chunks;
+  }
+  return Status::kOk;
+}
+
+wire::Commit make_commit(const Update& u) {
+  wire::Commit c;
+  c.round_id = u.round_id;
+  c.round_nonce = u.nonce;
+  c.upload_id = u.upload_id;
+  c.total_bytes = u.bytes.size();
+  c.sample_count = u.samples;
+  c.metrics.push_back(wire::Metric{"train_loss", 0.5});
+  c.digest = u.digest;
+  return c;
+}
+
+// The reply to a Commit of `u`, checked to be an Ack for it; its disposition.
+UpdateDisposition commit_and_ack(Link& link, const Update& u) {
+  wire::Message reply;
+  REQUIRE_MESSAGE(link.exchange(wire::Message{make_commit(u)}, &reply) == Status::kOk, link.error);
+  const auto* ack = std::get_if<wire::Ack>(&reply);
+  REQUIRE_MESSAGE(ack != nullptr, describe(reply));
+  CHECK(ack->round_id == u.round_id);
+  CHECK(ack->upload_id == u.upload_id);
+  return ack->disposition;
+}
+
+// Sends `m` and returns the Error the server answers with (REQUIREd to be one).
+wire::Error expect_error(Link& link, const wire::Message& m) {
+  wire::Message reply;
+  REQUIRE_MESSAGE(link.exchange(m, &reply) == Status::kOk, link.error);
+  const auto* e = std::get_if<wire::Error>(&reply);
+  REQUIRE_MESSAGE(e != nullptr, describe(reply));
+  return *e;
+}
+
+// One whole contribution: Hello until offered, upload, commit. REQUIREs the Ack `expected`.
+Update contribute(uint16_t port, const net::TlsCredentials& creds, const std::string& device, uint32_t tag,
+                  uint32_t samples, UpdateDisposition expected = UpdateDisposition::kAccepted) {
+  Link link;
+  REQUIRE_MESSAGE(link.connect(port, &creds) == Status::kOk, link.error);
+  wire::TaskOffer offer;
+  std::string what;
+  REQUIRE_MESSAGE(await_offer(link, &offer, &what) == Status::kOk, what);
+  Update u;
+  REQUIRE_MESSAGE(make_update(offer, device, tag, samples, &u, &what) == Status::kOk, what);
+  REQUIRE_MESSAGE(send_upload(link, u, 16384, 0, nullptr, nullptr, &what) == Status::kOk, what);
+  REQUIRE(commit_and_ack(link, u) == expected);
+  link.conn.close();
+  return u;
+}
+
+// --- A raw client: bytes no well-behaved client sends -----------------------------------------------
+
+// A blocking TCP socket, optionally with a TlsSession on top, that writes any bytes it is given.
+class RawLink {
+ public:
+  static constexpr int kPeerClosed = -1;
+  RawLink() = default;
+  ~RawLink() { close(); }
+  RawLink(const RawLink&) = delete;
+  RawLink& operator=(const RawLink&) = delete;
+
+  bool connect(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) return false;
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+    return ::connect(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+  }
+
+  // The TLS handshake: 0, an mbedTLS error (< 0, *error says which), or kPeerClosed.
+  int handshake(const mbedtls_ssl_config* config, std::string* error) {
+    tls_ = std::make_unique<net::TlsSession>();
+    if (tls_->init(config, "localhost", error) != Status::kOk) return -2;
+    for (;;) {
+      const int ret = tls_->handshake();
+      if (!flush()) {
+        *error = "the server closed the connection during the handshake";
+        return kPeerClosed;
+      }
+      if (ret == 0) return 0;
+      if (ret != net::TlsSession::kWantRead) {
+        *error = net::describe_tls_failure(ret, tls_->ssl());
+        return ret;
+      }
+      std::vector<uint8_t> in;
+      if (!recv_raw(&in, kIoMs)) {
+        *error = "the server closed the connection during the handshake";
+        return kPeerClosed;
+      }
+      tls_->feed({in.data(), in.size()});
+    }
+  }
+
+  // Sends `bytes` as they are: through TLS after a handshake, raw before.
+  bool write(const std::vector<uint8_t>& bytes) {
+    if (!tls_) return write_raw(bytes.data(), bytes.size());
+    if (tls_->write({bytes.data(), bytes.size()}) < 0) return false;
+    return flush();
+  }
+
+  bool send(const wire::Message& m) {
+    std::vector<uint8_t> frame;
+    if (wire::encode(m, &frame) != Status::kOk) return false;
+    return write(frame);
+  }
+
+  // One message: kOk, kConnectionFailed (closed, reset, TLS alert), kTimeout, or the status of a
+  // frame that does not decode.
+  Status receive(wire::Message* m, int timeout_ms = static_cast<int>(kIoMs)) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    uint8_t head[wire::kFrameHeaderBytes];
+    Status s = read_plain(head, sizeof head, deadline);
+    if (s != Status::kOk) return s;
+    wire::FrameHeader header;
+    s = wire::read_frame_header({head, sizeof head}, &header);
+    if (s != Status::kOk) return s;
+    std::vector<uint8_t> payload(header.payload_length);
+    s = read_plain(payload.data(), payload.size(), deadline);
+    if (s != Status::kOk) return s;
+    return wire::decode(header, {payload.data(), payload.size()}, m);
+  }
+
+  // True if the server closes the connection within timeout_ms (what it sends first is dropped).
+  bool wait_closed(int timeout_ms) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
+      std::vector<uint8_t> in;
+      if (!recv_raw(&in, static_cast<int>(left))) return !timed_out_;
+    }
+  }
+
+  // Reads raw bytes until the server closes the connection; false on a timeout.
+  bool read_to_end(std::string* out, int timeout_ms) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
+      std::vector<uint8_t> in;
+      if (!recv_raw(&in, static_cast<int>(left))) return !timed_out_;
+      out->append(in.begin(), in.end());
+    }
+  }
+
+  // Closes with a TCP reset (SO_LINGER 0), as a device that loses power or network.
+  void reset() {
+    if (fd_ < 0) return;
+    linger l{1, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    close();
+  }
+
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  bool write_raw(const uint8_t* data, size_t size) {
+    while (size > 0) {
+      const ssize_t n = ::send(fd_, data, size, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      data += n;
+      size -= static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  bool flush() {
+    const Span<const uint8_t> out = tls_->outgoing();
+    if (out.size() == 0) return true;
+    if (!write_raw(out.data(), out.size())) return false;
+    tls_->consume_outgoing(out.size());
+    return true;
+  }
+
+  // False on end of stream, an error or the timeout (timed_out_ says which).
+  bool recv_raw(std::vector<uint8_t>* out, int timeout_ms) {
+    timed_out_ = false;
+    pollfd p{fd_, POLLIN, 0};
+    const int ready = ::poll(&p, 1, std::max(timeout_ms, 0));
+    if (ready == 0) {
+      timed_out_ = true;
+      return false;
+    }
+    if (ready < 0) return false;
+    uint8_t buffer[16384];
+    const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
+    if (n <= 0) return false;
+    out->assign(buffer, buffer + n);
+    return true;
+  }
+
+  Status read_plain(uint8_t* out, size_t size, Clock::time_point deadline) {
+    while (plain_.size() < size) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return Status::kTimeout;
+      if (tls_) {
+        uint8_t buffer[16384];
+        const int ret = tls_->read({buffer, sizeof buffer});
+        if (!flush()) return Status::kConnectionFailed;
+        if (ret > 0) {
+          plain_.insert(plain_.end(), buffer, buffer + ret);
+          continue;
+        }
+        if (ret != net::TlsSession::kWantRead) return Status::kConnectionFailed;  // close_notify or an alert
+      }
+      std::vector<uint8_t> in;
+      if (!recv_raw(&in, static_cast<int>(left)))
+        return timed_out_ ? Status::kTimeout : Status::kConnectionFailed;
+      if (tls_) {
+        tls_->feed({in.data(), in.size()});
+      } else {
+        plain_.insert(plain_.end(), in.begin(), in.end());
+      }
+    }
+    std::memcpy(out, plain_.data(), size);
+    plain_.erase(plain_.begin(), plain_.begin() + static_cast<ptrdiff_t>(size));
+    return Status::kOk;
+  }
+
+  int fd_ = -1;
+  std::unique_ptr<net::TlsSession> tls_;
+  std::vector<uint8_t> plain_;
+  bool timed_out_ = false;
+};
+
+// A valid Hello frame, to start bad frames from.
+std::vector<uint8_t> hello_frame() {
+  std::vector<uint8_t> frame;
+  REQUIRE(wire::encode(wire::Message{make_hello()}, &frame) == Status::kOk);
+  return frame;
+}
+
+void put_le32(std::vector<uint8_t>* frame, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) (*frame)[at + static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+// The frame header of `type` announcing `length` payload bytes (no payload).
+std::vector<uint8_t> frame_header(wire::MessageType type, uint32_t length) {
+  std::vector<uint8_t> frame = hello_frame();
+  frame.resize(wire::kFrameHeaderBytes);
+  frame[3] = static_cast<uint8_t>(type);
+  put_le32(&frame, 4, length);
+  return frame;
+}
+
+// --- HTTP ------------------------------------------------------------------------------------------
+
+std::string http_get(uint16_t port, const std::string& path) {
+  RawLink link;
+  REQUIRE(link.connect(port));
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  REQUIRE(link.write(std::vector<uint8_t>(request.begin(), request.end())));
+  std::string response;
+  REQUIRE(link.read_to_end(&response, 5000));  // the server answers, then closes
+  return response;
+}
+
+// A LocalTrainer whose "training" returns synthetic_delta(tag): the update is known exactly.
+class FixedTrainer final : public LocalTrainer {
+ public:
+  FixedTrainer(uint32_t tag, uint32_t samples) : tag_(tag), samples_(samples) {}
+  size_t memory_bytes(const RoundTask&) const override { return 0; }
+  Status prepare(const RoundTask&) override { return Status::kOk; }
+  Status fit(Span<const float> global, Span<float> delta, uint32_t* samples, float* loss) override {
+    if (global.size() != delta.size()) return Status::kInvalidArgument;
+    const std::vector<float> d = synthetic_delta(delta.size(), tag_);
+    std::copy(d.begin(), d.end(), delta.data());
+    *samples = samples_;
+    *loss = 0.25f;
+    return Status::kOk;
+  }
+
+ private:
+  uint32_t tag_;
+  uint32_t samples_;
+};
+
+}  // namespace
+
+// === e2e.rounds ==================================================================================
+
+TEST_SUITE("e2e.rounds") {
+  TEST_CASE("three devices, two rounds over mutual TLS: every update accepted, the models are exact FedAvg") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 3);
+    const std::string state = tmp / "state";
+    ServerProcess server(tmp);
+    START_SERVER(
+        server, server_args(pki, state, "fp32", {"--cohort", "3", "--rounds", "2", "--over-selection", "1"}));
+    INFO("server log:\n" << server.all_logs());
+
+    // One thread per device, each a plain protocol client for two rounds.
+    struct DeviceRun {
+      std::string id;
+      uint32_t samples = 0;
+      std::unique_ptr<net::TlsCredentials> creds;
+      std::vector<Update> updates;               // per round
+      std::vector<std::vector<uint8_t>> models;  // the model served in each round
+      std::vector<uint64_t> model_versions;
+      std::vector<UpdateDisposition> dispositions;
+      std::string failure;
+    };
+    std::vector<DeviceRun> runs(3);
+    const uint32_t samples[3] = {10, 30, 60};  // unequal weights
+    for (size_t d = 0; d < runs.size(); ++d) {
+      runs[d].id = net::dev_pki_device_id(static_cast<uint32_t>(d + 1));
+      runs[d].samples = samples[d];
+      runs[d].creds = device_credentials(pki, runs[d].id);
+    }
+    const uint16_t port = server.port();
+    auto device = [port](DeviceRun* run, uint32_t index) {
+      for (uint64_t round = 1; round <= 2; ++round) {
+        Link link;
+        if (link.connect(port, run->creds.get()) != Status::kOk) {
+          run->failure = "connect: " + link.error;
+          return;
+        }
+        wire::TaskOffer offer;
+        std::vector<uint8_t> model;
+        Update u;
+        std::string what;
+        if (await_offer(link, &offer, &what) != Status::kOk ||
+            download_model(link, offer, 16384, &model, &what) != Status::kOk ||
+            make_update(offer, run->id, index * 10 + static_cast<uint32_t>(round), run->samples, &u, &what) !=
+                Status::kOk ||
+            send_upload(link, u, 8192, 0, nullptr, nullptr, &what) != Status::kOk) {
+          run->failure = "round " + std::to_string(round) + ": " + what;
+          return;
+        }
+        if (offer.round_id != round) {
+          run->failure =
+              "offered round " + std::to_string(offer.round_id) + ", expected " + std::to_string(round);
+          return;
+        }
+        wire::Message reply;
+        if (link.exchange(wire::Message{make_commit(u)}, &reply) != Status::kOk) {
+          run->failure = "commit: " + link.error;
+          return;
+        }
+        const auto* ack = std::get_if<wire::Ack>(&reply);
+        if (ack == nullptr || ack->upload_id != u.upload_id || ack->round_id != round) {
+          run->failure = "commit answered with " + describe(reply);
+          return;
+        }
+        run->dispositions.push_back(ack->disposition);
+        run->models.push_back(std::move(model));
+        run->model_versions.push_back(offer.model_version);
+        run->updates.push_back(std::move(u));
+        link.conn.close();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t d = 0; d < runs.size(); ++d)
+      threads.emplace_back(device, &runs[d], static_cast<uint32_t>(d + 1));
+    for (std::thread& t : threads) t.join();
+
+    for (const DeviceRun& run : runs) {
+      CAPTURE(run.id);
+      REQUIRE(run.failure == "");
+      REQUIRE(run.dispositions.size() == 2);
+      CHECK(run.dispositions[0] == UpdateDisposition::kAccepted);
+      CHECK(run.dispositions[1] == UpdateDisposition::kAccepted);
+      CHECK(run.model_versions == std::vector<uint64_t>{1, 2});
+    }
+    // --rounds 2: the server drains, then exits by itself.
+    REQUIRE(server.wait_exit(20000) == 0);
+
+    const std::vector<float> v1 = read_model(model_path(state, 1));
+    const std::vector<float> v2 = read_model(model_path(state, 2));
+    const std::vector<float> v3 = read_model(model_path(state, 3));
+    CHECK(read_model(state + "/global.safetensors") == v3);
+    // What the devices downloaded is the model file of that version, bit for bit.
+    for (const DeviceRun& run : runs) {
+      CHECK(floats_of(run.models[0]) == v1);
+      CHECK(floats_of(run.models[1]) == v2);
+    }
+    for (size_t round = 0; round < 2; ++round) {
+      CAPTURE(round + 1);
+      std::vector<const Update*> updates;
+      for (const DeviceRun& run : runs) updates.push_back(&run.updates[round]);
+      check_fedavg(round == 0 ? v1 : v2, updates, round == 0 ? v2 : v3);
+    }
+
+    const std::string log = server.log();
+    CHECK(lines_with(log, {"event=update_accepted"}).size() == 6);
+    CHECK(lines_with(log, {"event=round_committed", "updates=3"}).size() == 2);
+    CHECK(lines_with(log, {"event=rounds_finished", "rounds=2", "model_version=3"}).size() == 1);
+    CHECK(lines_with(log, {"event=device_connected", "device=device-0002"}).size() >= 2);
+    CHECK(lines_with(log, {"event=stopped", "rounds_committed=2", "updates_accepted=6"}).size() == 1);
+    CHECK(lines_with(log, {"level=error"}).empty());
+  }
+
+}  // TEST_SUITE("e2e.rounds")
+
+// === e2e.rejections ==============================================================================
+
+TEST_SUITE("e2e.rejections") {
+  TEST_CASE("bad frames and bad credentials are refused with their specific error; the rounds go on") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 3);
+    const Pki other = make_pki(tmp / "other-pki", 1, "another CA");
+    const std::string deny = tmp / "deny.txt";
+    write_text(deny, "# revoked devices\ndevice-0003\n");
+    ServerProcess server(tmp);
+    START_SERVER(server, server_args(pki, tmp / "state", "fp32",
+                                     {"--cohort", "1", "--over-selection", "3", "--deny", deny}));
+    INFO("server log:\n" << server.all_logs());
+    const uint16_t port = server.port();
+    const auto good = device_credentials(pki, "device-0001");
+    const auto second = device_credentials(pki, "device-0002");
+
+    // After each refused connection, a good device completes the next round (cohort 1).
+    uint64_t round = 1;
+    auto good_round = [&](const std::string& after) {
+      CAPTURE(after);
+      const Update u = contribute(port, *good, "device-0001", static_cast<uint32_t>(round), 5);
+      CHECK(u.round_id == round);
+      CHECK(server.wait_for_log({"event=round_committed", "round=" + std::to_string(round) + " "}));
+      ++round;
+    };
+    auto handshakes_failed = [&] { return lines_with(server.log(), {"event=tls_handshake_failed"}).size(); };
+
+    SUBCASE("frames") {
+      {  // A valid header, then a payload that is not a FlatBuffer: kBadMessage, then the server closes.
+        RawLink raw;
+        REQUIRE(raw.connect(port));
+        std::string error;
+        REQUIRE_MESSAGE(raw.handshake(second->config(), &error) == 0, error);
+        std::vector<uint8_t> frame = hello_frame();
+        for (size_t i = wire::kFrameHeaderBytes; i < frame.size(); ++i)
+          frame[i] = static_cast<uint8_t>(0xA5 ^ i);
+        REQUIRE(raw.write(frame));
+        wire::Message reply;
+        REQUIRE(raw.receive(&reply) == Status::kOk);
+        const auto* e = std::get_if<wire::Error>(&reply);
+        REQUIRE_MESSAGE(e != nullptr, describe(reply));
+        CHECK(e->code == wire::ErrorCode::kBadMessage);
+        CHECK(e->message.find("bad hello") != std::string::npos);
+        CHECK(raw.wait_closed(5000));
+        CHECK(server.wait_for_log({"event=connection_refused", "device=device-0002", "code=1", "bad hello"}));
+      }
+      good_round("a malformed frame");
+
+      {  // A header announcing more than the type's cap: kTooLarge at once, the payload never read.
+        RawLink raw;
+        REQUIRE(raw.connect(port));
+        std::string error;
+        REQUIRE_MESSAGE(raw.handshake(second->config(), &error) == 0, error);
+        const uint32_t cap = static_cast<uint32_t>(wire::max_payload_bytes(wire::MessageType::kHello));
+        REQUIRE(raw.write(frame_header(wire::MessageType::kHello, cap + 1)));
+        wire::Message reply;
+        const auto t0 = Clock::now();
+        REQUIRE(raw.receive(&reply, 5000) ==
+                Status::kOk);  // no payload was sent: the server did not wait for it
+        CHECK(Clock::now() - t0 < std::chrono::seconds(2));
+        const auto* e = std::get_if<wire::Error>(&reply);
+        REQUIRE_MESSAGE(e != nullptr, describe(reply));
+        CHECK(e->code == wire::ErrorCode::kTooLarge);
+        CHECK(raw.wait_closed(5000));
+      }
+      {  // The same for the largest type (UploadChunk), before Hello.
+        RawLink raw;
+        REQUIRE(raw.connect(port));
+        std::string error;
+        REQUIRE_MESSAGE(raw.handshake(second->config(), &error) == 0, error);
+        REQUIRE(raw.write(frame_header(wire::MessageType::kUploadChunk,
+                                       static_cast<uint32_t>(wire::kMaxPayloadBytes + 1))));
+        wire::Message reply;
+        REQUIRE(raw.receive(&reply, 5000) == Status::kOk);
+        const auto* e = std::get_if<wire::Error>(&reply);
+        REQUIRE_MESSAGE(e != nullptr, describe(reply));
+        CHECK(e->code == wire::ErrorCode::kTooLarge);
+        CHECK(raw.wait_closed(5000));
+        CHECK(server.wait_for_log({"event=connection_refused", "code=9"}, 2));
+      }
+      good_round("oversize frame headers");
+
+      {  // A server-to-client message, and a request before Hello: kUnexpectedMessage.
+        Link link;
+        REQUIRE_MESSAGE(link.connect(port, second.get()) == Status::kOk, link.error);
+        wire::Ack ack;
+        ack.round_id = 1;
+        ack.upload_id[0] = 1;
+        CHECK(expect_error(link, wire::Message{ack}).code == wire::ErrorCode::kUnexpectedMessage);
+        Link early;
+        REQUIRE_MESSAGE(early.connect(port, second.get()) == Status::kOk, early.error);
+        wire::ModelRequest request;
+        request.round_id = round;
+        request.model_version = 1;
+        request.max_length = 1024;
+        const wire::Error e = expect_error(early, wire::Message{request});
+        CHECK(e.code == wire::ErrorCode::kUnexpectedMessage);
+        CHECK(e.message.find("Hello first") != std::string::npos);
+      }
+      good_round("unexpected messages");
+    }
+
+    SUBCASE("credentials") {
+      {  // Bytes that are not TLS: the server closes the connection and logs the failed handshake.
+        const size_t before = handshakes_failed();
+        RawLink raw;
+        REQUIRE(raw.connect(port));
+        const std::string junk = "GET / HTTP/1.1\r\nHost: not-tls\r\n\r\n" + std::string(64, 'x');
+        REQUIRE(raw.write(std::vector<uint8_t>(junk.begin(), junk.end())));
+        CHECK(raw.wait_closed(5000));
+        CHECK(server.wait_for_log({"event=tls_handshake_failed"}, before + 1));
+        CHECK(lines_with(server.log(), {"event=tls_handshake_failed"}).back().find("invalid SSL record") !=
+              std::string::npos);
+      }
+      good_round("garbage before the TLS handshake");
+
+      {  // No client certificate: the server fails the handshake; the client never gets a task.
+        const size_t before = handshakes_failed();
+        NoCertificateConfig config(pki.ca());
+        RawLink raw;
+        REQUIRE(raw.connect(port));
+        std::string error;
+        const int ret = raw.handshake(config.config(), &error);
+        if (ret == 0) {
+          // TLS 1.3: the client's side completes before the server checks its (empty) certificate.
+          REQUIRE(raw.send(wire::Message{make_hello()}));
+          wire::Message reply;
+          CHECK(raw.receive(&reply, 5000) == Status::kConnectionFailed);
+        }
+        CHECK(raw.wait_closed(5000));
+        CHECK(server.wait_for_log({"event=tls_handshake_failed"}, before + 1));
+        CHECK(lines_with(server.log(), {"event=tls_handshake_failed"}).back().find("certificate missing") !=
+              std::string::npos);
+      }
+      good_round("a client without a certificate");
+
+      {  // A certificate of another CA.
+        const size_t before = handshakes_failed();
+        const auto foreign =
+            client_credentials(pki.ca(), other.cert("device-0001"), other.key("device-0001"));
+        Link link;
+        const Status s = link.connect(port, foreign.get());
+        // TLS 1.3: the client's side of the handshake completes before the server checks the
+        // client's certificate, so the refusal shows at the first exchange; TLS 1.2: at connect().
+        if (s == Status::kOk) {
+          wire::Message reply;
+          const Status r = link.exchange(wire::Message{make_hello()}, &reply);
+          CHECK(r != Status::kOk);
+        } else {
+          CHECK(s == Status::kTlsHandshakeFailed);
+        }
+        CHECK(server.wait_for_log({"event=tls_handshake_failed"}, before + 1));
+        CHECK(lines_with(server.log(), {"event=tls_handshake_failed"}).back().find("not trusted by the CA") !=
+              std::string::npos);
+      }
+      good_round("a certificate from another CA");
+
+      {  // An expired device certificate.
+        const size_t before = handshakes_failed();
+        const int64_t now = static_cast<int64_t>(std::time(nullptr));
+        std::string error;
+        REQUIRE_MESSAGE(
+            net::issue_device_cert(pki.dir, "device-expired", now - 10 * 86400, now - 86400,
+                                   tmp / "expired.crt", tmp / "expired.key", &error) == Status::kOk,
+            error);
+        const auto expired = client_credentials(pki.ca(), tmp / "expired.crt", tmp / "expired.key");
+        Link link;
+        const Status s = link.connect(port, expired.get());
+        if (s == Status::kOk) {
+          wire::Message reply;
+          CHECK(link.exchange(wire::Message{make_hello()}, &reply) != Status::kOk);
+        } else {
+          CHECK(s == Status::kTlsHandshakeFailed);
+        }
+        CHECK(server.wait_for_log({"event=tls_handshake_failed"}, before + 1));
+        CHECK(lines_with(server.log(), {"event=tls_handshake_failed"}).back().find("expired") !=
+              std::string::npos);
+      }
+      good_round("an expired certificate");
+
+      {  // A revoked device (deny list): the handshake completes, then Error kUnauthorized.
+        const auto revoked = device_credentials(pki, "device-0003");
+        Link link;
+        REQUIRE_MESSAGE(link.connect(port, revoked.get()) == Status::kOk, link.error);
+        wire::Message reply;
+        REQUIRE_MESSAGE(link.receive(&reply, 5000) == Status::kOk, link.error);
+        const auto* e = std::get_if<wire::Error>(&reply);
+        REQUIRE_MESSAGE(e != nullptr, describe(reply));
+        CHECK(e->code == wire::ErrorCode::kUnauthorized);
+        CHECK(e->message.find("revoked") != std::string::npos);
+        CHECK(link.receive(&reply, 5000) == Status::kConnectionFailed);  // and closed
+        CHECK(server.wait_for_log({"event=device_refused", "device=device-0003", "revoked"}));
+      }
+      good_round("a revoked device");
+    }
+    CHECK(round >= 4);
+    CHECK(lines_with(server.log(), {"event=storage_failure"}).empty());
+  }
+
+  // edgefl::Client against a server that refuses its certificate. A revoked device completes the
+  // handshake and gets Error kUnauthorized: run_round() returns kUnauthorized at once. A certificate
+  // that fails verification (here: expired) is refused by the server inside the handshake; under
+  // TLS 1.3 the client's side of the handshake has already completed by then, so the failure shows
+  // up at the first exchange (kConnectionFailed: EPIPE, or kTlsError: the server's alert, sent under
+  // handshake keys, fails the client's MAC check), which run_round() treats as a dropped connection.
+  struct RefusedClient {
+    Status status = Status::kOk;
+    std::string error;
+    RoundResult result;
+    double seconds = 0;
+  };
+
+  RefusedClient run_refused_client(uint16_t port, const std::string& ca, const std::string& cert,
+                                   const std::string& key) {
+    ClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = port;
+    o.ca_file = ca;
+    o.cert_file = cert;
+    o.key_file = key;
+    o.max_attempts = 3;
+    o.backoff_initial_ms = 20;
+    o.backoff_max_ms = 50;
+    o.seed = 5;
+    Client client(o);
+    RefusedClient out;
+    REQUIRE_MESSAGE(client.init(&out.error) == Status::kOk, out.error);
+    FixedTrainer trainer(1, 1);
+    const auto t0 = Clock::now();
+    out.status = client.run_round(trainer, &out.result, &out.error);
+    out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return out;
+  }
+
+  struct RefusedServer {
+    TempDir tmp;
+    Pki pki;
+    ServerProcess server{tmp};
+    RefusedServer() {
+      pki = make_pki(tmp / "pki", 3);
+      write_text(tmp / "deny.txt", "device-0003\n");
+      const int64_t now = static_cast<int64_t>(std::time(nullptr));
+      std::string error;
+      REQUIRE_MESSAGE(net::issue_device_cert(pki.dir, "device-expired", now - 10 * 86400, now - 86400,
+                                             tmp / "expired.crt", tmp / "expired.key", &error) == Status::kOk,
+                      error);
+      START_SERVER(server,
+                   server_args(pki, tmp / "state", "fp32", {"--cohort", "1", "--deny", tmp / "deny.txt"}));
+    }
+  };
+
+  TEST_CASE("edgefl::Client: a revoked device gets kUnauthorized, an expired certificate never gets a task") {
+    RefusedServer s;
+    INFO("server log:\n" << s.server.all_logs());
+    const RefusedClient revoked =
+        run_refused_client(s.server.port(), s.pki.ca(), s.pki.cert("device-0003"), s.pki.key("device-0003"));
+    CHECK(revoked.status == Status::kUnauthorized);
+    CHECK(revoked.error.find("revoked") != std::string::npos);
+    CHECK(lines_with(s.server.log(), {"event=device_refused", "device=device-0003"}).size() ==
+          1);  // not retried
+
+    const RefusedClient expired =
+        run_refused_client(s.server.port(), s.pki.ca(), s.tmp / "expired.crt", s.tmp / "expired.key");
+    INFO("expired: " << std::string(status_name(expired.status)) << ": " << expired.error);
+    CHECK(expired.status != Status::kOk);
+    const size_t refusals =
+        lines_with(s.server.log(), {"event=tls_handshake_failed", "certificate expired"}).size();
+    CHECK(refusals >= 1);
+    CHECK(refusals <= 3);  // max_attempts
+    CHECK(lines_with(s.server.log(), {"event=task_offer"}).empty());
+  }
+
+  // The contract of edgefl/client.h: an untrusted or expired certificate ends in
+  // kTlsHandshakeFailed. Under TLS 1.3 the client's side of the handshake completes before the
+  // server refuses the certificate, so the client tells it apart from a dropped connection by
+  // three fresh connections in a row closed before Hello is answered (then it stops retrying).
+  TEST_CASE("edgefl::Client with an expired certificate ends in kTlsHandshakeFailed after three refusals") {
+    RefusedServer s;
+    const RefusedClient expired =
+        run_refused_client(s.server.port(), s.pki.ca(), s.tmp / "expired.crt", s.tmp / "expired.key");
+    INFO(std::string(status_name(expired.status)) << ": " << expired.error);
+    CHECK(expired.status == Status::kTlsHandshakeFailed);
+    CHECK(expired.error.find("refuses this device's certificate") != std::string::npos);
+    CHECK(lines_with(s.server.log(), {"event=tls_handshake_failed", "certificate expired"}).size() == 3);
+  }
+
+  TEST_CASE("replays, stale nonces, unknown and closed rounds get the server's dispositions") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 2);
+    const std::string state = tmp / "state";
+    ServerProcess server(tmp);
+    START_SERVER(server, server_args(pki, state, "fp32", {"--cohort", "1", "--over-selection", "3"}));
+    INFO("server log:\n" << server.all_logs());
+    const uint16_t port = server.port();
+    const auto d1 = device_credentials(pki, "device-0001");
+    const auto d2 = device_credentials(pki, "device-0002");
+
+    // Round 1: device-0001's update is accepted, which commits round 1 (cohort 1) and opens round 2.
+    const Update u1 = contribute(port, *d1, "device-0001", 1, 7);
+    REQUIRE(u1.round_id == 1);
+
+    Link a;
+    REQUIRE_MESSAGE(a.connect(port, d1.get()) == Status::kOk, a.error);
+    wire::TaskOffer offer2;
+    std::string what;
+    REQUIRE_MESSAGE(await_offer(a, &offer2, &what) == Status::kOk, what);
+    REQUIRE(offer2.round_id == 2);
+    REQUIRE(offer2.round_nonce != u1.nonce);
+
+    // The accepted upload again: resuming it reports it complete, and its Commit is a duplicate.
+    {
+      wire::UploadStart start{u1.round_id, u1.nonce, u1.upload_id, u1.bytes.size()};
+      wire::Message reply;
+      REQUIRE(a.exchange(wire::Message{start}, &reply) == Status::kOk);
+      const auto* status = std::get_if<wire::UploadStatus>(&reply);
+      REQUIRE_MESSAGE(status != nullptr, describe(reply));
+      CHECK(status->offset == u1.bytes.size());
+      CHECK(a.exchange(wire::Message{make_commit(u1)}, &reply) == Status::kOk);
+      const auto* ack = std::get_if<wire::Ack>(&reply);
+      REQUIRE_MESSAGE(ack != nullptr, describe(reply));
+      CHECK(ack->disposition == UpdateDisposition::kDuplicate);
+      CHECK(server.wait_for_log({"event=update_duplicate", "round=1", "device=device-0001"}));
+    }
+    // Round 2 with round 1's nonce: kNonceMismatch for both UploadStart and Commit.
+    Update u2;
+    REQUIRE_MESSAGE(make_update(offer2, "device-0001", 2, 3, &u2, &what) == Status::kOk, what);
+    {
+      Update stale = u2;
+      stale.nonce = u1.nonce;
+      CHECK(expect_error(a, wire::Message{wire::UploadStart{stale.round_id, stale.nonce, stale.upload_id,
+                                                            stale.bytes.size()}})
+                .code == wire::ErrorCode::kNonceMismatch);
+      CHECK(expect_error(a, wire::Message{make_commit(stale)}).code == wire::ErrorCode::kNonceMismatch);
+    }
+    // A Commit before the upload is complete: kOffsetMismatch; with a wrong digest: Ack kRejected.
+    {
+      uint64_t sent = 0;
+      REQUIRE_MESSAGE(send_upload(a, u2, 4096, 2, nullptr, &sent, &what) == Status::kOk, what);
+      const wire::Error e = expect_error(a, wire::Message{make_commit(u2)});
+      CHECK(e.code == wire::ErrorCode::kOffsetMismatch);
+      CHECK(e.message.find("incomplete") != std::string::npos);
+      REQUIRE_MESSAGE(send_upload(a, u2, 4096, 0, nullptr, &sent, &what) == Status::kOk, what);  // resumes
+      Update forged = u2;
+      forged.digest[0] ^= 1;
+      CHECK(commit_and_ack(a, forged) == UpdateDisposition::kRejected);
+      CHECK(server.wait_for_log({"event=update_rejected", "device=device-0001", "digest mismatch"}));
+    }
+    // The rejected upload is gone; uploaded again it is accepted (round 2 commits, round 3 opens).
+    {
+      uint64_t offset = 99;
+      REQUIRE_MESSAGE(send_upload(a, u2, 4096, 0, &offset, nullptr, &what) == Status::kOk, what);
+      CHECK(offset == 0);
+      CHECK(commit_and_ack(a, u2) == UpdateDisposition::kAccepted);
+      // and its replay is a duplicate, in the next round as well
+      CHECK(commit_and_ack(a, u2) == UpdateDisposition::kDuplicate);
+    }
+    a.conn.close();
+
+    // device-0002, which took part in neither round.
+    Link b;
+    REQUIRE_MESSAGE(b.connect(port, d2.get()) == Status::kOk, b.error);
+    wire::TaskOffer offer3;
+    REQUIRE_MESSAGE(await_offer(b, &offer3, &what) == Status::kOk, what);
+    CHECK(offer3.round_id == 3);
+    {
+      // An upload for a closed round: kUnknownRound ("closed"); for a round that never was: "unknown".
+      Update late;
+      REQUIRE_MESSAGE(make_update(offer2, "device-0002", 9, 4, &late, &what) == Status::kOk, what);
+      wire::Error e = expect_error(
+          b, wire::Message{wire::UploadStart{2, offer2.round_nonce, late.upload_id, late.bytes.size()}});
+      CHECK(e.code == wire::ErrorCode::kUnknownRound);
+      CHECK(e.message.find("closed") != std::string::npos);
+      e = expect_error(
+          b, wire::Message{wire::UploadStart{99, offer2.round_nonce, late.upload_id, late.bytes.size()}});
+      CHECK(e.code == wire::ErrorCode::kUnknownRound);
+      CHECK(e.message.find("unknown") != std::string::npos);
+      // A Commit for the round that closed with its quorum, before its deadline: a straggler.
+      CHECK(commit_and_ack(b, late) == UpdateDisposition::kStraggler);
+      CHECK(server.wait_for_log({"event=update_straggler", "round=2", "device=device-0002"}));
+      // For a round that never was: kUnknownRound.
+      Update unknown = late;
+      unknown.round_id = 99;
+      CHECK(expect_error(b, wire::Message{make_commit(unknown)}).code == wire::ErrorCode::kUnknownRound);
+    }
+    // The rounds went on: round 3 with device-0002.
+    {
+      Update u3;
+      REQUIRE_MESSAGE(make_update(offer3, "device-0002", 3, 11, &u3, &what) == Status::kOk, what);
+      REQUIRE_MESSAGE(send_upload(b, u3, 16384, 0, nullptr, nullptr, &what) == Status::kOk, what);
+      CHECK(commit_and_ack(b, u3) == UpdateDisposition::kAccepted);
+      b.conn.close();
+      // Each accepted update counted once: with cohort 1 every new model is the last one plus it.
+      const std::vector<float> v1 = read_model(model_path(state, 1));
+      const std::vector<float> v2 = read_model(model_path(state, 2));
+      const std::vector<float> v3 = read_model(model_path(state, 3));
+      const std::vector<float> v4 = read_model(model_path(state, 4));
+      check_fedavg(v1, {&u1}, v2);
+      check_fedavg(v2, {&u2}, v3);
+      check_fedavg(v3, {&u3}, v4);
+    }
+    const std::string log = server.log();
+    CHECK(lines_with(log, {"event=update_accepted"}).size() == 3);
+    CHECK(lines_with(log, {"event=update_duplicate"}).size() == 2);
+    CHECK(lines_with(log, {"event=request_refused", "code=6"}).size() == 2);  // the nonce mismatches
+  }
+
+  TEST_CASE("a commit after the deadline is late, whether the round committed or was abandoned") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 3);
+    ServerProcess server(tmp);
+    std::vector<std::string> args = server_args(
+        pki, tmp / "state", "fp32", {"--cohort", "2", "--min-quorum", "1", "--over-selection", "2"});
+    args.push_back("--deadline");  // (a later --deadline wins)
+    args.push_back("1");
+    START_SERVER(server, args);
+    INFO("server log:\n" << server.all_logs());
+    const uint16_t port = server.port();
+    const auto d1 = device_credentials(pki, "device-0001");
+    const auto d2 = device_credentials(pki, "device-0002");
+    std::string what;
+
+    const Update u1 = contribute(port, *d1, "device-0001", 1, 2);  // 1 of 2: the round stays open
+    Link b;
+    REQUIRE_MESSAGE(b.connect(port, d2.get()) == Status::kOk, b.error);
+    wire::TaskOffer offer;
+    REQUIRE_MESSAGE(await_offer(b, &offer, &what) == Status::kOk, what);
+    REQUIRE(offer.round_id == 1);
+    Update u2;
+    REQUIRE_MESSAGE(make_update(offer, "device-0002", 2, 2, &u2, &what) == Status::kOk, what);
+    REQUIRE_MESSAGE(send_upload(b, u2, 16384, 0, nullptr, nullptr, &what) == Status::kOk, what);
+    // The deadline passes: round 1 commits with its quorum of 1; round 2 gets nothing and is abandoned.
+    REQUIRE(server.wait_for_log({"event=round_committed", "round=1 ", "updates=1"}, 1, 10000));
+    CHECK(commit_and_ack(b, u2) == UpdateDisposition::kLate);
+    CHECK(server.wait_for_log({"event=update_late", "round=1", "device=device-0002"}));
+    REQUIRE(server.wait_for_log({"event=round_abandoned", "round=2 "}, 1, 10000));
+    Update u3 = u2;
+    u3.round_id = 2;
+    CHECK(commit_and_ack(b, u3) == UpdateDisposition::kLate);
+    check_fedavg(read_model(model_path(tmp / "state", 1)), {&u1}, read_model(model_path(tmp / "state", 2)));
+  }
+
+}  // TEST_SUITE("e2e.rejections")
+
+// === e2e.resume ==================================================================================
+
+TEST_SUITE("e2e.resume") {
+  TEST_CASE("an interrupted upload resumes at the offset the server holds") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 2);
+    const std::string state = tmp / "state";
+    ServerProcess server(tmp);
+    START_SERVER(server, server_args(pki, state, "fp32", {"--cohort", "1", "--over-selection", "2"}));
+    INFO("server log:\n" << server.all_logs());
+    const uint16_t port = server.port();
+    const auto d1 = device_credentials(pki, "device-0001");
+    const auto d2 = device_credentials(pki, "device-0002");
+    constexpr uint32_t kChunk = 4096;
+    std::string what;
+
+    // Round 1: the device closes the connection after 5 chunks, then resumes on a new one.
+    Update u1;
+    {
+      Link first;
+      REQUIRE_MESSAGE(first.connect(port, d1.get()) == Status::kOk, first.error);
+      wire::TaskOffer offer;
+      REQUIRE_MESSAGE(await_offer(first, &offer, &what) == Status::kOk, what);
+      REQUIRE_MESSAGE(make_update(offer, "device-0001", 1, 4, &u1, &what) == Status::kOk, what);
+      REQUIRE(u1.bytes.size() > 10 * kChunk);
+      uint64_t offset = 99, sent = 0;
+      REQUIRE_MESSAGE(send_upload(first, u1, kChunk, 5, &offset, &sent, &what) == Status::kOk, what);
+      CHECK(offset == 0);
+      first.conn.close();
+
+      Link second;
+      REQUIRE_MESSAGE(second.connect(port, d1.get()) == Status::kOk, second.error);
+      wire::TaskOffer again;
+      REQUIRE_MESSAGE(await_offer(second, &again, &what) == Status::kOk, what);
+      CHECK(again.round_id == offer.round_id);
+      CHECK(again.round_nonce == offer.round_nonce);
+      REQUIRE_MESSAGE(send_upload(second, u1, kChunk, 0, &offset, &sent, &what) == Status::kOk, what);
+      CHECK(offset == 5 * kChunk);     // every byte sent before the close
+      CHECK(sent == u1.bytes.size());  // so nothing was sent twice
+      CHECK(sent <= u1.bytes.size() + kChunk);
+      CHECK(commit_and_ack(second, u1) == UpdateDisposition::kAccepted);
+      CHECK(lines_with(server.log(), {"event=task_offer", "device=device-0001", "again=1"}).size() == 1);
+    }
+
+    // Round 2: the connection dies with a TCP reset after 7 chunks; bytes in flight may be lost, so
+    // the server holds a whole number of chunks, at most 7.
+    Update u2;
+    {
+      RawLink raw;
+      REQUIRE(raw.connect(port));
+      REQUIRE_MESSAGE(raw.handshake(d2->config(), &what) == 0, what);
+      REQUIRE(raw.send(wire::Message{make_hello()}));
+      wire::Message reply;
+      REQUIRE(raw.receive(&reply) == Status::kOk);
+      const auto* offer = std::get_if<wire::TaskOffer>(&reply);
+      REQUIRE_MESSAGE(offer != nullptr, describe(reply));
+      REQUIRE(offer->round_id == 2);
+      REQUIRE_MESSAGE(make_update(*offer, "device-0002", 2, 6, &u2, &what) == Status::kOk, what);
+      REQUIRE(
+          raw.send(wire::Message{wire::UploadStart{u2.round_id, u2.nonce, u2.upload_id, u2.bytes.size()}}));
+      REQUIRE(raw.receive(&reply) == Status::kOk);
+      REQUIRE(std::get_if<wire::UploadStatus>(&reply) != nullptr);
+      for (uint64_t offset = 0; offset < 7 * kChunk; offset += kChunk) {
+        wire::UploadChunk c;
+        c.round_id = u2.round_id;
+        c.upload_id = u2.upload_id;
+        c.offset = offset;
+        c.total_bytes = u2.bytes.size();
+        c.data.assign(u2.bytes.begin() + static_cast<ptrdiff_t>(offset),
+                      u2.bytes.begin() + static_cast<ptrdiff_t>(offset + kChunk));
+        REQUIRE(raw.send(wire::Message{std::move(c)}));
+      }
+      raw.reset();
+      // Let the server finish with the dead connection first: it serves every connection on one
+      // thread, and a chunk of the old one processed after the resume's UploadStatus would make the
+      // offsets disagree (the kernel drops the unread bytes on a reset, so this is a safety margin).
+      sleep_ms(100);
+
+      Link b;
+      REQUIRE_MESSAGE(b.connect(port, d2.get()) == Status::kOk, b.error);
+      wire::TaskOffer again;
+      REQUIRE_MESSAGE(await_offer(b, &again, &what) == Status::kOk, what);
+      CHECK(again.round_id == 2);
+      uint64_t offset = 99, sent = 0;
+      REQUIRE_MESSAGE(send_upload(b, u2, kChunk, 0, &offset, &sent, &what) == Status::kOk, what);
+      MESSAGE("after a reset at 7 chunks the server held " << offset << " bytes");
+      CHECK(offset % kChunk == 0);
+      CHECK(offset <= 7 * kChunk);
+      CHECK(offset + sent == u2.bytes.size());
+      CHECK(commit_and_ack(b, u2) == UpdateDisposition::kAccepted);
+    }
+
+    // Round 3: edgefl::Client, whose test hook drops the connection after 3 chunks.
+    {
+      ClientOptions o;
+      o.host = "127.0.0.1";
+      o.port = port;
+      o.server_name = "localhost";
+      o.ca_file = pki.ca();
+      o.cert_file = pki.cert("device-0001");
+      o.key_file = pki.key("device-0001");
+      o.upload_chunk_bytes = kChunk;
+      o.test_disconnect_after_chunks = 3;
+      o.seed = 42;
+      o.backoff_initial_ms = 20;
+      o.backoff_max_ms = 200;
+      o.connect_timeout_ms = kIoMs;
+      o.io_timeout_ms = kIoMs;
+      Client client(o);
+      REQUIRE_MESSAGE(client.init(&what) == Status::kOk, what);
+      FixedTrainer trainer(3, 9);
+      RoundResult r;
+      REQUIRE_MESSAGE(client.run_round(trainer, &r, &what) == Status::kOk, what);
+      CHECK(r.outcome == RoundOutcome::kAccepted);
+      CHECK(r.round_id == 3);
+      CHECK(r.resumed_at == 3 * kChunk);
+      CHECK(r.uploaded_bytes >= r.update_bytes);
+      CHECK(r.uploaded_bytes <= r.update_bytes + kChunk);
+      CHECK(r.model_bytes == 4 * read_model(model_path(state, 3)).size());
+
+      Update expected;
+      expected.decoded = synthetic_delta(read_model(model_path(state, 3)).size(), 3);  // fp32: exact
+      expected.samples = 9;
+      check_fedavg(read_model(model_path(state, 3)), {&expected}, read_model(model_path(state, 4)));
+    }
+    check_fedavg(read_model(model_path(state, 1)), {&u1}, read_model(model_path(state, 2)));
+    check_fedavg(read_model(model_path(state, 2)), {&u2}, read_model(model_path(state, 3)));
+    CHECK(lines_with(server.log(), {"event=update_accepted"}).size() == 3);
+    CHECK(lines_with(server.log(), {"event=request_refused"}).empty());
+  }
+
+}  // TEST_SUITE("e2e.resume")
+
+// === e2e.restart =================================================================================
+
+TEST_SUITE("e2e.restart") {
+  TEST_CASE("SIGKILL mid-round and right after an ack: after restarts each acked update counts once") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 5);
+    const std::string state = tmp / "state";
+    const std::vector<std::string> args =
+        server_args(pki, state, "bf16", {"--cohort", "4", "--over-selection", "1.5"});
+    ServerProcess server(tmp);
+    START_SERVER(server, args);
+    INFO("server logs:\n" << server.all_logs());
+    std::vector<std::unique_ptr<net::TlsCredentials>> creds;
+    for (uint32_t d = 1; d <= 5; ++d) creds.push_back(device_credentials(pki, net::dev_pki_device_id(d)));
+    auto cred = [&](uint32_t d) -> const net::TlsCredentials& { return *creds[d - 1]; };
+    std::string what;
+    std::vector<Update> acked;
+
+    // First life: devices 1 and 2 are acked; device 5 is part-way through its upload.
+    acked.push_back(contribute(server.port(), cred(1), "device-0001", 1, 10));
+    acked.push_back(contribute(server.port(), cred(2), "device-0002", 2, 20));
+    Update u5;
+    wire::TaskOffer offer5;
+    {
+      Link l;
+      REQUIRE_MESSAGE(l.connect(server.port(), &cred(5)) == Status::kOk, l.error);
+      REQUIRE_MESSAGE(await_offer(l, &offer5, &what) == Status::kOk, what);
+      REQUIRE_MESSAGE(make_update(offer5, "device-0005", 5, 50, &u5, &what) == Status::kOk, what);
+      REQUIRE_MESSAGE(send_upload(l, u5, 4096, 3, nullptr, nullptr, &what) == Status::kOk, what);
+      server.kill_now();  // mid-round, mid-upload
+    }
+    CHECK(lines_with(server.log(), {"event=update_accepted"}).size() == 2);
+
+    // Second life: the round is rebuilt from the two acked updates.
+    START_SERVER(server, args);
+    CHECK(server.wait_for_log({"event=round_recovered", "round=1", "updates=2"}));
+    {
+      // Device 1 again: no new task this round; its acked upload is complete and a duplicate.
+      Link l;
+      REQUIRE_MESSAGE(l.connect(server.port(), &cred(1)) == Status::kOk, l.error);
+      wire::Message reply;
+      REQUIRE(l.exchange(wire::Message{make_hello()}, &reply) == Status::kOk);
+      const auto* retry = std::get_if<wire::RetryLater>(&reply);
+      REQUIRE_MESSAGE(retry != nullptr, describe(reply));
+      CHECK(retry->reason == wire::RetryReason::kRoundFull);
+      const Update& u1 = acked[0];
+      REQUIRE(
+          l.exchange(wire::Message{wire::UploadStart{u1.round_id, u1.nonce, u1.upload_id, u1.bytes.size()}},
+                     &reply) == Status::kOk);
+      const auto* status = std::get_if<wire::UploadStatus>(&reply);
+      REQUIRE_MESSAGE(status != nullptr, describe(reply));
+      CHECK(status->offset == u1.bytes.size());
+      CHECK(commit_and_ack(l, u1) == UpdateDisposition::kDuplicate);
+    }
+    {
+      // Device 3 is acked, and the server dies the moment the ack arrives.
+      Link l;
+      REQUIRE_MESSAGE(l.connect(server.port(), &cred(3)) == Status::kOk, l.error);
+      wire::TaskOffer offer3;
+      REQUIRE_MESSAGE(await_offer(l, &offer3, &what) == Status::kOk, what);
+      CHECK(offer3.round_id == 1);
+      CHECK(offer3.round_nonce == offer5.round_nonce);  // the same round, recovered
+      Update u3;
+      REQUIRE_MESSAGE(make_update(offer3, "device-0003", 3, 30, &u3, &what) == Status::kOk, what);
+      REQUIRE_MESSAGE(send_upload(l, u3, 8192, 0, nullptr, nullptr, &what) == Status::kOk, what);
+      wire::Message reply;
+      REQUIRE_MESSAGE(l.exchange(wire::Message{make_commit(u3)}, &reply) == Status::kOk, l.error);
+      server.kill_now();
+      const auto* ack = std::get_if<wire::Ack>(&reply);
+      REQUIRE_MESSAGE(ack != nullptr, describe(reply));
+      REQUIRE(ack->disposition == UpdateDisposition::kAccepted);
+      acked.push_back(u3);
+    }
+
+    // Third life: three acked updates.
+    START_SERVER(server, args);
+    CHECK(server.wait_for_log({"event=round_recovered", "round=1", "updates=3"}));
+    {
+      Link l;
+      REQUIRE_MESSAGE(l.connect(server.port(), &cred(2)) == Status::kOk, l.error);
+      wire::Message reply;
+      REQUIRE(l.exchange(wire::Message{make_hello()}, &reply) == Status::kOk);
+      CHECK(commit_and_ack(l, acked[1]) == UpdateDisposition::kDuplicate);
+      Link l3;
+      REQUIRE_MESSAGE(l3.connect(server.port(), &cred(3)) == Status::kOk, l3.error);
+      REQUIRE(l3.exchange(wire::Message{make_hello()}, &reply) == Status::kOk);
+      CHECK(commit_and_ack(l3, acked[2]) == UpdateDisposition::kDuplicate);
+    }
+    {
+      // Device 5's partial upload died with the first server (uploads in progress are not
+      // durable): it starts over at 0, in the same round, and completes the cohort.
+      Link l;
+      REQUIRE_MESSAGE(l.connect(server.port(), &cred(5)) == Status::kOk, l.error);
+      wire::TaskOffer again;
+      REQUIRE_MESSAGE(await_offer(l, &again, &what) == Status::kOk, what);
+      CHECK(again.round_id == 1);
+      CHECK(again.round_nonce == offer5.round_nonce);
+      uint64_t offset = 99;
+      REQUIRE_MESSAGE(send_upload(l, u5, 4096, 0, &offset, nullptr, &what) == Status::kOk, what);
+      CHECK(offset == 0);
+      CHECK(commit_and_ack(l, u5) == UpdateDisposition::kAccepted);
+      acked.push_back(u5);
+    }
+    REQUIRE(server.wait_for_log({"event=round_committed", "round=1 ", "updates=4"}));
+    std::vector<const Update*> counted;
+    for (const Update& u : acked) counted.push_back(&u);
+    check_fedavg(read_model(model_path(state, 1)), counted, read_model(model_path(state, 2)));
+    CHECK(read_model(state + "/global.safetensors") == read_model(model_path(state, 2)));
+
+    const std::string logs = server.all_logs();
+    CHECK(lines_with(logs, {"event=update_accepted"}).size() == 4);
+    CHECK(lines_with(logs, {"event=update_duplicate"}).size() == 3);
+    CHECK(lines_with(logs, {"event=round_committed"}).size() == 1);
+    CHECK(lines_with(logs, {"event=storage_failure"}).empty());
+  }
+
+}  // TEST_SUITE("e2e.restart")
+
+// === e2e.ops =====================================================================================
+
+TEST_SUITE("e2e.ops") {
+  TEST_CASE("one server per state directory; /metrics and /healthz; SIGTERM stops it cleanly") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 2);
+    const std::string state = tmp / "state";
+    const std::vector<std::string> args =
+        server_args(pki, state, "fp32", {"--cohort", "2", "--over-selection", "1"});
+    ServerProcess server(tmp);
+    ServerProcess second(tmp, "second");
+    START_SERVER(server, args);
+    INFO("server log:\n" << server.all_logs() << "\nsecond server's log:\n" << second.all_logs());
+    const auto d1 = device_credentials(pki, "device-0001");
+    const auto d2 = device_credentials(pki, "device-0002");
+    contribute(server.port(), *d1, "device-0001", 1, 3);
+
+    // A second server on the same state directory refuses to start.
+    CHECK(second.run_to_exit(args, 15000) == 2);
+    CHECK(lines_with(second.log(), {"event=state_dir_locked"}).size() == 1);
+
+    std::string metrics = http_get(server.metrics_port(), "/metrics");
+    CHECK(metrics.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    CHECK(metrics.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
+    CHECK(metrics.find("# TYPE edgefl_updates_accepted_total counter\n") != std::string::npos);
+    CHECK(metrics.find("\nedgefl_updates_accepted_total 1\n") != std::string::npos);
+    CHECK(metrics.find("\nedgefl_round_id 1\n") != std::string::npos);
+    CHECK(metrics.find("\nedgefl_tls_handshakes_total 1\n") != std::string::npos);
+    const std::string health = http_get(server.metrics_port(), "/healthz");
+    CHECK(health.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    CHECK(health.find("\r\n\r\nok round=1 model_version=1\n") != std::string::npos);
+    CHECK(http_get(server.metrics_port(), "/nothing").rfind("HTTP/1.1 404", 0) == 0);
+
+    // The first server was not disturbed: the round completes.
+    contribute(server.port(), *d2, "device-0002", 2, 5);
+    REQUIRE(server.wait_for_log({"event=round_committed", "round=1 "}));
+    metrics = http_get(server.metrics_port(), "/metrics");
+    CHECK(metrics.find("\nedgefl_updates_accepted_total 2\n") != std::string::npos);
+    CHECK(metrics.find("\nedgefl_rounds_committed_total 1\n") != std::string::npos);
+    CHECK(metrics.find("\nedgefl_model_version 2\n") != std::string::npos);
+
+    server.signal(SIGTERM);
+    CHECK(server.wait_exit(10000) == 0);
+    CHECK(lines_with(server.log(), {"event=stopped", "updates_accepted=2"}).size() == 1);
+
+    // Another model on this state directory is refused; the same one resumes at model version 2.
+    std::vector<std::string> other_model = args;
+    other_model.push_back("--model");
+    other_model.push_back("mlp:784-32-10");
+    CHECK(second.run_to_exit(other_model, 15000) == 2);
+    CHECK(lines_with(second.log(), {"event=start_failed", "another --state-dir"}).size() == 1);
+    START_SERVER(second, args);
+    CHECK(http_get(second.metrics_port(), "/healthz").find("ok round=2 model_version=2\n") !=
+          std::string::npos);
+  }
+
+}  // TEST_SUITE("e2e.ops")
