@@ -1295,7 +1295,7 @@ TEST_SUITE("e2e.rejections") {
   // that fails verification (here: expired) is refused by the server inside the handshake; under
   // TLS 1.3 the client's side of the handshake has already completed by then, so the failure shows
   // up at the first exchange (kConnectionFailed: EPIPE, or kTlsError: the server's alert, sent under
-  // handshake keys, fails the client's MAC check), which run_round() treats as a dropped connection.
+  // handshake keys, fails the client's MAC check); run_round() reports kTlsHandshakeFailed after three.
   struct RefusedClient {
     Status status = Status::kOk;
     std::string error;
@@ -1842,3 +1842,46 @@ TEST_SUITE("e2e.ops") {
   }
 
 }  // TEST_SUITE("e2e.ops")
+
+// === e2e.rounds (the memory budget) ==============================================================
+
+TEST_SUITE("e2e.rounds") {
+  TEST_CASE("edgefl::Client refuses a round that does not fit its memory budget, before training") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 1);
+    ServerProcess server(tmp);
+    START_SERVER(server, server_args(pki, tmp / "state", "fp32", {"--cohort", "1"}));
+    INFO("server log:\n" << server.all_logs());
+    ClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = server.port();
+    o.ca_file = pki.ca();
+    o.cert_file = pki.cert("device-0001");
+    o.key_file = pki.dir + "/devices/device-0001.key";
+    o.error_feedback = false;
+    // mlp:784-16-10 has 12730 parameters: model, delta and an fp32 update take 3 x 50.9 kB.
+    o.memory_budget_bytes = 100 * 1000;
+    std::string error;
+    {
+      Client client(o);
+      REQUIRE_MESSAGE(client.init(&error) == Status::kOk, error);
+      FixedTrainer trainer(1, 10);
+      RoundResult result;
+      CHECK(client.run_round(trainer, &result, &error) == Status::kMemoryBudgetExceeded);
+      CHECK(error.find("above the memory budget") != std::string::npos);
+      CHECK(error.find("model 50.9 kB + delta 50.9 kB") != std::string::npos);
+      CHECK(result.memory.total() > o.memory_budget_bytes);
+      CHECK(result.model_bytes == 0);  // refused before the download
+    }
+    CHECK(lines_with(server.log(), {"event=update_accepted"}).empty());
+    // With room for the plan, the same device completes the round.
+    o.memory_budget_bytes = 400 * 1000;
+    Client client(o);
+    REQUIRE_MESSAGE(client.init(&error) == Status::kOk, error);
+    FixedTrainer trainer(1, 10);
+    RoundResult result;
+    REQUIRE_MESSAGE(client.run_round(trainer, &result, &error) == Status::kOk, error);
+    CHECK(result.outcome == RoundOutcome::kAccepted);
+    CHECK(result.memory.total() <= o.memory_budget_bytes);
+  }
+}  // TEST_SUITE("e2e.rounds")
