@@ -95,6 +95,23 @@ class DatasetTrainer final : public LocalTrainer {
   SgdTrainer trainer_;
 };
 
+// A byte stream the app provides instead of the client's own TCP socket (a platform socket API, a
+// proxy, a test harness). TLS runs on top of it unchanged. Each call may block at most timeout_ms
+// (the client calls with at most 50 ms, to notice cancel()); kTimeout means "nothing yet, call
+// again". recv() setting *received = 0 with kOk means the peer closed. Any other status is a
+// failure (kConnectionFailed for a broken stream). All four must be set, or none.
+struct Transport {
+  void* user = nullptr;
+  Status (*connect)(void* user, const char* host, uint16_t port, uint32_t timeout_ms) = nullptr;
+  Status (*send)(void* user, const uint8_t* data, size_t size, size_t* sent, uint32_t timeout_ms) = nullptr;
+  Status (*recv)(void* user, uint8_t* data, size_t capacity, size_t* received, uint32_t timeout_ms) = nullptr;
+  void (*close)(void* user) = nullptr;
+  bool is_set() const { return connect != nullptr; }
+};
+
+// Levels of ClientOptions::log.
+enum class LogLevel : uint8_t { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
+
 struct ClientOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 7443;
@@ -118,6 +135,10 @@ struct ClientOptions {
   std::string sdk_version = "edgefl 0.1";
   // Test hook: drop the connection after this many upload chunks of the first attempt (0 = never).
   uint32_t test_disconnect_after_chunks = 0;
+  // Optional: the transport (default: the client's own TCP socket through Asio).
+  Transport transport;
+  // Optional: told about reconnects, backoff, retry windows and refusals, one line each.
+  std::function<void(LogLevel level, const std::string& message)> log;
   // Optional: bytes of heap in use (e.g. glibc's mallinfo2()), sampled at every phase of a round
   // (connected, model downloaded, trained, encoded, uploaded) to report the round's peak heap.
   std::function<size_t()> heap_probe;
@@ -203,6 +224,7 @@ class Client {
   struct Pending;
   Status connect_with_backoff(RoundResult* result, std::string* error);
   Status back_off(uint32_t attempt, RoundResult* result);
+  void note(LogLevel level, const std::string& message) const;
   Status sleep_ms(uint64_t ms);
 
   ClientOptions options_;

@@ -90,6 +90,7 @@ struct Client::Pending {
 };
 
 Client::Client(ClientOptions options) : options_(std::move(options)), connection_(new net::Connection) {
+  if (options_.transport.is_set()) connection_->set_transport(options_.transport);
   rng_state_ = options_.seed;
   if (rng_state_ == 0) {
     std::random_device rd;
@@ -104,7 +105,17 @@ void Client::cancel() {
   connection_->cancel();
 }
 
+void Client::note(LogLevel level, const std::string& message) const {
+  if (options_.log) options_.log(level, message);
+}
+
 Status Client::init(std::string* error) {
+  const Transport& t = options_.transport;
+  const int set = (t.connect != nullptr) + (t.send != nullptr) + (t.recv != nullptr) + (t.close != nullptr);
+  if (set != 0 && set != 4) {
+    *error = "a transport needs all four callbacks (connect, send, recv, close)";
+    return Status::kInvalidArgument;
+  }
   if (options_.insecure_plaintext_for_tests) return Status::kOk;
   EDGEFL_RETURN_IF_ERROR(net::tls_global_init(error));
   net::TlsFiles files;
@@ -148,6 +159,8 @@ Status Client::back_off(uint32_t attempt, RoundResult* result) {
   const double cap = std::min<double>(options_.backoff_max_ms,
                                       double(options_.backoff_initial_ms) * std::ldexp(1.0, int(std::min(attempt, 20u))));
   const double jitter = 0.5 + 0.5 * double(splitmix64(&rng_state_) >> 11) * 0x1.0p-53;
+  note(LogLevel::kInfo, "reconnecting in " + std::to_string(static_cast<uint64_t>(cap * jitter)) + " ms (attempt " +
+                            std::to_string(attempt + 1) + ")");
   const auto t0 = Clock::now();
   const Status s = sleep_ms(static_cast<uint64_t>(cap * jitter));
   result->wait_seconds += seconds_since(t0);
@@ -177,6 +190,7 @@ Status Client::connect_with_backoff(RoundResult* result, std::string* error) {
       return s;
     }
     if (s == Status::kCancelled) return s;
+    note(LogLevel::kWarn, "connect failed: " + last);
   }
   *error = "gave up after " + std::to_string(options_.max_attempts) + " connection attempts: " + last;
   return Status::kConnectionFailed;
@@ -225,6 +239,7 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
     auto retry_or_fail = [&](Status st) -> bool {
       if (st == Status::kCancelled) return false;
       if (st != Status::kConnectionFailed && st != Status::kTimeout && st != Status::kTlsError) return false;
+      note(LogLevel::kWarn, std::string("connection lost (") + status_name(st) + "): " + *error);
       connection_->close();
       if (++failures >= options_.max_attempts) return false;
       return back_off(failures, result) == Status::kOk;
@@ -282,6 +297,8 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
         return finish(Status::kTimeout);
       }
       waited_ms += wait;
+      note(LogLevel::kInfo, "no task (reason " + std::to_string(static_cast<int>(retry->reason)) + "): retrying in " +
+                                std::to_string(static_cast<uint64_t>(wait)) + " ms, as the server asks");
       // Long waits release the connection; short ones keep it.
       if (wait > 5000) connection_->close();
       const auto t0 = Clock::now();

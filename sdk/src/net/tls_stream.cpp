@@ -59,6 +59,11 @@ Connection::~Connection() { close(); }
 
 bool Connection::is_open() const { return impl_->open; }
 
+void Connection::set_transport(const Transport& transport) {
+  close();
+  transport_ = transport;
+}
+
 void Connection::cancel() { cancelled_.store(true); }
 void Connection::reset_cancel() { cancelled_.store(false); }
 
@@ -71,11 +76,22 @@ Status Connection::fail(Status status, const std::string& what, std::string* err
   if (error) *error = what;
   std::error_code ignored;
   impl_->socket.close(ignored);
+  if (impl_->open && transport_.is_set()) transport_.close(transport_.user);
   impl_->open = false;
   return status;
 }
 
 void Connection::close() {
+  if (impl_->open && transport_.is_set()) {
+    if (impl_->tls && impl_->tls->handshake_done()) {
+      impl_->tls->close_notify();
+      const auto out = impl_->tls->outgoing();
+      size_t sent = 0;
+      (void)transport_.send(transport_.user, out.data(), out.size(), &sent, 0);  // best effort
+    }
+    transport_.close(transport_.user);
+    impl_->open = false;
+  }
   if (impl_->open && impl_->tls && impl_->tls->handshake_done()) {
     impl_->tls->close_notify();
     std::error_code ignored;
@@ -93,6 +109,24 @@ void Connection::close() {
 }
 
 Status Connection::write_raw(const uint8_t* data, size_t size, uint32_t timeout_ms, std::string* error) {
+  if (transport_.is_set()) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    size_t done_bytes = 0;
+    while (done_bytes < size) {
+      if (cancelled_.load()) return fail(Status::kCancelled, "cancelled", error);
+      if (Clock::now() >= deadline) return fail(Status::kTimeout, "timed out sending to the server", error);
+      size_t sent = 0;
+      const Status s = transport_.send(transport_.user, data + done_bytes, size - done_bytes, &sent,
+                                       static_cast<uint32_t>(kCancelPollInterval.count()));
+      if (s != Status::kOk && s != Status::kTimeout) {
+        return fail(s == Status::kCancelled ? s : Status::kConnectionFailed,
+                    std::string("transport send failed: ") + status_name(s), error);
+      }
+      done_bytes += std::min(sent, size - done_bytes);
+    }
+    socket_bytes_sent_ += size;
+    return Status::kOk;
+  }
   bool done = false;
   std::error_code result;
   asio::async_write(impl_->socket, asio::buffer(data, size), [&](std::error_code ec, size_t) {
@@ -109,6 +143,26 @@ Status Connection::write_raw(const uint8_t* data, size_t size, uint32_t timeout_
 
 Status Connection::read_some_raw(std::vector<uint8_t>* into, uint32_t timeout_ms, std::string* error) {
   uint8_t buffer[kReadChunkBytes];
+  if (transport_.is_set()) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      if (cancelled_.load()) return fail(Status::kCancelled, "cancelled", error);
+      if (Clock::now() >= deadline) return fail(Status::kTimeout, "timed out waiting for the server", error);
+      size_t got = 0;
+      const Status s = transport_.recv(transport_.user, buffer, sizeof buffer, &got,
+                                       static_cast<uint32_t>(kCancelPollInterval.count()));
+      if (s == Status::kTimeout) continue;
+      if (s != Status::kOk) {
+        return fail(s == Status::kCancelled ? s : Status::kConnectionFailed,
+                    std::string("transport receive failed: ") + status_name(s), error);
+      }
+      if (got == 0) return fail(Status::kConnectionFailed, "the server closed the connection", error);
+      got = std::min(got, sizeof buffer);
+      socket_bytes_received_ += got;
+      into->assign(buffer, buffer + got);
+      return Status::kOk;
+    }
+  }
   bool done = false;
   std::error_code result;
   size_t got = 0;
@@ -143,23 +197,32 @@ Status Connection::connect(const std::string& host, uint16_t port, const TlsCred
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     return left > 0 ? static_cast<uint32_t>(left) : 0u;
   };
-  asio::ip::tcp::resolver resolver(impl_->io);
-  std::error_code ec;
-  const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-  if (ec) return fail(Status::kConnectionFailed, "cannot resolve " + host + ": " + ec.message(), error);
-
-  bool done = false;
-  std::error_code result;
-  asio::async_connect(impl_->socket, endpoints, [&](std::error_code e, const asio::ip::tcp::endpoint&) {
-    result = e;
-    done = true;
-  });
-  Status s = impl_->wait(done, deadline, cancelled_);
   const std::string where = host + ":" + std::to_string(port);
-  if (s == Status::kTimeout) return fail(s, "timed out connecting to " + where, error);
-  if (s != Status::kOk) return fail(s, "cancelled", error);
-  if (result) return fail(Status::kConnectionFailed, "cannot connect to " + where + ": " + result.message(), error);
-  impl_->socket.set_option(asio::ip::tcp::no_delay(true), ec);
+  Status s = Status::kOk;
+  if (transport_.is_set()) {
+    s = transport_.connect(transport_.user, host.c_str(), port, timeout_ms);
+    if (s != Status::kOk) {
+      if (error) *error = std::string("transport cannot connect to ") + where + ": " + status_name(s);
+      return s == Status::kTimeout || s == Status::kCancelled ? s : Status::kConnectionFailed;
+    }
+  } else {
+    asio::ip::tcp::resolver resolver(impl_->io);
+    std::error_code ec;
+    const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+    if (ec) return fail(Status::kConnectionFailed, "cannot resolve " + host + ": " + ec.message(), error);
+
+    bool done = false;
+    std::error_code result;
+    asio::async_connect(impl_->socket, endpoints, [&](std::error_code e, const asio::ip::tcp::endpoint&) {
+      result = e;
+      done = true;
+    });
+    s = impl_->wait(done, deadline, cancelled_);
+    if (s == Status::kTimeout) return fail(s, "timed out connecting to " + where, error);
+    if (s != Status::kOk) return fail(s, "cancelled", error);
+    if (result) return fail(Status::kConnectionFailed, "cannot connect to " + where + ": " + result.message(), error);
+    impl_->socket.set_option(asio::ip::tcp::no_delay(true), ec);
+  }
   impl_->open = true;
   if (creds == nullptr) return Status::kOk;
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "edgefl/client.h"
 #include "edgefl/status.h"
 #include "edgefl/wire.h"
 
@@ -40,6 +41,9 @@ class Connection {
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
+
+  // Uses `transport` (copied) instead of TCP for every later connect(); an unset one restores TCP.
+  void set_transport(const Transport& transport);
 
   // TCP connect, then the TLS handshake (creds: the client's credentials, or null for plaintext).
   [[nodiscard]] Status connect(const std::string& host, uint16_t port, const TlsCredentials* creds,
@@ -74,6 +78,7 @@ class Connection {
   Status read_plain(uint8_t* out, size_t size, uint32_t timeout_ms, std::string* error);
 
   std::unique_ptr<Impl> impl_;
+  Transport transport_;
   std::atomic<bool> cancelled_{false};
   uint64_t frame_bytes_sent_ = 0;
   uint64_t frame_bytes_received_ = 0;
