@@ -136,8 +136,8 @@ double skc_exact_bucket_rate(Span<const uint8_t> bytes, const EncodedInfo& info,
   const uint8_t* region = bytes.data() + info.header_bytes;
   if (skc::parse(p, info.n, info.nnz, region, info.value_bytes, &l) != Status::kOk) return kNull;
   workspace->assign(decode_workspace_size(info), 0);
-  uint16_t* table = reinterpret_cast<uint16_t*>(workspace->data());
-  uint8_t* cells = workspace->data() + entropy::huffman_table_entries() * sizeof(uint16_t);
+  uint32_t* table = reinterpret_cast<uint32_t*>(workspace->data());
+  uint8_t* cells = workspace->data() + entropy::huffman_decoder_table_bytes();
   if (skc::decode_sketches(p, l, cells, table) != Status::kOk) return kNull;
   std::vector<float> splits(l.split_count);
   if (!splits.empty()) memcpy(splits.data(), l.splits, splits.size() * 4);
@@ -241,6 +241,7 @@ std::vector<float> make_sparse_gaussian(double density, size_t n, uint64_t seed)
 // Kernel throughputs, reported as rows of their own (encode_gbps = the kernel's GB/s).
 // skc bucketing: bytes of fp32 input per second through the lookup table + fix-up.
 // huffman decode: decoded symbols (bytes) per second, a skewed 32-symbol alphabet.
+// rans decode: decoded symbols (bytes) per second through the bulk decoder, 4-bit skewed codes.
 std::vector<BenchResult> bench_kernels(const std::string& dataset, const float* x, size_t n, int reps) {
   std::vector<BenchResult> rows;
   const int runs = std::max(reps, 5);
@@ -286,7 +287,7 @@ std::vector<BenchResult> bench_kernels(const std::string& dataset, const float* 
     henc.write_table(&w);
     for (size_t i = 0; i < n; ++i) henc.put(&w, symbols[i]);
     const size_t bytes = w.finish();
-    std::vector<uint16_t> table(entropy::huffman_table_entries());
+    std::vector<uint32_t> table(entropy::huffman_table_entries());
     std::vector<uint8_t> decoded(n);
     std::vector<double> times;
     bool ok = true;
@@ -321,7 +322,7 @@ std::vector<BenchResult> bench_kernels(const std::string& dataset, const float* 
     entropy::rans_frequencies(counts, 16, freq);
     std::vector<uint8_t> stream(n + 64);
     const size_t bytes = entropy::rans_encode(symbols.data(), n, freq, 16, stream.data(), stream.size());
-    std::vector<uint8_t> table_bytes(entropy::rans_table_bytes(16));
+    std::vector<uint8_t> table_bytes(entropy::rans_table_bytes(freq, 16));
     BitWriter tw(table_bytes.data(), table_bytes.size());
     entropy::rans_write_table(freq, 16, &tw);
     tw.finish();
@@ -333,8 +334,7 @@ std::vector<BenchResult> bench_kernels(const std::string& dataset, const float* 
       entropy::RansDecoder dec;
       BitReader tr(table_bytes.data(), table_bytes.size());
       ok = dec.read_table(&tr, 16) == Status::kOk && dec.begin(stream.data(), bytes) == Status::kOk;
-      for (size_t i = 0; i < n && ok; ++i) decoded[i] = static_cast<uint8_t>(dec.get(i));
-      ok = ok && dec.finish() == Status::kOk;
+      ok = ok && dec.decode(decoded.data(), n) == Status::kOk && dec.finish() == Status::kOk;
       times.push_back(seconds_since(start));
     }
     if (!ok || decoded != symbols) r.error = "rANS round trip failed";

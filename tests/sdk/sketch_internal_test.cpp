@@ -1,5 +1,6 @@
 // tests/sdk/sketch_internal_test.cpp: white-box checks of the sketch codecs' parts over the internal
-// headers (sdk/src): the length-limited Huffman coder (entropy/huffman.h), the classic mergeable
+// headers (sdk/src): the length-limited Huffman coder (entropy/huffman.h), the rANS coder
+// (entropy/rans.h: bulk decoder against the symbol-by-symbol one), the classic mergeable
 // quantiles sketch (sketch/quantile_sketch.h) and the SKCompress internals (sketch/skc.h): exact-
 // bucket rate against the derived 0.43 (reference/compression.md section 2), the MinMaxSketch
 // "never further from zero" guarantee per key, and the encoder's table-driven bucket lookup.
@@ -17,6 +18,7 @@
 #include "core/bitio.h"
 #include "edgefl/codec.h"
 #include "entropy/huffman.h"
+#include "entropy/rans.h"
 #include "sketch/quantile_sketch.h"
 #include "sketch/skc.h"
 #include "support/bench_data.h"
@@ -304,8 +306,8 @@ void open_skc(const std::vector<uint8_t>& bytes, Opened* o) {
   const uint8_t* region = bytes.data() + o->info.header_bytes;
   REQUIRE(skc::parse(o->p, o->info.n, o->info.nnz, region, o->info.value_bytes, &o->l) == Status::kOk);
   o->workspace.assign(edgefl::decode_workspace_size(o->info), 0);
-  uint16_t* table = reinterpret_cast<uint16_t*>(o->workspace.data());
-  uint8_t* cells = o->workspace.data() + entropy::huffman_table_entries() * sizeof(uint16_t);
+  uint32_t* table = reinterpret_cast<uint32_t*>(o->workspace.data());
+  uint8_t* cells = o->workspace.data() + entropy::huffman_decoder_table_bytes();
   REQUIRE(skc::decode_sketches(o->p, o->l, cells, table) == Status::kOk);
   o->cells = cells;
   o->splits.resize(o->l.split_count);
@@ -439,7 +441,7 @@ TEST_SUITE("sketch.internal") {
       CHECK(w.finish() == buf.size());
       CHECK(!w.overflowed());
 
-      std::vector<uint16_t> table(entropy::huffman_table_entries(), 0xFFFF);
+      std::vector<uint32_t> table(entropy::huffman_table_entries(), 0xFFFFFFFFu);
       entropy::HuffmanDecoder dec(table.data());
       BitReader r(buf.data(), buf.size());
       REQUIRE(dec.read_table(&r, symbols) == Status::kOk);
@@ -452,8 +454,8 @@ TEST_SUITE("sketch.internal") {
       CHECK(!r.failed());
       CHECK(r.bit_position() == table_bits + stream_bits);
 
-      // The bulk decoder (four codes per 64-bit load) gives the same symbols and ends on the same
-      // bit, without writing past `count`.
+      // The bulk decoder (multi-symbol table entries, five per 64-bit load) gives the same
+      // symbols and ends on the same bit, without writing past `count`.
       std::vector<uint8_t> bulk(stream.size() + 1, 0xEE);
       size_t bit = table_bits;
       REQUIRE(dec.decode(buf.data(), buf.size(), &bit, bulk.data(), stream.size()) == Status::kOk);
@@ -500,7 +502,7 @@ TEST_SUITE("sketch.internal") {
   }
 
   TEST_CASE("huffman: corrupt tables are kCorruptPayload") {
-    std::vector<uint16_t> table(entropy::huffman_table_entries());
+    std::vector<uint32_t> table(entropy::huffman_table_entries());
     entropy::HuffmanDecoder dec(table.data());
     auto read = [&](const std::vector<uint8_t>& lengths, unsigned symbols, size_t bytes) {
       std::vector<uint8_t> buf((lengths.size() * 4 + 7) / 8 + 8, 0);
@@ -543,7 +545,7 @@ TEST_SUITE("sketch.internal") {
     std::vector<unsigned> msg;
     edgefl_test::SplitMix64 rng(3);
     for (int i = 0; i < 3000; ++i) msg.push_back(static_cast<unsigned>(rng.below(16)));
-    std::vector<uint16_t> table(entropy::huffman_table_entries());
+    std::vector<uint32_t> table(entropy::huffman_table_entries());
     entropy::HuffmanDecoder dec(table.data());
     {
       std::vector<uint8_t> tbuf(8);
@@ -611,7 +613,7 @@ TEST_SUITE("sketch.internal") {
   }
 
   TEST_CASE("huffman: an unassigned code makes get() false; reading past the end sets failed()") {
-    std::vector<uint16_t> table(entropy::huffman_table_entries());
+    std::vector<uint32_t> table(entropy::huffman_table_entries());
     entropy::HuffmanDecoder dec(table.data());
     {
       // Only symbol 0, length 1: code "0"; a "1" bit is unassigned.
@@ -663,6 +665,366 @@ TEST_SUITE("sketch.internal") {
       BitReader r(nullptr, 0);
       CHECK(dec.read_table(&r, 4) == Status::kCorruptPayload);
       CHECK(r.failed());
+    }
+  }
+
+  TEST_CASE("huffman: multi-symbol entries stop before an unassigned code, which the bulk decoder reports") {
+    // Lengths {1, 2, 0, 0}: codes "0" and "01" (LSB-first "0", "10"); "11" is unassigned.
+    std::vector<uint32_t> table(entropy::huffman_table_entries());
+    entropy::HuffmanDecoder dec(table.data());
+    std::vector<uint8_t> tbuf = {0x21, 0x00};
+    BitReader tr(tbuf.data(), tbuf.size());
+    REQUIRE(dec.read_table(&tr, 4) == Status::kOk);
+    for (size_t bad_at : {size_t{0}, size_t{2}, size_t{3}, size_t{17}, size_t{40}}) {
+      INFO("unassigned code after ", bad_at, " symbols");
+      // bad_at symbols (0, 1, 0, 0, 1, ...), then "11", then zeros (symbol 0).
+      std::vector<uint8_t> buf(64, 0);
+      BitWriter w(buf.data(), buf.size());
+      for (size_t i = 0; i < bad_at; ++i) {
+        if (i % 3 == 1) {
+          w.put(1, 1);  // symbol 1: bits 1, 0
+          w.put(0, 1);
+        } else {
+          w.put(0, 1);
+        }
+      }
+      w.put(3, 2);
+      w.finish();
+      std::vector<uint8_t> out(64, 0xEE);
+      size_t bit = 0;
+      CHECK(dec.decode(buf.data(), buf.size(), &bit, out.data(), 64) == Status::kCorruptPayload);
+      bit = 0;
+      if (bad_at > 0) {
+        REQUIRE(dec.decode(buf.data(), buf.size(), &bit, out.data(), bad_at) == Status::kOk);
+        for (size_t i = 0; i < bad_at; ++i) CHECK(out[i] == (i % 3 == 1 ? 1 : 0));
+      }
+    }
+  }
+
+  TEST_CASE("huffman: bulk decode agrees with get() on random codes and random (mostly invalid) streams") {
+    // Random length tables (complete or not), random bytes: the bulk decoder and a get() loop
+    // must give the same verdict, the same symbols and the same end bit, for every count.
+    edgefl_test::SplitMix64 rng(77);
+    std::vector<uint32_t> table(entropy::huffman_table_entries());
+    entropy::HuffmanDecoder dec(table.data());
+    const int trials = kSlow ? 150 : 600;
+    size_t ok_runs = 0;
+    for (int t = 0; t < trials; ++t) {
+      const unsigned symbols = 1 + static_cast<unsigned>(rng.below(t % 3 == 0 ? 256 : 12));
+      std::vector<uint32_t> freq(symbols);
+      for (uint32_t& f : freq) f = rng.below(4) == 0 ? 0 : 1 + static_cast<uint32_t>(rng.below(1u << rng.below(12)));
+      freq[rng.below(symbols)] += 1;
+      std::vector<uint8_t> lengths(symbols);
+      entropy::huffman_lengths(freq.data(), symbols, lengths.data());
+      if (t % 5 == 0) lengths[rng.below(symbols)] = 0;  // an incomplete code (if still one symbol)
+      if (std::count(lengths.begin(), lengths.end(), 0) == static_cast<long>(symbols)) lengths[0] = 1;
+      std::vector<uint8_t> tbuf(entropy::huffman_table_bytes(symbols));
+      BitWriter tw(tbuf.data(), tbuf.size());
+      for (unsigned sym = 0; sym < symbols; ++sym) tw.put(lengths[sym], 4);
+      tw.finish();
+      BitReader tr(tbuf.data(), tbuf.size());
+      REQUIRE(dec.read_table(&tr, symbols) == Status::kOk);
+      // A stream of valid codes (when t is even) or random bytes, then a random cut.
+      std::vector<uint8_t> data(1 + rng.below(200));
+      if (t % 2 == 0) {
+        const entropy::HuffmanEncoder enc(lengths.data(), symbols);
+        BitWriter w(data.data(), data.size());
+        while (!w.overflowed()) {
+          const unsigned sym = static_cast<unsigned>(rng.below(symbols));
+          if (lengths[sym]) enc.put(&w, sym);
+        }
+      } else {
+        for (uint8_t& b : data) b = static_cast<uint8_t>(rng.next());
+      }
+      const size_t start = rng.below(9);
+      for (size_t count : {size_t{1}, size_t{15}, size_t{16}, size_t{31}, data.size(), data.size() * 3}) {
+        INFO("trial ", t, ", count ", count);
+        std::vector<uint8_t> bulk(count + 1, 0xEE), ref(count, 0);
+        size_t bit = start;
+        const Status got = dec.decode(data.data(), data.size(), &bit, bulk.data(), count);
+        BitReader r(data.data(), data.size());
+        r.skip(static_cast<unsigned>(start));
+        bool ok = true;
+        for (size_t i = 0; i < count && ok; ++i) {
+          unsigned sym = 0;
+          ok = dec.get(&r, &sym) && !r.failed();
+          ref[i] = static_cast<uint8_t>(sym);
+        }
+        ok = ok && !r.failed();
+        REQUIRE((got == Status::kOk) == ok);
+        CHECK(bulk[count] == 0xEE);
+        if (ok) {
+          ++ok_runs;
+          CHECK(bit == r.bit_position());
+          CHECK(std::equal(ref.begin(), ref.end(), bulk.begin()));
+        }
+      }
+    }
+    CHECK(ok_runs > static_cast<size_t>(trials));  // the valid streams did decode
+  }
+
+  // ---- rANS --------------------------------------------------------------------------------
+
+  TEST_CASE("rans: frequency tables round-trip within their size bounds; corrupt tables are rejected") {
+    edgefl_test::SplitMix64 rng(9);
+    for (int t = 0; t < 400; ++t) {
+      const unsigned symbols = 1 + static_cast<unsigned>(rng.below(t % 2 == 0 ? 16 : 256));
+      std::vector<uint32_t> counts(symbols);
+      const unsigned shape = static_cast<unsigned>(rng.below(4));
+      for (unsigned sym = 0; sym < symbols; ++sym) {
+        if (shape == 0) counts[sym] = static_cast<uint32_t>(rng.below(1000));               // flat
+        if (shape == 1) counts[sym] = static_cast<uint32_t>(100000 * pow(0.7, sym));      // geometric
+        if (shape == 2) counts[sym] = rng.below(3) == 0 ? static_cast<uint32_t>(rng.below(50)) : 0;  // sparse
+        if (shape == 3) counts[sym] = sym == symbols / 2 ? 1000000 : static_cast<uint32_t>(rng.below(2));  // one dominant
+      }
+      counts[rng.below(symbols)] += 1;
+      uint16_t freq[entropy::kRansMaxSymbols];
+      entropy::rans_frequencies(counts.data(), symbols, freq);
+      const size_t bytes = entropy::rans_table_bytes(freq, symbols);
+      INFO("trial ", t, ": ", symbols, " symbols, shape ", shape, ", ", bytes, " bytes");
+      CHECK(bytes >= entropy::rans_table_min_bytes(symbols));
+      CHECK(bytes <= entropy::rans_table_max_bytes(symbols));
+      CHECK(bytes <= (size_t(symbols) * 13 + 7) / 8);  // never above the fixed 13-bit fields
+      std::vector<uint8_t> buf(bytes + 1, 0);
+      BitWriter w(buf.data(), bytes);
+      entropy::rans_write_table(freq, symbols, &w);
+      CHECK(w.finish() == bytes);
+      CHECK(!w.overflowed());
+      // Decoded through a stream of one symbol per frequency slot: the table is the same.
+      entropy::RansDecoder dec;
+      BitReader r(buf.data(), bytes);
+      REQUIRE(dec.read_table(&r, symbols) == Status::kOk);
+      CHECK((r.bit_position() + 7) / 8 == bytes);
+      std::vector<uint8_t> msg;
+      for (unsigned sym = 0; sym < symbols; ++sym) msg.insert(msg.end(), freq[sym] > 0 ? 3 : 0, uint8_t(sym));
+      std::vector<uint8_t> stream(msg.size() * 4 + 64);
+      const size_t n = entropy::rans_encode(msg.data(), msg.size(), freq, symbols, stream.data(), stream.size());
+      REQUIRE(n > 0);
+      REQUIRE(dec.begin(stream.data(), n) == Status::kOk);
+      std::vector<uint8_t> out(msg.size());
+      REQUIRE(dec.decode(out.data(), out.size()) == Status::kOk);
+      CHECK(out == msg);
+      CHECK(dec.finish() == Status::kOk);
+      // Every truncation of the table fails.
+      for (size_t cut = 0; cut < bytes; ++cut) {
+        BitReader rc(buf.data(), cut);
+        entropy::RansDecoder d2;
+        if (d2.read_table(&rc, symbols) == Status::kOk) {
+          FAIL("a table cut to ", cut, " bytes was accepted");
+          break;
+        }
+      }
+    }
+    auto read = [](std::vector<uint8_t> bytes, unsigned symbols) {
+      entropy::RansDecoder dec;
+      BitReader r(bytes.data(), bytes.size());
+      return dec.read_table(&r, symbols);
+    };
+    // k = 13..15 is out of range.
+    for (unsigned k = 13; k < 16; ++k) {
+      std::vector<uint8_t> b(8, 0xFF);
+      b[0] = static_cast<uint8_t>(0xF0 | k);
+      CHECK(read(b, 2) == Status::kCorruptPayload);
+    }
+    {
+      // 3 symbols: k = 12, implied index 3 (2 bits) is out of the alphabet.
+      std::vector<uint8_t> b(8, 0);
+      BitWriter w(b.data(), b.size());
+      w.put(12, 4);
+      w.put(3, 2);
+      w.finish();
+      CHECK(read(b, 3) == Status::kCorruptPayload);
+    }
+    {
+      // 2 symbols, implied 1, the other 4096: the implied one would be 0.
+      std::vector<uint8_t> b(8, 0);
+      BitWriter w(b.data(), b.size());
+      w.put(12, 4);
+      w.put(1, 1);
+      w.put_unary(1);
+      w.put(0, 12);
+      w.finish();
+      CHECK(read(b, 2) == Status::kCorruptPayload);
+      // The other 4095: valid, implied 1.
+      std::vector<uint8_t> ok(8, 0);
+      BitWriter w2(ok.data(), ok.size());
+      w2.put(12, 4);
+      w2.put(1, 1);
+      w2.put_unary(0);
+      w2.put(4095, 12);
+      w2.finish();
+      CHECK(read(ok, 2) == Status::kOk);
+    }
+    {
+      // k = 0 and a unary run past 4096 zeros.
+      std::vector<uint8_t> b(600, 0);
+      CHECK(read(b, 2) == Status::kCorruptPayload);
+    }
+    CHECK(read(std::vector<uint8_t>(8, 0), 0) == Status::kCorruptPayload);
+    CHECK(read(std::vector<uint8_t>(8, 0), 257) == Status::kCorruptPayload);
+  }
+
+  TEST_CASE("rans: round trips; the bulk decoder matches get() for every split of the symbols") {
+    struct Case {
+      const char* name;
+      unsigned symbols;
+      std::vector<uint32_t> counts;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"binomial 16 (q4 codes)", 16, {1, 12, 60, 180, 400, 650, 800, 820, 640, 400, 200, 80, 25, 6, 1, 1}});
+    cases.push_back({"two symbols, skewed", 2, {4000, 3}});
+    cases.push_back({"one symbol (frequency 4096)", 4, {0, 0, 7, 0}});
+    {
+      Case c{"256 symbols, geometric", 256, std::vector<uint32_t>(256)};
+      for (unsigned sym = 0; sym < 256; ++sym) c.counts[sym] = 1 + static_cast<uint32_t>(20000 * pow(0.97, sym));
+      cases.push_back(c);
+    }
+    {
+      Case c{"256 symbols, uniform", 256, std::vector<uint32_t>(256, 5)};
+      cases.push_back(c);
+    }
+    for (const Case& c : cases) {
+      uint16_t freq[entropy::kRansMaxSymbols];
+      entropy::rans_frequencies(c.counts.data(), c.symbols, freq);
+      std::vector<uint8_t> table(entropy::rans_table_bytes(freq, c.symbols));
+      BitWriter tw(table.data(), table.size());
+      entropy::rans_write_table(freq, c.symbols, &tw);
+      tw.finish();
+      std::vector<unsigned> present;
+      for (unsigned sym = 0; sym < c.symbols; ++sym)
+        if (c.counts[sym]) present.push_back(sym);
+      edgefl_test::SplitMix64 rng(11);
+      for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{7}, size_t{8}, size_t{9},
+                           size_t{1000}, size_t{4099}, size_t{65537}}) {
+        INFO("case: ", c.name, "  count: ", count);
+        // Symbols drawn by the counts (the coder's model), so that the stream is realistic.
+        std::vector<uint8_t> msg(count);
+        uint64_t total = 0;
+        for (uint32_t n : c.counts) total += n;
+        for (uint8_t& m : msg) {
+          uint64_t u = rng.below(total);
+          unsigned sym = 0;
+          while (u >= c.counts[sym]) u -= c.counts[sym++];
+          m = static_cast<uint8_t>(sym);
+        }
+        std::vector<uint8_t> stream(count * 2 + 64);
+        const size_t bytes = entropy::rans_encode(msg.data(), count, freq, c.symbols, stream.data(), stream.size());
+        REQUIRE(bytes >= entropy::kRansStateBytes);
+        CHECK(bytes % 2 == 0);
+        stream.resize(bytes);
+        auto start = [&](entropy::RansDecoder* d) {
+          BitReader tr(table.data(), table.size());
+          REQUIRE(d->read_table(&tr, c.symbols) == Status::kOk);
+          REQUIRE(d->begin(stream.data(), stream.size()) == Status::kOk);
+        };
+        entropy::RansDecoder ref;
+        start(&ref);
+        size_t bad = 0;
+        for (size_t i = 0; i < count; ++i) bad += ref.get() != msg[i] ? 1 : 0;
+        CHECK(bad == 0);
+        CHECK(ref.finish() == Status::kOk);
+        for (size_t head : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{6}}) {
+          if (head > count) continue;
+          INFO("first call: ", head, " symbols");
+          entropy::RansDecoder dec;
+          start(&dec);
+          std::vector<uint8_t> out(count + 1, 0xEE);
+          REQUIRE(dec.decode(out.data(), head) == Status::kOk);
+          REQUIRE(dec.decode(out.data() + head, count - head) == Status::kOk);
+          CHECK(std::equal(msg.begin(), msg.end(), out.begin()));
+          CHECK(out[count] == 0xEE);
+          CHECK(dec.finish() == Status::kOk);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("rans: truncated, extended and corrupted streams fail finish(), never read out of bounds") {
+    const uint32_t counts[16] = {1, 12, 60, 180, 400, 650, 800, 820, 640, 400, 200, 80, 25, 6, 1, 1};
+    uint16_t freq[16];
+    entropy::rans_frequencies(counts, 16, freq);
+    std::vector<uint8_t> table(entropy::rans_table_bytes(freq, 16));
+    BitWriter tw(table.data(), table.size());
+    entropy::rans_write_table(freq, 16, &tw);
+    tw.finish();
+    edgefl_test::SplitMix64 rng(5);
+    const size_t count = 3001;
+    std::vector<uint8_t> msg(count);
+    for (uint8_t& m : msg) {
+      unsigned sym = 0;
+      for (int j = 0; j < 15; ++j) sym += rng.below(100) < 45 ? 1 : 0;
+      m = static_cast<uint8_t>(sym);
+    }
+    std::vector<uint8_t> stream(count * 2 + 64);
+    const size_t bytes = entropy::rans_encode(msg.data(), count, freq, 16, stream.data(), stream.size());
+    REQUIRE(bytes > 64);
+    stream.resize(bytes);
+    // Each variant in a buffer of exactly its size (ASan catches any read past it); decodes with
+    // the bulk decoder and with get(), which must agree on every symbol and on the verdict.
+    auto run = [&](const std::vector<uint8_t>& s, bool* finished_ok) {
+      std::unique_ptr<uint8_t[]> exact(new uint8_t[s.size() == 0 ? 1 : s.size()]);
+      if (!s.empty()) memcpy(exact.get(), s.data(), s.size());
+      entropy::RansDecoder dec, ref;
+      BitReader t1(table.data(), table.size()), t2(table.data(), table.size());
+      REQUIRE(dec.read_table(&t1, 16) == Status::kOk);
+      REQUIRE(ref.read_table(&t2, 16) == Status::kOk);
+      const Status began = dec.begin(exact.get(), s.size());
+      REQUIRE(began == ref.begin(exact.get(), s.size()));
+      if (began != Status::kOk) {
+        *finished_ok = false;
+        return;
+      }
+      std::vector<uint8_t> out(count);
+      const Status decoded = dec.decode(out.data(), count);
+      size_t mismatches = 0, outside = 0;
+      for (size_t i = 0; i < count; ++i) {
+        mismatches += out[i] != ref.get() ? 1 : 0;
+        outside += out[i] >= 16 ? 1 : 0;
+      }
+      CHECK(mismatches == 0);
+      CHECK(outside == 0);
+      const bool ok = dec.finish() == Status::kOk;
+      CHECK(ok == (ref.finish() == Status::kOk));
+      if (decoded != Status::kOk) CHECK(!ok);
+      *finished_ok = ok;
+    };
+    bool ok = false;
+    run(stream, &ok);
+    CHECK(ok);
+    for (size_t cut = 1; cut <= 40; ++cut) {
+      INFO("cut: ", cut, " bytes");
+      run(std::vector<uint8_t>(stream.begin(), stream.end() - static_cast<long>(cut)), &ok);
+      CHECK(!ok);
+    }
+    for (size_t keep : {size_t{0}, size_t{3}, size_t{15}, size_t{16}, size_t{17}}) {
+      INFO("kept: ", keep, " bytes");
+      run(std::vector<uint8_t>(stream.begin(), stream.begin() + static_cast<long>(keep)), &ok);
+      CHECK(!ok);
+    }
+    {
+      std::vector<uint8_t> longer = stream;
+      longer.push_back(0);
+      longer.push_back(0);
+      run(longer, &ok);
+      CHECK(!ok);
+    }
+    size_t accepted = 0;
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<uint8_t> bad = stream;
+      const size_t at = rng.below(bad.size());
+      bad[at] = static_cast<uint8_t>(bad[at] ^ (1 + rng.below(255)));
+      run(bad, &ok);
+      accepted += ok ? 1 : 0;
+    }
+    CHECK(accepted == 0);
+    {
+      // A state below 2^16 is rejected by begin().
+      std::vector<uint8_t> low = stream;
+      edgefl::store_le32(low.data() + 8, entropy::kRansLow - 1);
+      entropy::RansDecoder dec;
+      BitReader t1(table.data(), table.size());
+      REQUIRE(dec.read_table(&t1, 16) == Status::kOk);
+      CHECK(dec.begin(low.data(), low.size()) == Status::kCorruptPayload);
     }
   }
 
@@ -800,6 +1162,21 @@ TEST_SUITE("sketch.internal") {
     CHECK(st.other_group == 0);
   }
 
+  TEST_CASE("skc: sortable_key is strictly monotone over the finite floats, with -0 as +0") {
+    std::vector<float> v = {-FLT_MAX, -1e30f, -2.0f, -1.0f, -FLT_MIN, -1.4e-45f, 0.0f,
+                            1.4e-45f, FLT_MIN, 1.0f, 2.0f, 1e30f, FLT_MAX};
+    edgefl_test::SplitMix64 rng(21);
+    for (int i = 0; i < 20000; ++i) v.push_back(random_finite_float(rng));
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());  // -0 == +0: one of them stays
+    size_t bad = 0;
+    for (size_t i = 1; i < v.size(); ++i) bad += skc::sortable_key(v[i - 1]) < skc::sortable_key(v[i]) ? 0 : 1;
+    CHECK(bad == 0);
+    CHECK(skc::sortable_key(-0.0f) == skc::sortable_key(0.0f));
+    CHECK(skc::sortable_key(-1.4e-45f) + 1 == skc::sortable_key(0.0f));
+    CHECK(skc::sortable_key(1.4e-45f) == skc::sortable_key(0.0f) + 1);
+  }
+
   TEST_CASE("skc::Encoder bucket lookup (table + fix-up) agrees with a binary search over the splits") {
     struct Input {
       const char* name;
@@ -901,7 +1278,7 @@ TEST_SUITE("sketch.internal") {
           cells += singles * rows * skc::columns(cols, 1);
           cells += uint64_t(rows) * skc::columns(cols, static_cast<uint32_t>(nnz - singles));
           INFO("cols: ", cols, "  rows: ", rows, "  nnz: ", nnz);
-          CHECK(skc::decode_workspace_bytes(p, nnz) >= entropy::huffman_table_entries() * 2 + cells);
+          CHECK(skc::decode_workspace_bytes(p, nnz) >= entropy::huffman_decoder_table_bytes() + cells);
         }
       }
     }

@@ -288,8 +288,8 @@ Status decode_skc(const EncodedInfo& h, const uint8_t* region, Span<uint8_t> wor
   EDGEFL_RETURN_IF_ERROR(skc::parse(p, h.n, h.nnz, region, h.value_bytes, &l));
   if (workspace.size() < decode_workspace_size(h) || workspace.data() == nullptr)
     return Status::kWorkspaceTooSmall;
-  uint16_t* table = reinterpret_cast<uint16_t*>(align64(workspace.data()));
-  uint8_t* cells = reinterpret_cast<uint8_t*>(table + entropy::huffman_table_entries());
+  uint32_t* table = reinterpret_cast<uint32_t*>(align64(workspace.data()));
+  uint8_t* cells = reinterpret_cast<uint8_t*>(table) + entropy::huffman_decoder_table_bytes();
   EDGEFL_RETURN_IF_ERROR(skc::decode_sketches(p, l, cells, table));
   EDGEFL_RETURN_IF_ERROR(skc::visit(p, l, h.n, h.seed, cells, false, [](size_t, float) {}));
   sink.begin();
@@ -693,8 +693,9 @@ Status inspect(Span<const uint8_t> bytes, EncodedInfo* info) {
 
 size_t decode_workspace_size(const EncodedInfo& info) {
   if (info.values == ValueCoderKind::kSkCompress) {
-    return 64 + entropy::huffman_table_entries() * sizeof(uint16_t) +
-           skc::decode_workspace_bytes(skc::params_from_header(info), info.nnz);
+    // 64: alignment of the Huffman decoder table; decode_workspace_bytes() holds the table and
+    // the cells.
+    return 64 + skc::decode_workspace_bytes(skc::params_from_header(info), info.nnz);
   }
   if (info.values == ValueCoderKind::kCountSketch) {
     return 128 + select::kHistogramBins * sizeof(uint32_t) + size_t(info.n) * sizeof(float);

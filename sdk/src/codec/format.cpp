@@ -211,10 +211,10 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   vp.block = h.block;
   vp.shared = h.shared_scale;
   if (h.entropy_coded) {
-    // Smaller than the plain region, and at least the scales, the table and the two states.
+    // Smaller than the plain region, and at least the scales, the table and the states.
     if (h.values != ValueCoderKind::kUniform || h.shared_scale || h.nnz == 0) return Status::kBadParameters;
-    const uint64_t floor =
-        8 * ((uint64_t(h.nnz) + h.block - 1) / h.block) + entropy::rans_table_bytes(1u << h.bits) + 8;
+    const uint64_t floor = 8 * ((uint64_t(h.nnz) + h.block - 1) / h.block) +
+                           entropy::rans_table_min_bytes(1u << h.bits) + entropy::kRansStateBytes;
     if (h.value_bytes >= values::region_bytes(vp, h.nnz) || h.value_bytes < floor)
       return Status::kSizeMismatch;
   } else if (h.value_bytes != values::region_bytes(vp, h.nnz)) {

@@ -342,10 +342,12 @@ size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64
     pos += count;
   }
   const size_t scale_bytes = size_t(entropy_scales_bytes(p, total));
-  const size_t table_bytes = entropy::rans_table_bytes(symbols);
-  if (scale_bytes + table_bytes + 8 >= raw_bytes) return raw_bytes;
+  if (scale_bytes + entropy::rans_table_min_bytes(symbols) + entropy::kRansStateBytes >= raw_bytes)
+    return raw_bytes;
   uint16_t freq[256];
   entropy::rans_frequencies(counts, symbols, freq);
+  const size_t table_bytes = entropy::rans_table_bytes(freq, symbols);
+  if (scale_bytes + table_bytes + entropy::kRansStateBytes >= raw_bytes) return raw_bytes;
   // Worth trying only if the estimate beats the raw codes.
   const uint64_t estimate = (entropy::rans_cost_bits(counts, freq, symbols) + 7) / 8;
   if (scale_bytes + table_bytes + estimate >= raw_bytes) return raw_bytes;
@@ -361,13 +363,24 @@ size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64
   return scale_bytes + table_bytes + size;
 }
 
+size_t read_entropy_table(const Params& p, const uint8_t* data, size_t bytes, size_t scales,
+                          entropy::RansDecoder* dec) {
+  if (bytes < scales) return 0;
+  BitReader table(data + scales, bytes - scales);
+  if (dec->read_table(&table, 1u << p.bits) != Status::kOk) return 0;
+  // Zero padding to the byte boundary: one encoding per table.
+  const size_t bits = table.bit_position();
+  if (table.get(unsigned((8 - bits % 8) % 8)) != 0 || table.failed()) return 0;
+  return scales + (bits + 7) / 8;
+}
+
 Status validate_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total) {
   if (p.kind != ValueCoderKind::kUniform || p.shared || p.bits > 8 || total == 0)
     return Status::kCorruptPayload;
   const unsigned symbols = 1u << p.bits;
   const size_t scales = size_t(entropy_scales_bytes(p, total));
-  const size_t table_bytes = entropy::rans_table_bytes(symbols);
-  if (bytes < scales + table_bytes + 8) return Status::kSizeMismatch;
+  if (bytes < scales + entropy::rans_table_min_bytes(symbols) + entropy::kRansStateBytes)
+    return Status::kSizeMismatch;
   for (size_t g = 0; g < scales; g += 8) {
     float a, b;
     memcpy(&a, data + g, 4);
@@ -375,10 +388,14 @@ Status validate_entropy_region(const Params& p, const uint8_t* data, size_t byte
     if (!(a >= -kMaxScale && a <= kMaxScale) || !scale_ok(b)) return Status::kCorruptPayload;
   }
   entropy::RansDecoder dec;
-  BitReader table(data + scales, table_bytes);
-  EDGEFL_RETURN_IF_ERROR(dec.read_table(&table, symbols));
-  EDGEFL_RETURN_IF_ERROR(dec.begin(data + scales + table_bytes, bytes - scales - table_bytes));
-  for (uint64_t i = 0; i < total; ++i) (void)dec.get(size_t(i));
+  const size_t stream = read_entropy_table(p, data, bytes, scales, &dec);
+  if (stream == 0) return Status::kCorruptPayload;
+  EDGEFL_RETURN_IF_ERROR(dec.begin(data + stream, bytes - stream));
+  uint8_t codes[256];
+  for (uint64_t i = 0; i < total; i += sizeof codes) {
+    const size_t count = size_t(total - i < sizeof codes ? total - i : sizeof codes);
+    EDGEFL_RETURN_IF_ERROR(dec.decode(codes, count));
+  }
   return dec.finish();
 }
 

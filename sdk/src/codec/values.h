@@ -126,23 +126,33 @@ size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64
 // Checks an entropy region (scales, table, the whole stream and its final states).
 Status validate_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total);
 
+// Reads the rANS table of an entropy region (after its `scales` bytes) into *dec and returns the
+// stream's offset in the region; 0 if the table is corrupt, runs past the region or does not
+// end in zero padding.
+size_t read_entropy_table(const Params& p, const uint8_t* data, size_t bytes, size_t scales,
+                          entropy::RansDecoder* dec);
+
 template <typename Sink>
 void decode_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total, Sink&& sink) {
   if (total == 0) return;
   const size_t scales = size_t(entropy_scales_bytes(p, total));
-  const unsigned symbols = 1u << p.bits;
   entropy::RansDecoder dec;
-  BitReader table(data + scales, entropy::rans_table_bytes(symbols));
-  if (dec.read_table(&table, symbols) != Status::kOk) return;  // validated before
-  const size_t stream = scales + entropy::rans_table_bytes(symbols);
-  if (dec.begin(data + stream, bytes - stream) != Status::kOk) return;
+  const size_t stream = read_entropy_table(p, data, bytes, scales, &dec);
+  if (stream == 0 || dec.begin(data + stream, bytes - stream) != Status::kOk) return;  // validated before
+  // The codes in chunks through a stack buffer (the bulk decoder), then the values.
+  uint8_t codes[256];
   float a = 0, b = 0;
-  for (uint64_t i = 0; i < total; ++i) {
-    if (i % p.block == 0) {
-      memcpy(&a, data + 8 * (i / p.block), 4);
-      memcpy(&b, data + 8 * (i / p.block) + 4, 4);
+  for (uint64_t chunk = 0; chunk < total; chunk += sizeof codes) {
+    const size_t count = size_t(total - chunk < sizeof codes ? total - chunk : sizeof codes);
+    if (dec.decode(codes, count) != Status::kOk) return;  // validated before
+    for (size_t j = 0; j < count; ++j) {
+      const uint64_t i = chunk + j;
+      if (i % p.block == 0) {
+        memcpy(&a, data + 8 * (i / p.block), 4);
+        memcpy(&b, data + 8 * (i / p.block) + 4, 4);
+      }
+      sink(i, uniform_value(p, a, b, codes[j]));
     }
-    sink(i, uniform_value(p, a, b, dec.get(size_t(i))));
   }
 }
 

@@ -133,34 +133,70 @@ Status HuffmanDecoder::read_table(BitReader* r, unsigned symbols) {
     }
   }
   if (r->failed() || present == 0 || kraft > one) return Status::kCorruptPayload;
+  memset(lengths_, 0, sizeof lengths_);
+  memcpy(lengths_, lengths, symbols);
   uint16_t codes[kHuffmanMaxSymbols];
   canonical_codes(lengths, symbols, codes);
-  memset(table_, 0, huffman_table_entries() * sizeof(uint16_t));
+  // Single-code entries first: symbol << 8 | 1 << 6 | length.
+  const unsigned entries = unsigned(huffman_table_entries());
+  memset(table_, 0, huffman_decoder_table_bytes());
   for (unsigned s = 0; s < symbols; ++s) {
     const unsigned len = lengths[s];
     if (len == 0) continue;
     const unsigned rev = reverse_bits(codes[s], len);
-    for (unsigned j = rev; j < huffman_table_entries(); j += 1u << len) table_[j] = uint16_t(s << 4 | len);
+    for (unsigned j = rev; j < entries; j += 1u << len) table_[j] = uint32_t(s) << 8 | 1u << 6 | len;
+  }
+  // Then append the codes that follow within the 11 bits. The bits after a first code of length l
+  // are j >> l (zeros above the window): a code of length <= 11 - total found there is decoded
+  // from known bits only. Descending j: j >> l < j, so the entries looked up are still
+  // single-code ones (index 0, its own successor, is kept aside).
+  const uint32_t single0 = table_[0];
+  for (unsigned j = entries; j-- > 0;) {
+    uint32_t e = table_[j];
+    if (e == 0) continue;
+    unsigned total = e & 15u, n = 1;
+    unsigned rest = j >> total;
+    while (n < 3) {
+      const uint32_t next = rest == 0 ? single0 : table_[rest];
+      const unsigned len = next & 15u;
+      if (next == 0 || total + len > kHuffmanMaxBits) break;
+      e |= ((next >> 8) & 0xFFu) << (8 + 8 * n);
+      total += len;
+      rest >>= len;
+      ++n;
+    }
+    table_[j] = (e & ~uint32_t(0xFF)) | n << 6 | total;
   }
   return Status::kOk;
 }
 
 Status HuffmanDecoder::decode(const uint8_t* data, size_t size, size_t* bit_position, uint8_t* out,
                               size_t count) const {
-  static_assert(4 * kHuffmanMaxBits <= 57, "four codes per 64-bit load");
+  // Five entries per load: the load holds at least 57 valid bits (64 - 7 of the byte offset).
+  constexpr unsigned kEntriesPerLoad = 5;
+  static_assert(kEntriesPerLoad * kHuffmanMaxBits <= 57, "five entries per 64-bit load");
+  // Each entry stores 4 bytes (3 symbols + 1 overwritten later): room for 5 x 3 + 1 symbols.
+  constexpr size_t kOutSlack = kEntriesPerLoad * 3 + 1;
   size_t pos = *bit_position;
   size_t i = 0;
   const uint32_t mask = (1u << kHuffmanMaxBits) - 1;
-  while (i + 4 <= count && (pos >> 3) + 8 <= size) {
-    uint64_t word;
-    memcpy(&word, data + (pos >> 3), 8);
-    word >>= pos & 7;
-    for (int j = 0; j < 4; ++j) {
-      const uint16_t e = table_[word & mask];
-      if (e == 0) return Status::kCorruptPayload;
-      out[i++] = uint8_t(e >> 4);
-      word >>= e & 15u;
-      pos += e & 15u;
+  if (count >= kOutSlack && size >= 8) {
+    const size_t last_load = size - 8;  // the fast loop's loads stay within data[0..size)
+    while (i <= count - kOutSlack && (pos >> 3) <= last_load) {
+      uint64_t word;
+      memcpy(&word, data + (pos >> 3), 8);
+      word >>= pos & 7;  // little-endian host, as BitReader
+      unsigned used = 0;
+      for (unsigned j = 0; j < kEntriesPerLoad; ++j) {
+        const uint32_t e = table_[word & mask];
+        if (e == 0) return Status::kCorruptPayload;
+        const uint32_t symbols = e >> 8;  // first symbol in the low byte: out[i] on little-endian
+        memcpy(out + i, &symbols, 4);
+        i += (e >> 6) & 3u;
+        word >>= e & 63u;  // bits 4..5 are zero: the total length
+        used += e & 15u;
+      }
+      pos += used;
     }
   }
   if (i < count) {

@@ -7,10 +7,21 @@
 // (length, symbol), written LSB-first bit-reversed so that a decoder indexes a 2^L table with the
 // next L bits.
 //
+// Decode table: 2^11 32-bit entries indexed by the next 11 bits of the stream. An entry holds as
+// many codes (1 to 3) as fit whole in those 11 bits, so the bulk decoder resolves several symbols
+// per dependent table load (the multi-symbol tables of zstd's HUF_decompress4X2 and of libjpeg-
+// turbo, here one table for both the single- and the multi-symbol case):
+//
+//   bits 0..3   total length of the entry's codes (1..11; bits 4..5 are zero, so that a shift by
+//               the entry consumes exactly those bits)
+//   bits 6..7   number of codes (1..3)
+//   bits 8..31  the symbols, first in bits 8..15
+//   0           the first code is unassigned
+//
 // Contracts: no allocation; the encoder's scratch is on the stack (about 3 KiB); the decoder's
-// table is caller memory (huffman_table_entries() entries). Decoding a corrupted table (lengths
-// over the limit, over-subscribed Kraft sum, no symbol) or a stream that hits an unassigned code
-// or runs past its end is an error, never an out-of-bounds read.
+// table is caller memory (huffman_decoder_table_bytes(), 8 KiB). Decoding a corrupted table
+// (lengths over the limit, over-subscribed Kraft sum, no symbol) or a stream that hits an
+// unassigned code or runs past its end is an error, never an out-of-bounds read.
 #ifndef EDGEFL_SRC_ENTROPY_HUFFMAN_H_
 #define EDGEFL_SRC_ENTROPY_HUFFMAN_H_
 
@@ -28,6 +39,10 @@ constexpr unsigned kHuffmanMaxBits = 11;  // longest code: the decode table has 
 
 inline size_t huffman_table_entries() {
   return size_t(1) << kHuffmanMaxBits;
+}
+// Bytes of the decoder's table (caller memory, 4-byte aligned).
+inline size_t huffman_decoder_table_bytes() {
+  return huffman_table_entries() * sizeof(uint32_t);
 }
 // Bytes of the serialized code table for an alphabet of `symbols` symbols.
 inline size_t huffman_table_bytes(unsigned symbols) {
@@ -58,28 +73,31 @@ class HuffmanEncoder {
 class HuffmanDecoder {
  public:
   // `table` holds huffman_table_entries() entries; it must outlive the decoder.
-  explicit HuffmanDecoder(uint16_t* table) : table_(table) {}
+  explicit HuffmanDecoder(uint32_t* table) : table_(table) {}
   // Reads the code table of an alphabet of `symbols` symbols and builds the decode table.
   // Fails: kCorruptPayload (bad lengths, Kraft sum over 1, no symbol, truncated).
   [[nodiscard]] Status read_table(BitReader* r, unsigned symbols);
-  // Decodes one symbol; returns false on an unassigned code (the reader's failed() flags a
-  // read past the end).
   // Decodes `count` symbols into out[0..count) from the bit stream data[0..size) starting at bit
-  // `*bit_position`, which receives the position after the last symbol. Four symbols per 64-bit
-  // load while at least 8 bytes remain, then bit by bit. Fails: kCorruptPayload on an
-  // unassigned code or a read past the end.
+  // `*bit_position`, which receives the position after the last symbol. While at least 8 bytes
+  // of input and 16 symbols of output remain: five table entries (up to 15 symbols) per 64-bit
+  // load; then symbol by symbol (get()). Writes nothing past out[count). Fails: kCorruptPayload
+  // on an unassigned code or a read past the end.
   [[nodiscard]] Status decode(const uint8_t* data, size_t size, size_t* bit_position, uint8_t* out,
                               size_t count) const;
+  // Decodes one symbol; returns false on an unassigned code (the reader's failed() flags a
+  // read past the end).
   bool get(BitReader* r, unsigned* symbol) const {
-    const uint16_t e = table_[r->peek(kHuffmanMaxBits)];
+    const uint32_t e = table_[r->peek(kHuffmanMaxBits)];
     if (e == 0) return false;
-    r->skip(e & 15u);
-    *symbol = e >> 4;
+    const unsigned s = (e >> 8) & 0xFFu;
+    r->skip(lengths_[s]);
+    *symbol = s;
     return true;
   }
 
  private:
-  uint16_t* table_;  // entry = symbol << 4 | length; 0 = unassigned
+  uint32_t* table_;                         // see the layout at the top of this file
+  uint8_t lengths_[kHuffmanMaxSymbols] = {};  // code length of each symbol (for get())
 };
 
 }  // namespace entropy

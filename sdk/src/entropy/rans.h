@@ -4,17 +4,28 @@
 // cluster).
 //
 // Parameters: probabilities quantized to kRansPrecision = 12 bits (frequencies sum to 4096),
-// 32-bit states in [2^23, 2^31), byte-wise renormalization, two interleaved states (symbol i uses
-// state i & 1) so that a decoder overlaps two dependency chains.
+// 32-bit states in [2^16, 2^32), renormalization by one 16-bit word at most per symbol (the
+// "rans_word" variant of F. Giesen's ryg_rans), kRansStates = 4 interleaved states (symbol i
+// uses state i % 4) so that a decoder overlaps four dependency chains.
 //
-// Wire layout of a stream: u32 x0, u32 x1 (little-endian final encoder states), then the
-// renormalization bytes in the order the decoder reads them. The frequency table is written
-// separately (write_table: 13 bits per symbol of the alphabet, LSB-first).
+// Wire layout of a stream: u32 x0, x1, x2, x3 (little-endian final encoder states), then the
+// renormalization words (u16, little-endian) in the order the decoder reads them: after
+// decoding symbol i, state i % 4 reads one word if it fell below 2^16.
 //
-// Integrity: the encoder starts both states at 2^23; a decoder that consumed exactly the stream
-// and ends with both states at 2^23 has read what was written (checked by finish()).
+// The frequency table is written separately (rans_write_table, LSB-first bits): a 4-bit Rice
+// parameter k (0..12), the index m of the symbol whose frequency is implied (ceil(log2(symbols))
+// bits; the encoder picks the most frequent), then every other symbol's frequency f in order as
+// a Rice code (f >> k zeros, a one, the low k bits of f); f[m] = 4096 - the others, at least 1.
+// The encoder picks the k of the fewest bits, so a table never exceeds 13 bits per symbol
+// (the fixed 13-bit fields of the first format) and is often half that.
+//
+// Integrity: the encoder starts every state at 2^16; a decoder that consumed exactly the stream
+// and ends with every state at 2^16 has read what was written (checked by finish()). States
+// stay in [2^16, 2^32) whatever the input bytes, so a corrupted stream decodes to symbols of
+// the alphabet and fails finish(), never reads out of bounds.
+//
 // Contracts: no allocation; the encoder writes backwards into caller memory; the decoder's
-// slot table (4096 bytes) is caller memory or its own member.
+// slot table (4096 bytes) is its own member (about 5 KiB in all, on the caller's stack).
 #ifndef EDGEFL_SRC_ENTROPY_RANS_H_
 #define EDGEFL_SRC_ENTROPY_RANS_H_
 
@@ -29,20 +40,30 @@ namespace entropy {
 
 constexpr unsigned kRansPrecision = 12;
 constexpr uint32_t kRansTotal = 1u << kRansPrecision;
-constexpr uint32_t kRansLow = 1u << 23;
+constexpr uint32_t kRansLow = 1u << 16;
+constexpr unsigned kRansStates = 4;
 constexpr unsigned kRansMaxSymbols = 256;
+// Bytes of a stream before its first renormalization word: the final states.
+constexpr size_t kRansStateBytes = 4 * kRansStates;
 
 // Quantizes counts[0..symbols) to frequencies summing to kRansTotal; every symbol with a
 // non-zero count keeps a frequency >= 1. At least one count must be non-zero.
 void rans_frequencies(const uint32_t* counts, unsigned symbols, uint16_t* freq);
 
 // Bits a stream of these counts costs under `freq` (the ideal code length, rounded up), plus
-// the two states.
+// the states.
 uint64_t rans_cost_bits(const uint32_t* counts, const uint16_t* freq, unsigned symbols);
 
-inline size_t rans_table_bytes(unsigned symbols) {
-  return (size_t(symbols) * 13 + 7) / 8;
+// Bytes of the table of `freq` (what rans_write_table writes, padded to a byte).
+size_t rans_table_bytes(const uint16_t* freq, unsigned symbols);
+// The fewest and the most bytes a table of an alphabet of `symbols` symbols takes.
+inline size_t rans_table_min_bytes(unsigned symbols) {
+  return (4 + ceil_log2(symbols) + size_t(symbols) - 1 + 7) / 8;
 }
+inline size_t rans_table_max_bytes(unsigned symbols) {
+  return (4 + ceil_log2(symbols) + 13 * (size_t(symbols) - 1) + 7) / 8;
+}
+// `freq` from rans_frequencies() (sum 4096).
 void rans_write_table(const uint16_t* freq, unsigned symbols, BitWriter* w);
 
 // Encodes symbols[0..count) with `freq` into the end of [out, out + cap) and returns the stream
@@ -52,44 +73,58 @@ size_t rans_encode(const uint8_t* symbols, size_t count, const uint16_t* freq, u
 
 class RansDecoder {
  public:
-  // Reads and checks a frequency table (every symbol <= 4096, sum exactly 4096).
-  // Fails: kCorruptPayload.
+  // Reads and checks a frequency table (Rice parameter <= 12, implied symbol in the alphabet,
+  // frequencies summing to 4096 with the implied one at least 1). Fails: kCorruptPayload.
   [[nodiscard]] Status read_table(BitReader* r, unsigned symbols);
-  // Starts decoding stream[0..size). Fails: kCorruptPayload if shorter than the two states or a
-  // state is out of range.
+  // Starts decoding stream[0..size) at symbol 0. Fails: kCorruptPayload if shorter than the
+  // states or a state is below 2^16.
   [[nodiscard]] Status begin(const uint8_t* stream, size_t size);
-  // Symbol i of the stream (call with i = 0, 1, 2, ... in order).
-  unsigned get(size_t i) {
-    uint32_t& x = state_[i & 1];
-    const uint32_t slot = x & (kRansTotal - 1);
-    const unsigned s = slot_symbol_[slot];
-    x = uint32_t(freq_[s]) * (x >> kRansPrecision) + slot - start_[s];
-    while (x < kRansLow) {
-      if (pos_ < size_) {
-        x = (x << 8) | data_[pos_++];
+  // The next symbol (symbol by symbol; the reference for decode()). Past the end of the stream
+  // it keeps returning symbols of the alphabet and finish() fails.
+  unsigned get() {
+    uint32_t& x = state_[next_++ % kRansStates];
+    const unsigned s = step(&x);
+    if (x < kRansLow) {
+      if (size_ - pos_ >= 2) {
+        x = (x << 16) | load_le16(data_ + pos_);
+        pos_ += 2;
       } else {
         overrun_ = true;
-        x = kRansLow;  // keeps the loop finite; finish() reports the overrun
+        x = kRansLow;  // keeps the states in range; finish() reports the overrun
       }
     }
     return s;
   }
-  // After the last symbol: kOk if the stream was consumed exactly and both states are back at
-  // their initial value, kCorruptPayload otherwise.
+  // The next `count` symbols into out[0..count), as `count` calls of get(): four symbols per
+  // round with branch-free renormalization while 8 bytes of stream remain (the bounds are
+  // checked once per round), symbol by symbol after. Fails: kCorruptPayload if the stream ran
+  // out (the decoder is then spent: finish() fails too).
+  [[nodiscard]] Status decode(uint8_t* out, size_t count);
+  // After the last symbol: kOk if the stream was consumed exactly and every state is back at
+  // its initial value, kCorruptPayload otherwise.
   [[nodiscard]] Status finish() const {
-    return !overrun_ && pos_ == size_ && state_[0] == kRansLow && state_[1] == kRansLow
-               ? Status::kOk
-               : Status::kCorruptPayload;
+    bool initial = true;
+    for (unsigned k = 0; k < kRansStates; ++k) initial = initial && state_[k] == kRansLow;
+    return !overrun_ && pos_ == size_ && initial ? Status::kOk : Status::kCorruptPayload;
   }
 
  private:
+  // One decoding step of state *x (no renormalization); returns the symbol.
+  unsigned step(uint32_t* x) const {
+    const size_t slot = *x & (kRansTotal - 1);
+    const size_t s = slot_symbol_[slot];
+    *x = uint32_t(freq_[s]) * (*x >> kRansPrecision) + uint32_t(slot) - start_[s];
+    return unsigned(s);
+  }
+
   uint16_t freq_[kRansMaxSymbols];
   uint16_t start_[kRansMaxSymbols];
   uint8_t slot_symbol_[kRansTotal];
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   size_t pos_ = 0;
-  uint32_t state_[2] = {0, 0};
+  size_t next_ = 0;  // symbols decoded since begin()
+  uint32_t state_[kRansStates] = {};
   bool overrun_ = false;
 };
 

@@ -49,7 +49,7 @@ size_t encode_workspace_bytes(const Params& p, uint64_t nnz) {
 }
 
 size_t decode_workspace_bytes(const Params& p, uint64_t nnz) {
-  return entropy::huffman_table_entries() * sizeof(uint16_t) + size_t(cells_bound(p, nnz));
+  return entropy::huffman_decoder_table_bytes() + size_t(cells_bound(p, nnz));
 }
 
 Encoder::Encoder(const Params& p, uint64_t max_nnz, uint64_t seed, uint8_t* workspace)
@@ -341,7 +341,7 @@ Status parse(const Params& p, uint32_t n, uint32_t nnz, const uint8_t* region, s
   return Status::kOk;
 }
 
-Status decode_sketches(const Params& p, const Layout& l, uint8_t* cells, uint16_t* table) {
+Status decode_sketches(const Params& p, const Layout& l, uint8_t* cells, uint32_t* table) {
   entropy::HuffmanDecoder dec(table);
   for (unsigned gi = 0; gi < l.group_count; ++gi) {
     const Group& g = l.groups[gi];

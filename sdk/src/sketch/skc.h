@@ -85,12 +85,14 @@ size_t encode_workspace_bytes(const Params& p, uint64_t nnz);
 // Decoder workspace (bytes) for an encoding of nnz keys under p (rows, cols, groups).
 size_t decode_workspace_bytes(const Params& p, uint64_t nnz);
 
-// Monotone map of a float to an unsigned key (total order of finite floats; -0 maps as +0).
+// Monotone map of a float to an unsigned key (total order of finite floats; -0 maps as +0):
+// positive b -> b | 2^31, negative b -> -b (mod 2^32), which sends -0 (0x80000000) onto +0.
+// Branch-free: the sign of a gradient value is a coin flip, so a branch on it mispredicts.
 inline uint32_t sortable_key(float v) {
   uint32_t b;
   memcpy(&b, &v, 4);
-  if (b == 0x80000000u) b = 0;
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  const uint32_t negative = 0u - (b >> 31);  // all ones for a negative v
+  return (b ^ (negative | 0x80000000u)) - negative;
 }
 
 // Row hash of a key into `columns` columns.
@@ -150,9 +152,8 @@ class Encoder {
   unsigned bucket(float v) const {
     const uint32_t key = sortable_key(v);
     unsigned b = lut_[key >> 16];
-    // Branch-free for up to two splits inside the key's 2^16 range (split_keys_ ends with
-    // sentinels above every finite key), then a loop for the rare denser ranges.
-    b += split_keys_[b] <= key;
+    // Branch-free past one split inside the key's 2^16 range (1/128 of a binade; split_keys_ ends
+    // with sentinels above every finite key), then a loop for the rare denser ranges.
     b += split_keys_[b] <= key;
     while (split_keys_[b] <= key) ++b;
     return b;
@@ -209,7 +210,7 @@ struct Layout {
 Status parse(const Params& p, uint32_t n, uint32_t nnz, const uint8_t* region, size_t bytes, Layout* out);
 // Decodes every group's sketch table into `cells` (decode_workspace_bytes()) and checks the
 // codes; `table` holds entropy::huffman_table_entries() entries.
-Status decode_sketches(const Params& p, const Layout& l, uint8_t* cells, uint16_t* table);
+Status decode_sketches(const Params& p, const Layout& l, uint8_t* cells, uint32_t* table);
 float bucket_representative(const Layout& l, unsigned b);
 
 class KeyReader {
