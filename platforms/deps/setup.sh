@@ -5,7 +5,7 @@
 # anywhere but Debian's archive.
 #
 #   platforms/deps/setup.sh            # build + test dependencies
-#   platforms/deps/setup.sh --cross    # also the ARM cross compilers and QEMU
+#   platforms/deps/setup.sh --cross    # also the ARM cross compilers, QEMU, and zlib for ARM Linux
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
@@ -23,8 +23,10 @@ packages=(
   python3                # helper scripts in tests
   debian-archive-keyring bzip2 xz-utils  # fetch-mbedtls.sh: Debian 13's keys; unpacking the tarball
 )
-cross_packages=(g++-aarch64-linux-gnu g++-arm-linux-gnueabihf gcc-arm-none-eabi
-                libnewlib-arm-none-eabi qemu-user qemu-system-arm)
+cross_packages=(g++-aarch64-linux-gnu g++-arm-linux-gnueabihf  # ARM Linux (glibc) cross compilers
+                gcc-arm-none-eabi libnewlib-arm-none-eabi    # bare-metal Cortex-M: compiler, newlib
+                libstdc++-arm-none-eabi-dev                  # its C++ headers (<new>, <type_traits>)
+                qemu-user qemu-system-arm)                   # qemu-aarch64/-arm; MPS2 boards
 
 want=("${packages[@]}")
 if [[ "${1:-}" == "--cross" ]]; then want+=("${cross_packages[@]}"); fi
@@ -53,4 +55,6 @@ fi
 
 # mbedTLS 3.6 (Debian 12 has only 2.28: no TLS 1.3, end of life). No root needed.
 bash "$here/fetch-mbedtls.sh"
+# zlib's static library for arm64 and armhf (edgefl::data in the ARM Linux cross builds). No root.
+if [[ "${1:-}" == "--cross" ]]; then bash "$here/fetch-cross-zlib.sh"; fi
 echo "setup: done"

@@ -5,6 +5,7 @@
 #endif
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include <chrono>
@@ -30,8 +31,11 @@ namespace cli {
 namespace {
 
 // The largest .efl file read: a header plus 8 bytes per coordinate at the largest dimension
-// (fp32 values and 32-bit indices); inspect() checks the real size against the header.
-constexpr size_t kMaxEncodingFileBytes = kEncodedHeaderBytes + size_t{8} * size_t{EDGEFL_MAX_DIMENSION};
+// (fp32 values and 32-bit indices); inspect() checks the real size against the header. Computed
+// in 64 bits and capped: 8 x 2^30 does not fit a 32-bit size_t (armhf).
+constexpr uint64_t kMaxEncodingFileBytes64 = kEncodedHeaderBytes + uint64_t{8} * EDGEFL_MAX_DIMENSION;
+constexpr size_t kMaxEncodingFileBytes =
+    kMaxEncodingFileBytes64 > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(kMaxEncodingFileBytes64);
 
 constexpr uint64_t kDefaultSeed = 1;
 

@@ -1,5 +1,6 @@
 #include "npy.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "file_io.h"
@@ -344,8 +345,10 @@ bool parse_npy(const uint8_t* bytes, size_t size, NpyArray* out, std::string* er
 
 bool read_npy_file(const std::string& path, NpyArray* out, std::string* error) {
   std::vector<uint8_t> bytes;
-  // The largest valid file: preamble + header cap + 2^30 float32 values.
-  const size_t max_bytes = 12 + kNpyMaxHeaderBytes + static_cast<size_t>(kNpyMaxElements) * 4;
+  // The largest valid file: preamble + header cap + 2^30 float32 values (in 64 bits, capped at
+  // SIZE_MAX: 4 GiB does not fit a 32-bit size_t).
+  const uint64_t max_bytes64 = 12 + kNpyMaxHeaderBytes + kNpyMaxElements * 4;
+  const size_t max_bytes = max_bytes64 > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(max_bytes64);
   if (!read_file_bytes(path, max_bytes, &bytes, error)) return false;
   std::string reason;
   if (!parse_npy(bytes.data(), bytes.size(), out, &reason)) {

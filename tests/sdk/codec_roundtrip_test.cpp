@@ -499,13 +499,22 @@ TEST_SUITE("codec.roundtrip") {
   }
 
   TEST_CASE("the fp16 and bf16 references agree with the compiler's conversions") {
-#if defined(__FLT16_MAX__)
+// The compiler's IEEE binary16: _Float16 (C++ on x86 since GCC 12, on ARM since GCC 13; clang), or
+// ARM's __fp16 where it is IEEE (always on AArch64; with -mfp16-format=ieee on 32-bit ARM).
+#if defined(__FLT16_MAX__) && (defined(__clang__) || __GNUC__ >= 13 || !(defined(__arm__) || defined(__aarch64__)))
+    using CompilerHalf = _Float16;
+#define EDGEFL_TEST_COMPILER_HALF 1
+#elif defined(__ARM_FP16_FORMAT_IEEE)
+    using CompilerHalf = __fp16;
+#define EDGEFL_TEST_COMPILER_HALF 1
+#endif
+#if defined(EDGEFL_TEST_COMPILER_HALF)
     const std::vector<float> x = edgefl_test::gaussian_vector(20000, 17, 3000.0);
     for (float v : x) {
-      const float want = static_cast<float>(static_cast<_Float16>(v));
+      const float want = static_cast<float>(static_cast<CompilerHalf>(v));
       REQUIRE(edgefl_test::fp16_round(v) == want);
       const float tiny = v * 1e-9f;
-      REQUIRE(edgefl_test::fp16_round(tiny) == static_cast<float>(static_cast<_Float16>(tiny)));
+      REQUIRE(edgefl_test::fp16_round(tiny) == static_cast<float>(static_cast<CompilerHalf>(tiny)));
     }
 #endif
     CHECK(edgefl_test::bf16_round(1.0f) == 1.0f);

@@ -23,9 +23,22 @@
 
 // Define EDGEFL_STRIP_ERROR_STRINGS to compile out status messages (codes remain).
 
+// Lookup tables of the portable CRC32C (the checksum of every encoding, where the CPU has no CRC
+// instruction): 8 (slicing-by-8: 8 KiB of read-only data) or 1 (one 1 KiB table, a few times
+// slower). The checksums are the same either way. Default: 1 when compiling for size (-Os, e.g.
+// the Cortex-M presets), else 8.
+#ifndef EDGEFL_CRC32C_TABLES
+#if defined(__OPTIMIZE_SIZE__)
+#define EDGEFL_CRC32C_TABLES 1
+#else
+#define EDGEFL_CRC32C_TABLES 8
+#endif
+#endif
+
 static_assert(EDGEFL_MAX_DIMENSION >= 1 && EDGEFL_MAX_DIMENSION <= (1u << 31),
               "EDGEFL_MAX_DIMENSION must be in [1, 2^31]");
 static_assert(EDGEFL_MAX_BLOCK >= 256 && EDGEFL_MAX_BLOCK <= (1u << 24),
               "EDGEFL_MAX_BLOCK must be in [256, 2^24]");
+static_assert(EDGEFL_CRC32C_TABLES == 1 || EDGEFL_CRC32C_TABLES == 8, "EDGEFL_CRC32C_TABLES must be 1 or 8");
 
 #endif  // EDGEFL_CONFIG_H_

@@ -1,6 +1,7 @@
 #include "core/crc32c.h"
 
 #include "core/cpu.h"
+#include "edgefl/config.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define EDGEFL_CRC32C_X86 1
@@ -14,9 +15,11 @@ namespace edgefl {
 
 namespace {
 
-// Slicing-by-8 tables, computed at compile time (no static initialisers, no guards).
+// Slicing-by-8 tables (or the first one only: EDGEFL_CRC32C_TABLES, edgefl/config.h), computed
+// at compile time (no static initialisers, no guards).
+constexpr int kTableCount = EDGEFL_CRC32C_TABLES;
 struct Crc32cTables {
-  uint32_t t[8][256];
+  uint32_t t[kTableCount][256];
 };
 
 constexpr Crc32cTables make_tables() {
@@ -27,7 +30,7 @@ constexpr Crc32cTables make_tables() {
     tables.t[0][i] = c;
   }
   for (uint32_t i = 0; i < 256; ++i) {
-    for (int s = 1; s < 8; ++s) {
+    for (int s = 1; s < kTableCount; ++s) {
       const uint32_t prev = tables.t[s - 1][i];
       tables.t[s][i] = (prev >> 8) ^ tables.t[0][prev & 0xFFu];
     }
@@ -61,6 +64,7 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc, const uint
 
 uint32_t crc32c_update_ref(uint32_t crc, const uint8_t* data, size_t size) {
   uint32_t c = ~crc;
+#if EDGEFL_CRC32C_TABLES == 8
   while (size >= 8) {
     const uint32_t lo = load_le32(data) ^ c;
     const uint32_t hi = load_le32(data + 4);
@@ -70,6 +74,7 @@ uint32_t crc32c_update_ref(uint32_t crc, const uint8_t* data, size_t size) {
     data += 8;
     size -= 8;
   }
+#endif
   while (size--) c = (c >> 8) ^ kTables.t[0][(c ^ *data++) & 0xFF];
   return ~c;
 }

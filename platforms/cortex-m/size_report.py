@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""platforms/cortex-m/size_report.py: flash and RAM of the Cortex-M size probes, from their linker
+maps, against the budget of this configuration (size_budget.txt). Run by ctest -R cortex_m.size.
+
+  size_report.py --config MinSizeRel --budget size_budget.txt --size arm-none-eabi-size \
+                 --probe codecs=build/.../edgefl_size_codecs.elf [--probe ...] [--out report.md]
+
+For each probe it prints .text (code and read-only data: flash), .data (RAM, and flash for its
+initial values), .bss (RAM, without the stack) and who contributes them: edgefl_core,
+edgefl_train, edgefl_aggregate, libc/libm/libgcc, the program. For the probe `codecs` it also
+breaks edgefl_core down by object file, i.e. by codec family. Exit status 1 if a budget is
+exceeded or a map cannot be read.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+# What each object file of edgefl_core holds (sdk/src/...).
+CORE_OBJECTS = {
+    "codec.cpp": "encode/decode/add pipeline; top-k, threshold, random-k; Elias-Fano and Rice "
+                 "indices; Count Sketch (cs)",
+    "values.cpp": "value coders: fp32, fp16, bf16, uniform q1-q8, QSGD, TernGrad, sign, Hadamard (hq)",
+    "rans.cpp": "rANS entropy coder (q...:ans, sparq)",
+    "skc.cpp": "SKCompress (skc): layout, MinMaxSketch",
+    "huffman.cpp": "Huffman coder (skc)",
+    "quantile_sketch.cpp": "quantile sketch (skc buckets)",
+    "spec.cpp": "codec spec parser and formatter",
+    "text.cpp": "number parsing and formatting for specs",
+    "format.cpp": "encoding header: write, read, verify",
+    "select.cpp": "radix select (top-k)",
+    "crc32c.cpp": "CRC32C (one 1 KiB table at -Os, else slicing-by-8: EDGEFL_CRC32C_TABLES)",
+    "status.cpp": "status names and messages",
+    "kernels_ref.cpp": "scalar kernels (the reference table)",
+    "error_feedback.cpp": "error feedback residual",
+    "cpu.cpp": "CPU feature detection (none on Cortex-M)",
+}
+
+OUTPUT_GROUP = {".text": "text", ".ARM.exidx": "text", ".data": "data", ".bss": "bss", ".stack": "stack"}
+
+
+def owner(path):
+    """(library, member) of an input file named in a map."""
+    m = re.match(r"^(.*?)([^/]+\.a)\(([^)]+)\)$", path)
+    if m:
+        lib, member = m.group(2), m.group(3)
+        member = re.sub(r"\.obj$|\.o$", "", member)
+        member = re.sub(r"^lib_a-", "", member)
+        return lib, member
+    return "program", re.sub(r"\.obj$|\.o$", "", os.path.basename(path))
+
+
+def parse_map(path):
+    """{(output group, library, member): bytes} from a GNU ld map."""
+    sizes = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read().split("\n")
+    try:
+        start = lines.index("Linker script and memory map")
+    except ValueError:
+        raise SystemExit(f"size_report: {path} is not a GNU ld map")
+    group = None
+    pending = None  # an input section name alone on its line (long names wrap)
+    full = re.compile(r"^ (\S+)\s+0x([0-9a-fA-F]+)\s+0x([0-9a-fA-F]+)\s+(\S.*)$")
+    cont = re.compile(r"^\s+0x([0-9a-fA-F]+)\s+0x([0-9a-fA-F]+)\s+(\S.*)$")
+    fill = re.compile(r"^ \*fill\*\s+0x([0-9a-fA-F]+)\s+0x([0-9a-fA-F]+)\s*$")
+    for line in lines[start + 1:]:
+        if line and not line[0].isspace():
+            name = line.split()[0]
+            group = OUTPUT_GROUP.get(name)
+            pending = None
+            continue
+        if group is None:
+            continue
+        m = full.match(line)
+        f = fill.match(line)
+        if f:
+            section, size, where = "*fill*", int(f.group(2), 16), "fill"
+        elif m and not m.group(1).startswith("*"):
+            section, size, where = m.group(1), int(m.group(3), 16), m.group(4)
+        elif pending is not None and cont.match(line):
+            m = cont.match(line)
+            section, size, where = pending, int(m.group(2), 16), m.group(3)
+        else:
+            stripped = line.strip()
+            pending = stripped if re.match(r"^\.\S+$", stripped) else None
+            continue
+        pending = None
+        if size == 0:
+            continue
+        lib, member = ("program", "alignment") if where == "fill" else owner(where.strip())
+        key = (group, lib, member)
+        sizes[key] = sizes.get(key, 0) + size
+    return sizes
+
+
+def lib_class(lib):
+    if lib.startswith("libedgefl_"):
+        return lib[len("lib"):-len(".a")]
+    if lib in ("libc_nano.a", "libc.a", "libm.a", "libgcc.a", "libg_nano.a"):
+        return "libc/libm/libgcc"
+    return "program"
+
+
+def summarize(sizes):
+    total = {"text": 0, "data": 0, "bss": 0, "stack": 0}
+    by_class = {}
+    for (group, lib, _member), size in sizes.items():
+        total[group] += size
+        c = lib_class(lib)
+        by_class.setdefault(c, {"text": 0, "data": 0, "bss": 0, "stack": 0})[group] += size
+    return total, by_class
+
+
+def read_budget(path, config):
+    budgets = []
+    with open(path, encoding="utf-8") as f:
+        for raw in f:
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            cfg, probe, what, limit = line.split()[:4]
+            if cfg == config:
+                budgets.append((probe, what, int(limit)))
+    return budgets
+
+
+def kib(n):
+    return f"{n / 1024:.1f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--budget", required=True)
+    ap.add_argument("--size", default="arm-none-eabi-size")
+    ap.add_argument("--probe", action="append", default=[], help="name=path.elf (its map: path.elf.map)")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+
+    out = []
+    notes = []
+    failures = []
+    measured = {}
+    out.append(f"### Cortex-M4F, {args.config}\n")
+    out.append("| probe | .text | .data | .bss | stack | edgefl .text (core + train + aggregate) | "
+               "edgefl .data + .bss | libc/libm/libgcc .text | startup, probe, padding .text |")
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    core_objects = None
+    for spec in args.probe:
+        name, elf = spec.split("=", 1)
+        sizes = parse_map(elf + ".map")
+        total, by_class = summarize(sizes)
+        # The totals come from the ELF's section headers; the map must account for all of them.
+        sysv = subprocess.run([args.size, "-A", elf], check=True, capture_output=True, text=True).stdout
+        elf = {"text": 0, "data": 0, "bss": 0, "stack": 0}
+        for l in sysv.splitlines():
+            fields = l.split()
+            if len(fields) >= 2 and fields[0] in OUTPUT_GROUP and fields[1].isdigit():
+                elf[OUTPUT_GROUP[fields[0]]] += int(fields[1])
+        merged = 0
+        for group in ("text", "data", "bss"):
+            # Input sections may sum to more than the output: the linker merges equal strings.
+            if total[group] < elf[group] or (group != "text" and total[group] != elf[group]):
+                failures.append(f"{name}: the map accounts for {total[group]} bytes of .{group}, the ELF has {elf[group]}")
+            if group == "text":
+                merged = total[group] - elf[group]
+        total.update({g: elf[g] for g in elf})
+        if merged:
+            notes.append(f"{name}: {merged} bytes of equal strings merged by the linker (counted per object above)")
+        sdk = {g: sum(v[g] for c, v in by_class.items() if c.startswith("edgefl_")) for g in total}
+        libs = by_class.get("libc/libm/libgcc", {"text": 0})
+        prog = by_class.get("program", {"text": 0})
+        measured[name] = {"text": total["text"], "data": total["data"], "bss": total["bss"],
+                          "sdk_text": sdk["text"], "sdk_ram": sdk["data"] + sdk["bss"],
+                          "core_text": by_class.get("edgefl_core", {"text": 0})["text"]}
+        out.append(f"| {name} | {total['text']} | {total['data']} | {total['bss']} | {total['stack']} | "
+                   f"{sdk['text']} ({kib(sdk['text'])} KiB) | {sdk['data'] + sdk['bss']} | {libs['text']} | {prog['text']} |")
+        if name == "codecs":
+            core_objects = {}
+            for (group, lib, member), size in sizes.items():
+                if lib == "libedgefl_core.a" and group == "text":
+                    core_objects[member] = core_objects.get(member, 0) + size
+    for note in notes:
+        out.append(f"\n({note})")
+    if core_objects:
+        out.append("\nedgefl_core in the probe `codecs` (all codecs, encode and decode), by object:\n")
+        out.append("| object | .text | what |")
+        out.append("| --- | ---: | --- |")
+        for member, size in sorted(core_objects.items(), key=lambda kv: -kv[1]):
+            out.append(f"| {member} | {size} | {CORE_OBJECTS.get(member, '')} |")
+        out.append(f"| (total) | {sum(core_objects.values())} | |")
+
+    budgets = read_budget(args.budget, args.config)
+    if budgets:
+        out.append("\nBudgets (size_budget.txt):\n")
+        for probe, what, limit in budgets:
+            if probe not in measured:
+                failures.append(f"budget for unknown probe {probe}")
+                continue
+            value = measured[probe].get(what)
+            if value is None:
+                failures.append(f"unknown quantity {what}")
+                continue
+            verdict = "ok" if value <= limit else "OVER BUDGET"
+            out.append(f"- {probe} {what}: {value} bytes <= {limit} ({kib(value)} of {kib(limit)} KiB): {verdict}")
+            if value > limit:
+                failures.append(f"{probe} {what} = {value} > {limit}")
+    else:
+        out.append(f"\n(no budget for {args.config} in size_budget.txt: report only)")
+
+    text = "\n".join(out) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
+    if failures:
+        print("size_report: FAILED: " + "; ".join(failures))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+// platforms/cortex-m/startup.c: the minimal runtime of the Cortex-M programs (MPS2 AN386 under
+// QEMU, or any Cortex-M4F with mps2-an386.ld adapted): the vector table, the reset handler (FPU
+// on, .data copied, .bss zeroed, stack painted, constructors run, main() called), fault handlers
+// that report and exit, and semihosting. No newlib start files, no syscalls, no heap.
+#include <stdint.h>
+
+#include "semihost.h"
+
+extern uint32_t __data_load__[], __data_start__[], __data_end__[], __bss_start__[], __bss_end__[];
+extern uint32_t __stack_limit__[], __stack_top__[];
+extern void (*__init_array_start__[])(void);
+extern void (*__init_array_end__[])(void);
+
+int main(void);
+void Reset_Handler(void);
+void reset_c(void);
+static void fault_handler(void);
+
+#define STACK_PAINT 0xC0FFEE11u
+
+// Semihosting: r0 = operation, r1 = argument, `bkpt 0xAB` on M-profile.
+static int semihost_call(int op, const void* arg) {
+  register int r0 __asm__("r0") = op;
+  register const void* r1 __asm__("r1") = arg;
+  __asm__ volatile("bkpt 0xAB" : "+r"(r0) : "r"(r1) : "memory");
+  return r0;
+}
+
+void semihost_write(const char* text) { semihost_call(0x04, text); }  // SYS_WRITE0
+
+void semihost_exit(int code) {
+  // SYS_EXIT_EXTENDED: {ADP_Stopped_ApplicationExit, status}; QEMU exits with that status.
+  const uint32_t block[2] = {0x20026u, (uint32_t)code};
+  semihost_call(0x20, block);
+  for (;;) {
+  }
+}
+
+size_t startup_stack_size(void) { return (size_t)((uintptr_t)__stack_top__ - (uintptr_t)__stack_limit__); }
+
+size_t startup_stack_high_water(void) {
+  const uint32_t* p = __stack_limit__;
+  while (p < __stack_top__ && *p == STACK_PAINT) ++p;
+  return (size_t)((uintptr_t)__stack_top__ - (uintptr_t)p);
+}
+
+// The first instructions: the FPU (CP10, CP11: full access in CPACR) must be on before any code
+// that the compiler may give a floating-point instruction, so this part is assembly.
+__attribute__((naked, noreturn)) void Reset_Handler(void) {
+  __asm__ volatile(
+      "ldr r0, =0xE000ED88\n"  // CPACR
+      "ldr r1, [r0]\n"
+      "orr r1, r1, #(0xF << 20)\n"
+      "str r1, [r0]\n"
+      "dsb\n"
+      "isb\n"
+      "b reset_c\n");
+}
+
+void reset_c(void) {
+  for (uint32_t *src = __data_load__, *dst = __data_start__; dst < __data_end__;) *dst++ = *src++;
+  for (uint32_t* dst = __bss_start__; dst < __bss_end__;) *dst++ = 0;
+  // Paint the stack below the current frame (64 bytes of margin) for startup_stack_high_water().
+  uint32_t* sp;
+  __asm__ volatile("mov %0, sp" : "=r"(sp));
+  for (uint32_t* p = __stack_limit__; p < sp - 16; ++p) *p = STACK_PAINT;
+  for (void (**f)(void) = __init_array_start__; f < __init_array_end__; ++f) (*f)();
+  semihost_exit(main());
+}
+
+static void fault_handler(void) {
+  semihost_write("cortex-m: fault (HardFault, MemManage, BusFault or UsageFault)\n");
+  semihost_exit(99);
+}
+
+static void default_handler(void) {
+  semihost_write("cortex-m: unexpected interrupt\n");
+  semihost_exit(98);
+}
+
+// Cortex-M4: initial SP, reset, NMI, HardFault, MemManage, BusFault, UsageFault, 4 reserved,
+// SVCall, DebugMonitor, reserved, PendSV, SysTick; then the board's IRQs (none used here).
+__attribute__((section(".vectors"), used)) void (*const g_vectors[16])(void) = {
+    (void (*)(void))__stack_top__,
+    Reset_Handler,
+    default_handler,  // NMI
+    fault_handler,    // HardFault
+    fault_handler,    // MemManage
+    fault_handler,    // BusFault
+    fault_handler,    // UsageFault
+    0,
+    0,
+    0,
+    0,
+    default_handler,  // SVCall
+    default_handler,  // DebugMonitor
+    0,
+    default_handler,  // PendSV
+    default_handler,  // SysTick
+};
