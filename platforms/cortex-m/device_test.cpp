@@ -64,7 +64,8 @@ bool run_case(const edgefl_kat::Vector& v, StaticArena& arena, Line& line) {
     return false;
   }
   size_t written = 0;
-  edgefl::Status s = edgefl::encode(spec, {g_update, kN}, edgefl_kat::kSeed, {ws, ws_size}, {out, cap}, &written);
+  edgefl::Status s =
+      edgefl::encode(spec, {g_update, kN}, edgefl_kat::kSeed, {ws, ws_size}, {out, cap}, &written);
   if (s != edgefl::Status::kOk) {
     line << "FAIL encode: " << edgefl::status_name(s);
     return false;
@@ -152,8 +153,8 @@ int main() {
   (run_error_feedback(arena, line) ? passed : failed) += 1;
   line.print();
   line << "arena high-water mark: " << static_cast<unsigned long>(arena.high_water()) << " of "
-       << static_cast<unsigned long>(arena.size()) << " bytes; stack used: "
-       << static_cast<unsigned long>(startup_stack_high_water()) << " of "
+       << static_cast<unsigned long>(arena.size())
+       << " bytes; stack used: " << static_cast<unsigned long>(startup_stack_high_water()) << " of "
        << static_cast<unsigned long>(startup_stack_size()) << " bytes";
   line.print();
   line << passed << " passed, " << failed << " failed";

@@ -19,7 +19,9 @@ int main() {
   printf("// Regenerate: build/<host>/tests/edgefl_cortex_m_kat_gen > platforms/cortex-m/kat_vectors.h\n");
   printf("// n = %u, seed = %u, input fnv1a = 0x%08x\n", unsigned(kN), unsigned(kSeed),
          unsigned(fnv1a(x.data(), kN * sizeof(float))));
-  printf("#ifndef EDGEFL_PLATFORMS_CORTEX_M_KAT_VECTORS_H_\n#define EDGEFL_PLATFORMS_CORTEX_M_KAT_VECTORS_H_\n\n");
+  printf(
+      "#ifndef EDGEFL_PLATFORMS_CORTEX_M_KAT_VECTORS_H_\n#define "
+      "EDGEFL_PLATFORMS_CORTEX_M_KAT_VECTORS_H_\n\n");
   printf("#include \"kat_cases.h\"\n\nnamespace edgefl_kat {\n\n");
   printf("constexpr uint32_t kInputFnv1a = 0x%08xu;\n\n", unsigned(fnv1a(x.data(), kN * sizeof(float))));
   std::vector<size_t> sizes;

@@ -35,7 +35,8 @@ class Line {
   Line& operator<<(unsigned long v) {
     char tmp[24];
     int i = 0;
-    do tmp[i++] = char('0' + v % 10); while ((v /= 10) != 0);
+    do tmp[i++] = char('0' + v % 10);
+    while ((v /= 10) != 0);
     while (i > 0 && len_ + 1 < sizeof buf_) buf_[len_++] = tmp[--i];
     buf_[len_] = '\0';
     return *this;

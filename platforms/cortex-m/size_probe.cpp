@@ -38,10 +38,12 @@ uint8_t g_work[64 * 1024];
   if (edgefl::parse_codec_spec(g_spec_text, &spec) != edgefl::Status::kOk) return 1;
   const size_t n = g_n, ws = edgefl::workspace_size(spec, n), cap = edgefl::encoded_bound(spec, n);
   size_t written = 0;
-  if (edgefl::encode(spec, {g_floats, n}, 1, {g_work, ws}, {g_bytes, cap}, &written) != edgefl::Status::kOk) return 2;
+  if (edgefl::encode(spec, {g_floats, n}, 1, {g_work, ws}, {g_bytes, cap}, &written) != edgefl::Status::kOk)
+    return 2;
   edgefl::ErrorFeedback ef;
   if (ef.init({g_work, sizeof g_work}, n, edgefl::ResidualPrecision::kBf16) != edgefl::Status::kOk) return 3;
-  return ef.encode(spec, {g_floats, n}, 2, {g_work, ws}, {g_bytes, cap}, &written) == edgefl::Status::kOk ? 0 : 4;
+  return ef.encode(spec, {g_floats, n}, 2, {g_work, ws}, {g_bytes, cap}, &written) == edgefl::Status::kOk ? 0
+                                                                                                          : 4;
 }
 
 [[maybe_unused]] int probe_codecs() {
@@ -49,7 +51,8 @@ uint8_t g_work[64 * 1024];
   const size_t n = g_n, size = g_n;
   edgefl::EncodedInfo info;
   if (edgefl::inspect({g_bytes, size}, &info) != edgefl::Status::kOk) rc |= 8;
-  if (edgefl::decode({g_bytes, size}, {g_floats, n}, {g_work, sizeof g_work}) != edgefl::Status::kOk) rc |= 16;
+  if (edgefl::decode({g_bytes, size}, {g_floats, n}, {g_work, sizeof g_work}) != edgefl::Status::kOk)
+    rc |= 16;
   char name[96];
   edgefl::CodecSpec spec;
   if (edgefl::parse_codec_spec(g_spec_text, &spec) == edgefl::Status::kOk) {
@@ -96,9 +99,11 @@ uint8_t g_work[64 * 1024];
   static float global[256];
   if (server.apply({global, n}, {g_floats, n}) != edgefl::Status::kOk) return 7;
   const size_t size = g_n;
-  if (edgefl::decode_add({g_bytes, size}, 0.5f, {g_floats, n}, {g_work, sizeof g_work}) != edgefl::Status::kOk)
+  if (edgefl::decode_add({g_bytes, size}, 0.5f, {g_floats, n}, {g_work, sizeof g_work}) !=
+      edgefl::Status::kOk)
     return 8;
-  if (edgefl::decode_add({g_bytes, size}, 0.5, {g_doubles, n}, {g_work, sizeof g_work}) != edgefl::Status::kOk)
+  if (edgefl::decode_add({g_bytes, size}, 0.5, {g_doubles, n}, {g_work, sizeof g_work}) !=
+      edgefl::Status::kOk)
     return 9;
   edgefl::EncodedInfo info;
   size_t written = 0;

@@ -26,7 +26,9 @@ static int semihost_call(int op, const void* arg) {
   return r0;
 }
 
-void semihost_write(const char* text) { semihost_call(0x04, text); }  // SYS_WRITE0
+void semihost_write(const char* text) {
+  semihost_call(0x04, text);
+}  // SYS_WRITE0
 
 void semihost_exit(int code) {
   // SYS_EXIT_EXTENDED: {ADP_Stopped_ApplicationExit, status}; QEMU exits with that status.
@@ -36,7 +38,9 @@ void semihost_exit(int code) {
   }
 }
 
-size_t startup_stack_size(void) { return (size_t)((uintptr_t)__stack_top__ - (uintptr_t)__stack_limit__); }
+size_t startup_stack_size(void) {
+  return (size_t)((uintptr_t)__stack_top__ - (uintptr_t)__stack_limit__);
+}
 
 size_t startup_stack_high_water(void) {
   const uint32_t* p = __stack_limit__;

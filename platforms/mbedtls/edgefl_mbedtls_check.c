@@ -21,7 +21,8 @@
 #error "edgefl: this mbedTLS lacks the TLS client or server (MBEDTLS_SSL_CLI_C, MBEDTLS_SSL_SRV_C)"
 #endif
 #if !defined(MBEDTLS_SSL_TLS1_3_KEY_EXCHANGE_MODE_EPHEMERAL_ENABLED)
-#error "edgefl: this mbedTLS lacks TLS 1.3 certificate authentication (..._KEY_EXCHANGE_MODE_EPHEMERAL_ENABLED)"
+#error \
+    "edgefl: this mbedTLS lacks TLS 1.3 certificate authentication (..._KEY_EXCHANGE_MODE_EPHEMERAL_ENABLED)"
 #endif
 #if !defined(MBEDTLS_PSA_CRYPTO_C)
 #error "edgefl: this mbedTLS lacks PSA crypto (MBEDTLS_PSA_CRYPTO_C)"

@@ -2,13 +2,13 @@
 
 #include <malloc.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -94,8 +94,8 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
       data_dir = v;
     } else if (a == "--shard") {
       const size_t slash = v.find('/');
-      ok = slash != std::string::npos && to_u64(v.substr(0, slash), &shard) && to_u64(v.substr(slash + 1), &shards) &&
-           shards > 0 && shard < shards;
+      ok = slash != std::string::npos && to_u64(v.substr(0, slash), &shard) &&
+           to_u64(v.substr(slash + 1), &shards) && shards > 0 && shard < shards;
     } else if (a == "--partition") {
       partition_text = v;
     } else if (a == "--partition-seed") {
@@ -144,7 +144,8 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
     err << "edgefl client: --partition: " << error << "\n";
     return 2;
   }
-  std::vector<std::vector<uint32_t>> parts = partition(train.labels, shards, partition_spec, partition_seed, &error);
+  std::vector<std::vector<uint32_t>> parts =
+      partition(train.labels, shards, partition_spec, partition_seed, &error);
   if (parts.size() != shards) {
     err << "edgefl client: partition: " << error << "\n";
     return 1;
@@ -193,17 +194,18 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
           return;
         }
         char line[768];
-        std::snprintf(line, sizeof line,
-                      "round %llu (model v%llu): %s; %u samples, loss %.4f, train %.2f s; update %llu B (%s)%s; "
-                      "model %llu B; wire up %llu B down %llu B; wait %.1f s; total %.2f s; "
-                      "heap peak %.1f kB (TLS %.1f kB; plan: %s)\n",
-                      static_cast<unsigned long long>(r.round_id), static_cast<unsigned long long>(r.model_version),
-                      round_outcome_name(r.outcome), r.samples, double(r.train_loss), r.train_seconds,
-                      static_cast<unsigned long long>(r.update_bytes), r.codec.c_str(),
-                      r.resumed_at ? (", resumed at " + std::to_string(r.resumed_at)).c_str() : "",
-                      static_cast<unsigned long long>(r.model_bytes), static_cast<unsigned long long>(r.wire_bytes_up),
-                      static_cast<unsigned long long>(r.wire_bytes_down), r.wait_seconds, r.total_seconds,
-                      double(r.heap_peak_bytes) / 1e3, double(r.heap_tls_bytes) / 1e3, r.memory.describe().c_str());
+        std::snprintf(
+            line, sizeof line,
+            "round %llu (model v%llu): %s; %u samples, loss %.4f, train %.2f s; update %llu B (%s)%s; "
+            "model %llu B; wire up %llu B down %llu B; wait %.1f s; total %.2f s; "
+            "heap peak %.1f kB (TLS %.1f kB; plan: %s)\n",
+            static_cast<unsigned long long>(r.round_id), static_cast<unsigned long long>(r.model_version),
+            round_outcome_name(r.outcome), r.samples, double(r.train_loss), r.train_seconds,
+            static_cast<unsigned long long>(r.update_bytes), r.codec.c_str(),
+            r.resumed_at ? (", resumed at " + std::to_string(r.resumed_at)).c_str() : "",
+            static_cast<unsigned long long>(r.model_bytes), static_cast<unsigned long long>(r.wire_bytes_up),
+            static_cast<unsigned long long>(r.wire_bytes_down), r.wait_seconds, r.total_seconds,
+            double(r.heap_peak_bytes) / 1e3, double(r.heap_tls_bytes) / 1e3, r.memory.describe().c_str());
         out << line;
         out.flush();
       },
@@ -214,7 +216,6 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
   }
   return 0;
 }
-
 
 namespace {
 
@@ -274,7 +275,8 @@ int run_swarm_command(int argc, const char* const* argv, std::ostream& out, std:
       ok = to_u64(v, &first) && first > 0;
     } else if (a == "--server") {
       const size_t colon = v.rfind(':');
-      ok = colon != std::string::npos && colon > 0 && to_u64(v.substr(colon + 1), &port) && port > 0 && port < 65536;
+      ok = colon != std::string::npos && colon > 0 && to_u64(v.substr(colon + 1), &port) && port > 0 &&
+           port < 65536;
       host = v.substr(0, colon);
     } else {
       err << "edgefl swarm: unknown option " << a << "\n" << kSwarmUsage;
@@ -313,15 +315,18 @@ int run_swarm_command(int argc, const char* const* argv, std::ostream& out, std:
       std::string error;
       Status s = client.init(&error);
       if (s == Status::kOk) {
-        s = client.participate(trainer, static_cast<uint32_t>(rounds), [&](const RoundResult& r) {
-          std::lock_guard<std::mutex> lock(mutex);
-          if (r.outcome == RoundOutcome::kAccepted) {
-            ++accepted;
-            seconds.push_back(r.total_seconds);
-          } else {
-            ++other;
-          }
-        }, &error);
+        s = client.participate(
+            trainer, static_cast<uint32_t>(rounds),
+            [&](const RoundResult& r) {
+              std::lock_guard<std::mutex> lock(mutex);
+              if (r.outcome == RoundOutcome::kAccepted) {
+                ++accepted;
+                seconds.push_back(r.total_seconds);
+              } else {
+                ++other;
+              }
+            },
+            &error);
       }
       if (s != Status::kOk) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -332,7 +337,11 @@ int run_swarm_command(int argc, const char* const* argv, std::ostream& out, std:
   for (auto& t : threads) t.join();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::sort(seconds.begin(), seconds.end());
-  auto q = [&](double p) { return seconds.empty() ? 0.0 : seconds[std::min(seconds.size() - 1, size_t(p * double(seconds.size() - 1) + 0.5))]; };
+  auto q = [&](double p) {
+    return seconds.empty()
+               ? 0.0
+               : seconds[std::min(seconds.size() - 1, size_t(p * double(seconds.size() - 1) + 0.5))];
+  };
   char line[256];
   std::snprintf(line, sizeof line,
                 "swarm: %llu devices, %llu updates accepted, %llu other outcomes, %zu failures in %.2f s; "

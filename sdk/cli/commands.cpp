@@ -34,8 +34,9 @@ namespace {
 // (fp32 values and 32-bit indices); inspect() checks the real size against the header. Computed
 // in 64 bits and capped: 8 x 2^30 does not fit a 32-bit size_t (armhf).
 constexpr uint64_t kMaxEncodingFileBytes64 = kEncodedHeaderBytes + uint64_t{8} * EDGEFL_MAX_DIMENSION;
-constexpr size_t kMaxEncodingFileBytes =
-    kMaxEncodingFileBytes64 > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(kMaxEncodingFileBytes64);
+constexpr size_t kMaxEncodingFileBytes = kMaxEncodingFileBytes64 > SIZE_MAX
+                                             ? SIZE_MAX
+                                             : static_cast<size_t>(kMaxEncodingFileBytes64);
 
 constexpr uint64_t kDefaultSeed = 1;
 

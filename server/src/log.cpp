@@ -32,11 +32,14 @@ bool needs_quotes(std::string_view v) {
 }  // namespace
 
 int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
-void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level)); }
+void set_log_level(LogLevel level) {
+  g_level.store(static_cast<int>(level));
+}
 
 bool parse_log_level(std::string_view text, LogLevel* level) {
   for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
@@ -48,7 +51,8 @@ bool parse_log_level(std::string_view text, LogLevel* level) {
   return false;
 }
 
-LogLine::LogLine(LogLevel level, std::string_view event) : enabled_(static_cast<int>(level) >= g_level.load()) {
+LogLine::LogLine(LogLevel level, std::string_view event)
+    : enabled_(static_cast<int>(level) >= g_level.load()) {
   if (!enabled_) return;
   const int64_t ms = unix_ms_now();
   const std::time_t seconds = static_cast<std::time_t>(ms / 1000);
@@ -108,8 +112,12 @@ LogLine& LogLine::kv(std::string_view key, std::string_view value) {
   return *this;
 }
 
-LogLine& LogLine::kv(std::string_view key, int64_t value) { return kv(key, std::string_view(std::to_string(value))); }
-LogLine& LogLine::kv(std::string_view key, uint64_t value) { return kv(key, std::string_view(std::to_string(value))); }
+LogLine& LogLine::kv(std::string_view key, int64_t value) {
+  return kv(key, std::string_view(std::to_string(value)));
+}
+LogLine& LogLine::kv(std::string_view key, uint64_t value) {
+  return kv(key, std::string_view(std::to_string(value)));
+}
 LogLine& LogLine::kv(std::string_view key, double value) {
   char text[40];
   if (std::isfinite(value)) {

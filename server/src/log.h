@@ -37,10 +37,18 @@ class LogLine {
   bool enabled_;
 };
 
-inline LogLine log_info(std::string_view event) { return LogLine(LogLevel::kInfo, event); }
-inline LogLine log_warn(std::string_view event) { return LogLine(LogLevel::kWarn, event); }
-inline LogLine log_error(std::string_view event) { return LogLine(LogLevel::kError, event); }
-inline LogLine log_debug(std::string_view event) { return LogLine(LogLevel::kDebug, event); }
+inline LogLine log_info(std::string_view event) {
+  return LogLine(LogLevel::kInfo, event);
+}
+inline LogLine log_warn(std::string_view event) {
+  return LogLine(LogLevel::kWarn, event);
+}
+inline LogLine log_error(std::string_view event) {
+  return LogLine(LogLevel::kError, event);
+}
+inline LogLine log_debug(std::string_view event) {
+  return LogLine(LogLevel::kDebug, event);
+}
 
 // Lines below `level` are dropped (default kInfo).
 void set_log_level(LogLevel level);

@@ -198,8 +198,10 @@ int main(int argc, char** argv) {
     if (!ok) return fail("bad value for " + a + ": '" + v + "'");
   }
   if (o.rounds.state_dir.empty()) return fail("--state-dir is required");
-  if (!o.insecure_plaintext_for_tests && (o.tls.ca_file.empty() || o.tls.cert_file.empty() || o.tls.key_file.empty())) {
-    return fail("--ca, --cert and --key are required (mutual TLS); `edgefl certs --out DIR` makes a development set");
+  if (!o.insecure_plaintext_for_tests &&
+      (o.tls.ca_file.empty() || o.tls.cert_file.empty() || o.tls.key_file.empty())) {
+    return fail(
+        "--ca, --cert and --key are required (mutual TLS); `edgefl certs --out DIR` makes a development set");
   }
   if (::mkdir(o.rounds.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return fail("cannot create " + o.rounds.state_dir + ": " + std::strerror(errno));

@@ -75,7 +75,8 @@ std::string Metrics::render() const {
   g("edgefl_round_id", "The current (or last) round id.", static_cast<double>(round_id.load()));
   g("edgefl_model_version", "The global model version.", static_cast<double>(model_version.load()));
   c("edgefl_rounds_committed_total", "Rounds that produced a new model.", rounds_committed);
-  c("edgefl_rounds_abandoned_total", "Rounds that ended at their deadline without a quorum.", rounds_abandoned);
+  c("edgefl_rounds_abandoned_total", "Rounds that ended at their deadline without a quorum.",
+    rounds_abandoned);
   c("edgefl_task_offers_total", "Task offers sent.", offers);
   c("edgefl_retry_later_total", "Come-back-later answers sent.", retry_later);
   c("edgefl_updates_accepted_total", "Updates accepted (durable before their ack).", updates_accepted);
@@ -97,7 +98,8 @@ std::string Metrics::render() const {
     count = latency_count_;
     sum = latency_sum_;
   }
-  out += "# HELP edgefl_upload_to_ack_seconds From UploadStart to the Ack of an accepted update (last 4096).\n";
+  out +=
+      "# HELP edgefl_upload_to_ack_seconds From UploadStart to the Ack of an accepted update (last 4096).\n";
   out += "# TYPE edgefl_upload_to_ack_seconds summary\n";
   char line[128];
   for (double q : {0.5, 0.9, 0.99}) {
@@ -109,8 +111,9 @@ std::string Metrics::render() const {
     }
     out += line;
   }
-  std::snprintf(line, sizeof line, "edgefl_upload_to_ack_seconds_sum %.9g\nedgefl_upload_to_ack_seconds_count %llu\n",
-                sum, static_cast<unsigned long long>(count));
+  std::snprintf(line, sizeof line,
+                "edgefl_upload_to_ack_seconds_sum %.9g\nedgefl_upload_to_ack_seconds_count %llu\n", sum,
+                static_cast<unsigned long long>(count));
   out += line;
   return out;
 }

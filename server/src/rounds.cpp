@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/rng.h"
 #include "log.h"
 #include "model_files.h"
 #include "net/digest.h"
@@ -89,9 +90,11 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
                                                     wire::RetryReason::kNoRound}},
                      &detail) != Status::kOk ||
       options_.cohort == 0 || options_.over_selection < 1.0 || options_.over_selection > 10.0 ||
-      options_.deadline_ms == 0 || options_.deadline_ms > wire::kMaxDeadlineMs || options_.max_chunk_bytes == 0 ||
-      options_.max_chunk_bytes > wire::kMaxChunkBytes || options_.max_samples_per_update == 0) {
-    *error = "round options out of range (cohort >= 1, 1 <= over-selection <= 10, deadline, retry, chunk size)";
+      options_.deadline_ms == 0 || options_.deadline_ms > wire::kMaxDeadlineMs ||
+      options_.max_chunk_bytes == 0 || options_.max_chunk_bytes > wire::kMaxChunkBytes ||
+      options_.max_samples_per_update == 0) {
+    *error =
+        "round options out of range (cohort >= 1, 1 <= over-selection <= 10, deadline, retry, chunk size)";
     return Status::kInvalidArgument;
   }
   n_ = edgefl::parameter_count(spec_);
@@ -107,7 +110,8 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
   if (parse_codec_spec("bf16", &bf16) == Status::kOk) bf16_update_bytes_ = encoded_bound(bf16, n_);
   // Any codec the device picks must also fit (a device may fall back to a dense encoding).
   CodecSpec fp32{};
-  if (parse_codec_spec("fp32", &fp32) == Status::kOk) max_upload_bytes_ = std::max<uint64_t>(max_upload_bytes_, encoded_bound(fp32, n_));
+  if (parse_codec_spec("fp32", &fp32) == Status::kOk)
+    max_upload_bytes_ = std::max<uint64_t>(max_upload_bytes_, encoded_bound(fp32, n_));
 
   // One state directory, one model: refuse to reuse it for another spec.
   std::optional<std::string> stored_spec;
@@ -124,7 +128,8 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
   aggregate_memory_.resize(StreamingAggregator::storage_bytes(n_));
   EDGEFL_RETURN_IF_ERROR(aggregate_.init({aggregate_memory_.data(), aggregate_memory_.size()}, n_));
   optimizer_memory_.assign(ServerOptimizer::state_bytes(optimizer_spec_.kind, n_), 0);
-  EDGEFL_RETURN_IF_ERROR(optimizer_.init(optimizer_spec_, {optimizer_memory_.data(), optimizer_memory_.size()}, n_));
+  EDGEFL_RETURN_IF_ERROR(
+      optimizer_.init(optimizer_spec_, {optimizer_memory_.data(), optimizer_memory_.size()}, n_));
   scratch_.resize(n_);
   mean_.resize(n_);
 
@@ -132,7 +137,8 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
     if (!load_fashion_mnist(options_.eval_data_dir, false, &test_set_, error)) return Status::kIoError;
     TrainConfig eval_config;
     eval_workspace_.resize(SgdTrainer::workspace_bytes(spec_, eval_config));
-    EDGEFL_RETURN_IF_ERROR(eval_trainer_.init(spec_, eval_config, {eval_workspace_.data(), eval_workspace_.size()}));
+    EDGEFL_RETURN_IF_ERROR(
+        eval_trainer_.init(spec_, eval_config, {eval_workspace_.data(), eval_workspace_.size()}));
     eval_enabled_ = true;
   }
 
@@ -154,7 +160,10 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
     // Versions count from 1 (the initial model); round 0 stands for "no round".
     model_version_ = 1;
     EDGEFL_RETURN_IF_ERROR(write_model(1, 0, now_ms, error));
-    log_info("model_created").kv("version", uint64_t{1}).kv("model", options_.model_spec).kv("parameters", uint64_t{n_});
+    log_info("model_created")
+        .kv("version", uint64_t{1})
+        .kv("model", options_.model_spec)
+        .kv("parameters", uint64_t{n_});
   } else {
     std::vector<uint8_t> file;
     const std::string path = options_.state_dir + "/" + latest->path;
@@ -204,7 +213,8 @@ Status RoundManager::write_model(uint64_t version, uint64_t round_id, int64_t no
   const std::string name = model_file_name(version);
   EDGEFL_RETURN_IF_ERROR(write_file_atomic(options_.state_dir, name, {file.data(), file.size()}, error));
   // The newest model also under a fixed name, for tools (PyTorch, Hugging Face) to pick up.
-  EDGEFL_RETURN_IF_ERROR(write_file_atomic(options_.state_dir, "global.safetensors", {file.data(), file.size()}, error));
+  EDGEFL_RETURN_IF_ERROR(
+      write_file_atomic(options_.state_dir, "global.safetensors", {file.data(), file.size()}, error));
   ModelRecord record;
   record.version = version;
   record.round_id = round_id;
@@ -231,7 +241,8 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
   EDGEFL_RETURN_IF_ERROR(storage_->latest_model(&latest, error));
   if (latest && latest->round_id == open->round_id) {
     // The crash came between writing the round's model and marking the round committed.
-    EDGEFL_RETURN_IF_ERROR(storage_->close_round(open->round_id, RoundState::kCommitted, latest->version, now_ms, error));
+    EDGEFL_RETURN_IF_ERROR(
+        storage_->close_round(open->round_id, RoundState::kCommitted, latest->version, now_ms, error));
     log_info("round_commit_completed").kv("round", open->round_id).kv("version", latest->version);
     ++rounds_ended_;
     if (options_.rounds != 0 && rounds_ended_ >= options_.rounds) finished_ = true;
@@ -331,8 +342,8 @@ Status RoundManager::close_round(bool commit, int64_t now_ms, std::string* error
     std::memcpy(model_digest_.data(), d.data(), d.size());
     metrics_->model_version.store(model_version_);
   }
-  EDGEFL_RETURN_IF_ERROR(storage_->close_round(round_id, commit ? RoundState::kCommitted : RoundState::kAbandoned,
-                                               result_version, now_ms, error));
+  EDGEFL_RETURN_IF_ERROR(storage_->close_round(
+      round_id, commit ? RoundState::kCommitted : RoundState::kAbandoned, result_version, now_ms, error));
   (commit ? metrics_->rounds_committed : metrics_->rounds_abandoned).fetch_add(1);
   RoundSummary summary;
   summary.round_id = round_id;
@@ -349,7 +360,8 @@ Status RoundManager::close_round(bool commit, int64_t now_ms, std::string* error
       .kv("upload_bytes", round.upload_bytes)
       .kv("download_bytes", round.download_bytes)
       .kv("seconds", summary.seconds);
-  if (summary.test_accuracy >= 0) line.kv("test_accuracy", double(summary.test_accuracy)).kv("test_loss", double(summary.test_loss));
+  if (summary.test_accuracy >= 0)
+    line.kv("test_accuracy", double(summary.test_accuracy)).kv("test_loss", double(summary.test_loss));
   history_.push_back(summary);
 
   closed_[round_id] = ClosedRound{round.record.deadline_unix_ms, now_ms, commit};
@@ -381,10 +393,12 @@ std::optional<RoundManager::ClosedRound> RoundManager::closed_round(uint64_t rou
   if (it != closed_.end()) return it->second;
   std::optional<RoundRecord> record;
   std::string error;
-  if (storage_->get_round(round_id, &record, &error) != Status::kOk || !record || record->state == RoundState::kOpen) {
+  if (storage_->get_round(round_id, &record, &error) != Status::kOk || !record ||
+      record->state == RoundState::kOpen) {
     return std::nullopt;
   }
-  return ClosedRound{record->deadline_unix_ms, record->closed_unix_ms, record->state == RoundState::kCommitted};
+  return ClosedRound{record->deadline_unix_ms, record->closed_unix_ms,
+                     record->state == RoundState::kCommitted};
 }
 
 Reply RoundManager::error_reply(wire::ErrorCode code, const std::string& message, bool close) {
@@ -402,8 +416,7 @@ Reply RoundManager::ack(uint64_t round, const wire::UploadId& id, wire::UpdateDi
   return Reply{wire::Message{a}, false};
 }
 
-wire::TaskOffer RoundManager::make_offer(const std::string& device) const {
-  (void)device;
+wire::TaskOffer RoundManager::make_offer(int64_t now_ms) const {
   wire::TaskOffer offer;
   offer.round_id = open_->record.round_id;
   offer.round_nonce = open_->record.nonce;
@@ -419,7 +432,7 @@ wire::TaskOffer RoundManager::make_offer(const std::string& device) const {
   offer.uplink_codec = options_.uplink_codec;
   offer.downlink_codec = "";
   offer.codec_seed = options_.seed ^ (open_->record.round_id * 0x9E3779B97F4A7C15ull);
-  offer.deadline_ms = static_cast<uint32_t>(std::max<int64_t>(1, open_->record.deadline_unix_ms - unix_ms_now()));
+  offer.deadline_ms = static_cast<uint32_t>(std::max<int64_t>(1, open_->record.deadline_unix_ms - now_ms));
   offer.max_upload_bytes = max_upload_bytes_;
   offer.max_chunk_bytes = options_.max_chunk_bytes;
   return offer;
@@ -427,20 +440,12 @@ wire::TaskOffer RoundManager::make_offer(const std::string& device) const {
 
 Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, int64_t now_ms) {
   (void)hello;
-  wire::RetryLater retry;
-  retry.retry_after_ms = options_.retry_after_ms;
-  retry.retry_window_ms = options_.retry_window_ms;
-  if (finished_) {
-    retry.reason = wire::RetryReason::kDraining;
-    retry.retry_after_ms = 60000;
+  auto retry_later = [&](wire::RetryReason reason, uint32_t after_ms) {
     metrics_->retry_later.fetch_add(1);
-    return Reply{wire::Message{retry}, false};
-  }
-  if (!open_) {
-    retry.reason = wire::RetryReason::kNoRound;
-    metrics_->retry_later.fetch_add(1);
-    return Reply{wire::Message{retry}, false};
-  }
+    return Reply{wire::Message{wire::RetryLater{after_ms, options_.retry_window_ms, reason}}, false};
+  };
+  if (finished_) return retry_later(wire::RetryReason::kDraining, 60000);
+  if (!open_) return retry_later(wire::RetryReason::kNoRound, options_.retry_after_ms);
   OpenRound& round = *open_;
   std::optional<UpdateRecord> existing;
   std::string error;
@@ -451,49 +456,46 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
   const bool already_offered = round.offered.count(device) != 0;
   if (existing || (!already_offered && round.offered.size() >= offers_per_round_)) {
     // Full (or this device already contributed): come back around the next round's opening.
-    retry.reason = wire::RetryReason::kRoundFull;
-    const int64_t until_deadline = ms_to_deadline(now_ms);
-    retry.retry_after_ms = static_cast<uint32_t>(std::clamp<int64_t>(
-        std::min<int64_t>(until_deadline, options_.retry_after_ms), 1, wire::kMaxRetryMs));
-    metrics_->retry_later.fetch_add(1);
-    return Reply{wire::Message{retry}, false};
+    return retry_later(
+        wire::RetryReason::kRoundFull,
+        static_cast<uint32_t>(std::clamp<int64_t>(
+            std::min<int64_t>(ms_to_deadline(now_ms), options_.retry_after_ms), 1, wire::kMaxRetryMs)));
   }
-  if (!already_offered && options_.selection_probability < 1.0) {
-    // Random selection among check-ins, so that fast devices do not take every round.
-    uint64_t z = (selection_rng_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    if (double(z >> 11) * 0x1.0p-53 >= options_.selection_probability) {
-      retry.reason = wire::RetryReason::kNotSelected;
-      metrics_->retry_later.fetch_add(1);
-      return Reply{wire::Message{retry}, false};
-    }
+  // Random selection among check-ins, so that fast devices do not take every round.
+  if (!already_offered && options_.selection_probability < 1.0 &&
+      unit_double(splitmix64_next(&selection_rng_)) >= options_.selection_probability) {
+    return retry_later(wire::RetryReason::kNotSelected, options_.retry_after_ms);
   }
   round.offered.insert(device);
   metrics_->offers.fetch_add(1);
-  log_info("task_offer").kv("round", round.record.round_id).kv("device", device).kv("again", already_offered ? 1 : 0);
-  return Reply{wire::Message{make_offer(device)}, false};
+  log_info("task_offer")
+      .kv("round", round.record.round_id)
+      .kv("device", device)
+      .kv("again", already_offered ? 1 : 0);
+  return Reply{wire::Message{make_offer(now_ms)}, false};
 }
 
 Reply RoundManager::model_request(const std::string& device, const wire::ModelRequest& request) {
   if (request.model_version != model_version_) {
-    return error_reply(wire::ErrorCode::kUnknownRound,
-                       "model version " + std::to_string(request.model_version) + " is not served; say Hello again");
+    return error_reply(
+        wire::ErrorCode::kUnknownRound,
+        "model version " + std::to_string(request.model_version) + " is not served; say Hello again");
   }
   if (!open_ || request.round_id != open_->record.round_id || open_->offered.count(device) == 0) {
     return error_reply(wire::ErrorCode::kUnknownRound,
                        "round " + std::to_string(request.round_id) + " is not open for this device");
   }
   if (request.offset >= model_bytes_.size()) {
-    return error_reply(wire::ErrorCode::kOffsetMismatch, "offset beyond the model (" +
-                                                             std::to_string(model_bytes_.size()) + " bytes)");
+    return error_reply(wire::ErrorCode::kOffsetMismatch,
+                       "offset beyond the model (" + std::to_string(model_bytes_.size()) + " bytes)");
   }
   // Whole float32 values per chunk (the model and every offset are multiples of 4 bytes).
   const uint64_t length = std::min<uint64_t>({request.max_length, options_.max_chunk_bytes,
-                                              model_bytes_.size() - request.offset}) & ~uint64_t{3};
+                                              model_bytes_.size() - request.offset}) &
+                          ~uint64_t{3};
   if (length == 0 || request.offset % 4 != 0) {
-    return error_reply(wire::ErrorCode::kBadMessage, "model requests take whole float32 values (multiples of 4 bytes)");
+    return error_reply(wire::ErrorCode::kBadMessage,
+                       "model requests take whole float32 values (multiples of 4 bytes)");
   }
   wire::ModelChunk chunk;
   chunk.round_id = request.round_id;
@@ -507,7 +509,8 @@ Reply RoundManager::model_request(const std::string& device, const wire::ModelRe
   return Reply{wire::Message{std::move(chunk)}, false};
 }
 
-Reply RoundManager::upload_start(const std::string& device, const wire::UploadStart& start, int64_t /*now_ms*/) {
+Reply RoundManager::upload_start(const std::string& device, const wire::UploadStart& start,
+                                 int64_t /*now_ms*/) {
   if (!open_ || start.round_id != open_->record.round_id) {
     // Resuming an upload the server already accepted (the ack was lost): report it complete, so
     // that the Commit is answered kDuplicate.
@@ -519,22 +522,25 @@ Reply RoundManager::upload_start(const std::string& device, const wire::UploadSt
       return Reply{wire::Message{status}, false};
     }
     if (closed_round(start.round_id)) {
-      return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(start.round_id) + " is closed");
+      return error_reply(wire::ErrorCode::kUnknownRound,
+                         "round " + std::to_string(start.round_id) + " is closed");
     }
-    return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(start.round_id) + " is unknown");
+    return error_reply(wire::ErrorCode::kUnknownRound,
+                       "round " + std::to_string(start.round_id) + " is unknown");
   }
   OpenRound& round = *open_;
   if (start.round_nonce != round.record.nonce) {
-    return error_reply(wire::ErrorCode::kNonceMismatch, "the round nonce does not match round " +
-                                                            std::to_string(round.record.round_id));
+    return error_reply(wire::ErrorCode::kNonceMismatch,
+                       "the round nonce does not match round " + std::to_string(round.record.round_id));
   }
   if (round.offered.count(device) == 0) {
-    return error_reply(wire::ErrorCode::kUnauthorized, "this device has no task in round " +
-                                                           std::to_string(round.record.round_id));
+    return error_reply(wire::ErrorCode::kUnauthorized,
+                       "this device has no task in round " + std::to_string(round.record.round_id));
   }
   if (start.total_bytes > max_upload_bytes_) {
     return error_reply(wire::ErrorCode::kTooLarge, "update of " + std::to_string(start.total_bytes) +
-                                                       " bytes exceeds the limit of " + std::to_string(max_upload_bytes_));
+                                                       " bytes exceeds the limit of " +
+                                                       std::to_string(max_upload_bytes_));
   }
   std::optional<UpdateRecord> existing;
   std::string error;
@@ -566,17 +572,20 @@ std::optional<Reply> RoundManager::upload_chunk(const std::string& device, const
     // The round closed while this device was uploading: drop the data silently; the Commit gets
     // the disposition (straggler or late).
     if (closed_round(chunk.round_id)) return std::nullopt;
-    return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(chunk.round_id) + " is unknown", true);
+    return error_reply(wire::ErrorCode::kUnknownRound,
+                       "round " + std::to_string(chunk.round_id) + " is unknown", true);
   }
   auto it = open_->uploads.find(device);
   if (it == open_->uploads.end() || it->second.upload_id != chunk.upload_id) {
-    return error_reply(wire::ErrorCode::kUnknownUpload, "no upload with this id: send UploadStart first", true);
+    return error_reply(wire::ErrorCode::kUnknownUpload, "no upload with this id: send UploadStart first",
+                       true);
   }
   Upload& upload = it->second;
   if (chunk.total_bytes != upload.total || chunk.offset != upload.bytes.size()) {
     return error_reply(wire::ErrorCode::kOffsetMismatch,
                        "chunk at offset " + std::to_string(chunk.offset) + ", but the server holds " +
-                           std::to_string(upload.bytes.size()) + " of " + std::to_string(upload.total) + " bytes",
+                           std::to_string(upload.bytes.size()) + " of " + std::to_string(upload.total) +
+                           " bytes",
                        true);
   }
   upload.bytes.insert(upload.bytes.end(), chunk.data.begin(), chunk.data.end());
@@ -594,13 +603,18 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
   }
   if (existing) {
     metrics_->updates_duplicate.fetch_add(1);
-    log_info("update_duplicate").kv("round", commit.round_id).kv("device", device).kv("upload", hex(commit.upload_id));
+    log_info("update_duplicate")
+        .kv("round", commit.round_id)
+        .kv("device", device)
+        .kv("upload", hex(commit.upload_id));
     return ack(commit.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
   }
   // 2. A round that is no longer open: straggler (closed with its quorum before the deadline) or late.
   if (!open_ || commit.round_id != open_->record.round_id) {
     const std::optional<ClosedRound> closed = closed_round(commit.round_id);
-    if (!closed) return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(commit.round_id) + " is unknown");
+    if (!closed)
+      return error_reply(wire::ErrorCode::kUnknownRound,
+                         "round " + std::to_string(commit.round_id) + " is unknown");
     const bool late = now_ms >= closed->deadline_ms || !closed->committed;
     (late ? metrics_->updates_late : metrics_->updates_straggler).fetch_add(1);
     log_info(late ? "update_late" : "update_straggler").kv("round", commit.round_id).kv("device", device);
@@ -609,8 +623,8 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
   }
   OpenRound& round = *open_;
   if (commit.round_nonce != round.record.nonce) {
-    return error_reply(wire::ErrorCode::kNonceMismatch, "the round nonce does not match round " +
-                                                            std::to_string(round.record.round_id));
+    return error_reply(wire::ErrorCode::kNonceMismatch,
+                       "the round nonce does not match round " + std::to_string(round.record.round_id));
   }
   auto it = round.uploads.find(device);
   if (it == round.uploads.end() || it->second.upload_id != commit.upload_id) {
@@ -665,7 +679,8 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
   InsertResult inserted = InsertResult::kInserted;
   if (storage_->record_update(record, &inserted, nullptr, &error) != Status::kOk) {
     fatal("record_update", error);
-    return error_reply(wire::ErrorCode::kInternal, "server storage failure: the update was not recorded", true);
+    return error_reply(wire::ErrorCode::kInternal, "server storage failure: the update was not recorded",
+                       true);
   }
   if (inserted == InsertResult::kDuplicate) {
     round.uploads.erase(it);

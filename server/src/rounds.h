@@ -46,25 +46,25 @@
 namespace edgefl::server {
 
 struct RoundOptions {
-  std::string model_spec = "cnn";        // edgefl/model.h grammar
+  std::string model_spec = "cnn";  // edgefl/model.h grammar
   std::string uplink_codec = "sparq:0.1";
-  std::string optimizer = "fedavg";      // edgefl/aggregate.h grammar
-  wire::TrainingConfig training;         // sent to devices in every offer
-  uint32_t cohort = 4;                   // accepted updates that complete a round
-  double over_selection = 1.3;           // offers per round = ceil(cohort x over_selection)
-  uint32_t min_quorum = 0;               // accepted updates for a commit at the deadline; 0 = cohort
-  uint32_t deadline_ms = 120000;         // reporting deadline, from the round's opening
-  uint32_t rounds = 0;                   // rounds to run (committed or abandoned); 0 = no limit
-  double selection_probability = 1.0;    // chance a check-in is offered a task while offers remain
-                                         // (random selection, as pace steering; 1 = first come)
-  uint32_t retry_after_ms = 1000;        // RetryLater when the round is full: come back in
-  uint32_t retry_window_ms = 2000;       //   [after, after + window] ms
+  std::string optimizer = "fedavg";    // edgefl/aggregate.h grammar
+  wire::TrainingConfig training;       // sent to devices in every offer
+  uint32_t cohort = 4;                 // accepted updates that complete a round
+  double over_selection = 1.3;         // offers per round = ceil(cohort x over_selection)
+  uint32_t min_quorum = 0;             // accepted updates for a commit at the deadline; 0 = cohort
+  uint32_t deadline_ms = 120000;       // reporting deadline, from the round's opening
+  uint32_t rounds = 0;                 // rounds to run (committed or abandoned); 0 = no limit
+  double selection_probability = 1.0;  // chance a check-in is offered a task while offers remain
+                                       // (random selection, as pace steering; 1 = first come)
+  uint32_t retry_after_ms = 1000;      // RetryLater when the round is full: come back in
+  uint32_t retry_window_ms = 2000;     //   [after, after + window] ms
   uint32_t max_chunk_bytes = 256 * 1024;
   uint32_t max_samples_per_update = 1000000;  // a commit claiming more is rejected
-  uint64_t seed = 1;                     // initial model and per-round training seeds
-  std::string state_dir;                 // model files (the database lives here too)
-  std::string eval_data_dir;             // Fashion-MNIST directory for server-side evaluation; "" = none
-  uint32_t eval_samples = 10000;         // test samples evaluated after each commit
+  uint64_t seed = 1;                          // initial model and per-round training seeds
+  std::string state_dir;                      // model files (the database lives here too)
+  std::string eval_data_dir;                  // Fashion-MNIST directory for server-side evaluation; "" = none
+  uint32_t eval_samples = 10000;              // test samples evaluated after each commit
 };
 
 // What a session should do with a device after a message: reply (always), and maybe close.
@@ -88,7 +88,8 @@ class RoundManager {
   Reply model_request(const std::string& device, const wire::ModelRequest& request);
   Reply upload_start(const std::string& device, const wire::UploadStart& start, int64_t now_ms);
   // No reply on success (nullopt): chunks stream until the Commit.
-  std::optional<Reply> upload_chunk(const std::string& device, const wire::UploadChunk& chunk, int64_t now_ms);
+  std::optional<Reply> upload_chunk(const std::string& device, const wire::UploadChunk& chunk,
+                                    int64_t now_ms);
   Reply commit(const std::string& device, const wire::Commit& commit, int64_t now_ms);
 
   // Ends the open round if its deadline passed. Call often (the server: every 100 ms).
@@ -104,10 +105,10 @@ class RoundManager {
     uint64_t round_id = 0;
     RoundState state = RoundState::kOpen;
     uint32_t accepted = 0;
-    uint64_t upload_bytes = 0;     // accepted update bytes
-    uint64_t download_bytes = 0;   // model bytes sent during the round
-    double seconds = 0;            // open to close, wall time
-    float test_accuracy = -1;      // -1: not evaluated
+    uint64_t upload_bytes = 0;    // accepted update bytes
+    uint64_t download_bytes = 0;  // model bytes sent during the round
+    double seconds = 0;           // open to close, wall time
+    float test_accuracy = -1;     // -1: not evaluated
     float test_loss = -1;
   };
   const std::vector<RoundSummary>& history() const { return history_; }
@@ -145,7 +146,7 @@ class RoundManager {
   Status close_round(bool commit, int64_t now_ms, std::string* error);
   Status write_model(uint64_t version, uint64_t round_id, int64_t now_ms, std::string* error);
   void evaluate(RoundSummary* summary);
-  wire::TaskOffer make_offer(const std::string& device) const;
+  wire::TaskOffer make_offer(int64_t now_ms) const;
   Reply error_reply(wire::ErrorCode code, const std::string& message, bool close = false);
   Reply ack(uint64_t round, const wire::UploadId& id, wire::UpdateDisposition d);
   std::optional<ClosedRound> closed_round(uint64_t round_id);
@@ -171,7 +172,7 @@ class RoundManager {
   ServerOptimizer optimizer_;
   std::vector<uint8_t> aggregate_memory_;
   StreamingAggregator aggregate_;
-  std::vector<float> scratch_;            // decode check of a committed update
+  std::vector<float> scratch_;  // decode check of a committed update
   std::vector<uint8_t> decode_workspace_;
   std::vector<float> mean_;
 

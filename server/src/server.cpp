@@ -1,7 +1,7 @@
 #include "server.h"
 
-#include <asio.hpp>
 #include <mbedtls/ssl.h>
+#include <asio.hpp>
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -9,10 +9,10 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -67,7 +67,10 @@ awaitable<void> watch(std::shared_ptr<Watchdog> dog, tcp::socket* socket, std::s
 class Session {
  public:
   Session(Context* ctx, tcp::socket socket, uint64_t id)
-      : ctx_(ctx), socket_(std::move(socket)), id_(id), dog_(std::make_shared<Watchdog>(socket_.get_executor())) {
+      : ctx_(ctx),
+        socket_(std::move(socket)),
+        id_(id),
+        dog_(std::make_shared<Watchdog>(socket_.get_executor())) {
     std::error_code ec;
     const auto endpoint = socket_.remote_endpoint(ec);
     peer_ = ec ? "unknown" : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
@@ -102,15 +105,17 @@ class Session {
       // operand: GCC 12 destroys the temporaries of a conditional expression there twice
       // (free(): invalid pointer on every malformed frame; tests/server/e2e_test.cpp).
       if (s != Status::kOk) {
-        const wire::ErrorCode code = s == Status::kFrameTooLarge             ? wire::ErrorCode::kTooLarge
-                                     : s == Status::kProtocolVersionMismatch ? wire::ErrorCode::kVersionMismatch
-                                                                              : wire::ErrorCode::kBadMessage;
+        const wire::ErrorCode code = s == Status::kFrameTooLarge ? wire::ErrorCode::kTooLarge
+                                     : s == Status::kProtocolVersionMismatch
+                                         ? wire::ErrorCode::kVersionMismatch
+                                         : wire::ErrorCode::kBadMessage;
         const std::string why = std::string("bad frame header: ") + status_name(s);
         co_await refuse(code, why);
         co_return;
       }
       if (wire::message_direction(header.type) == wire::Direction::kServerToClient) {
-        const std::string why = std::string(wire::message_type_name(header.type)) + " is a server-to-client message";
+        const std::string why =
+            std::string(wire::message_type_name(header.type)) + " is a server-to-client message";
         co_await refuse(wire::ErrorCode::kUnexpectedMessage, why);
         co_return;
       }
@@ -120,10 +125,11 @@ class Session {
       wire::DecodeDetail detail;
       s = wire::decode(header, {payload_.data(), payload_.size()}, &message, &detail);
       if (s != Status::kOk) {
-        const wire::ErrorCode code =
-            s == Status::kProtocolVersionMismatch ? wire::ErrorCode::kVersionMismatch : wire::ErrorCode::kBadMessage;
+        const wire::ErrorCode code = s == Status::kProtocolVersionMismatch ? wire::ErrorCode::kVersionMismatch
+                                                                           : wire::ErrorCode::kBadMessage;
         std::string why = std::string("bad ") + wire::message_type_name(header.type) + ": " + status_name(s);
-        if (detail.field[0]) why += std::string(" (") + detail.field + ", " + wire::violation_name(detail.violation) + ")";
+        if (detail.field[0])
+          why += std::string(" (") + detail.field + ", " + wire::violation_name(detail.violation) + ")";
         co_await refuse(code, why);
         co_return;
       }
@@ -135,7 +141,10 @@ class Session {
         if (ctx_->options->insecure_plaintext_for_tests) device_ = "insecure-" + hello->sdk_version;
         reply = ctx_->rounds->hello(device_, *hello, now);
       } else if (auto* error = std::get_if<wire::Error>(&message)) {
-        log_info("device_error").kv("device", device_).kv("code", unsigned(error->code)).kv("message", error->message);
+        log_info("device_error")
+            .kv("device", device_)
+            .kv("code", unsigned(error->code))
+            .kv("message", error->message);
         co_return;
       } else if (!said_hello) {
         const std::string why = "say Hello first";
@@ -153,7 +162,10 @@ class Session {
       if (!reply) continue;
       if (auto* e = std::get_if<wire::Error>(&reply->message)) {
         ctx_->metrics->frames_rejected.fetch_add(1);
-        log_warn("request_refused").kv("device", device_).kv("code", unsigned(e->code)).kv("message", e->message);
+        log_warn("request_refused")
+            .kv("device", device_)
+            .kv("code", unsigned(e->code))
+            .kv("message", e->message);
       }
       if (!co_await send(reply->message)) co_return;
       if (reply->close) co_return;
@@ -179,7 +191,8 @@ class Session {
         co_return false;
       }
       if (!co_await fill()) {
-        note_handshake_failure(ret, dog_->fired ? "handshake timed out" : "connection closed during the handshake");
+        note_handshake_failure(
+            ret, dog_->fired ? "handshake timed out" : "connection closed during the handshake");
         co_return false;
       }
     }
@@ -193,7 +206,10 @@ class Session {
       co_await refuse(wire::ErrorCode::kUnauthorized, reason);
       co_return false;
     }
-    log_info("device_connected").kv("peer", peer_).kv("device", device_).kv("tls", tls_.protocol())
+    log_info("device_connected")
+        .kv("peer", peer_)
+        .kv("device", device_)
+        .kv("tls", tls_.protocol())
         .kv("cipher", tls_.ciphersuite());
     co_return true;
   }
@@ -208,7 +224,11 @@ class Session {
   // Sends Error{code, message} (best effort) before the session closes.
   awaitable<void> refuse(wire::ErrorCode code, const std::string& message) {
     ctx_->metrics->frames_rejected.fetch_add(1);
-    log_warn("connection_refused").kv("peer", peer_).kv("device", device_).kv("code", unsigned(code)).kv("message", message);
+    log_warn("connection_refused")
+        .kv("peer", peer_)
+        .kv("device", device_)
+        .kv("code", unsigned(code))
+        .kv("message", message);
     wire::Error e;
     e.code = code;
     e.message = message.substr(0, wire::kMaxErrorMessageBytes);
@@ -219,7 +239,8 @@ class Session {
   awaitable<bool> fill() {
     uint8_t buffer[kReadChunkBytes];
     std::error_code ec;
-    const size_t n = co_await socket_.async_read_some(asio::buffer(buffer), asio::redirect_error(asio::use_awaitable, ec));
+    const size_t n =
+        co_await socket_.async_read_some(asio::buffer(buffer), asio::redirect_error(asio::use_awaitable, ec));
     if (ec || n == 0) co_return false;
     if (ctx_->options->insecure_plaintext_for_tests) {
       plain_.insert(plain_.end(), buffer, buffer + n);
@@ -234,7 +255,8 @@ class Session {
     const Span<const uint8_t> out = tls_.outgoing();
     if (out.size() == 0) co_return true;
     std::error_code ec;
-    co_await asio::async_write(socket_, asio::buffer(out.data(), out.size()), asio::redirect_error(asio::use_awaitable, ec));
+    co_await asio::async_write(socket_, asio::buffer(out.data(), out.size()),
+                               asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return false;
     tls_.consume_outgoing(out.size());
     co_return true;
@@ -345,7 +367,8 @@ awaitable<void> serve_http(Context* ctx, tcp::socket socket) {
   char buffer[1024];
   while (request.find("\r\n\r\n") == std::string::npos && request.find("\n\n") == std::string::npos) {
     std::error_code ec;
-    const size_t n = co_await socket.async_read_some(asio::buffer(buffer), asio::redirect_error(asio::use_awaitable, ec));
+    const size_t n =
+        co_await socket.async_read_some(asio::buffer(buffer), asio::redirect_error(asio::use_awaitable, ec));
     if (ec || request.size() + n > kMaxHttpRequestBytes) {
       *alive = false;
       dog->timer.cancel();
@@ -370,8 +393,9 @@ awaitable<void> serve_http(Context* ctx, tcp::socket socket) {
     type = "text/plain; charset=utf-8";
     body = "try /metrics or /healthz\n";
   }
-  std::string response = "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " +
-                         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  std::string response = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
+                         "\r\nContent-Length: " + std::to_string(body.size()) +
+                         "\r\nConnection: close\r\n\r\n" + body;
   std::error_code ec;
   co_await asio::async_write(socket, asio::buffer(response), asio::redirect_error(asio::use_awaitable, ec));
   *alive = false;
@@ -409,8 +433,8 @@ void print_progress(const RoundManager& rounds, size_t* printed) {
 void print_summary(const RoundManager& rounds, const ServerOptions& options) {
   const auto& history = rounds.history();
   uint64_t up = 0, down = 0, updates = 0;
-  std::printf("\n%-6s %-10s %8s %12s %12s %9s %9s\n", "round", "state", "updates", "bytes up", "bytes down", "seconds",
-              "test acc");
+  std::printf("\n%-6s %-10s %8s %12s %12s %9s %9s\n", "round", "state", "updates", "bytes up", "bytes down",
+              "seconds", "test acc");
   for (const auto& r : history) {
     char acc[16] = "-";
     if (r.test_accuracy >= 0) std::snprintf(acc, sizeof acc, "%.4f", double(r.test_accuracy));
@@ -426,8 +450,10 @@ void print_summary(const RoundManager& rounds, const ServerOptions& options) {
               static_cast<unsigned long long>(updates), static_cast<unsigned long long>(up),
               options.rounds.uplink_codec.c_str(), updates ? double(up) / double(updates) / 1e3 : 0.0);
   if (updates > 0 && bf16 > 0) {
-    std::printf("bf16 uploads of the same updates: %.0f bytes (%.1f kB each): %.3fx bf16's bytes, %.1f times fewer.\n",
-                bf16, double(rounds.bf16_update_bytes()) / 1e3, double(up) / bf16, bf16 / double(up));
+    std::printf(
+        "bf16 uploads of the same updates: %.0f bytes (%.1f kB each): %.3fx bf16's bytes, %.1f times "
+        "fewer.\n",
+        bf16, double(rounds.bf16_update_bytes()) / 1e3, double(up) / bf16, bf16 / double(up));
   }
   std::printf("model downloads: %llu bytes (float32). Final model version %llu: %s/global.safetensors\n",
               static_cast<unsigned long long>(down), static_cast<unsigned long long>(rounds.model_version()),
@@ -436,10 +462,14 @@ void print_summary(const RoundManager& rounds, const ServerOptions& options) {
   if (!options.summary_file.empty()) {
     std::ofstream out(options.summary_file);
     for (const auto& r : history) {
-      out << "{\"round\":" << r.round_id << ",\"state\":\"" << round_state_name(r.state) << "\",\"updates\":" << r.accepted
-          << ",\"upload_bytes\":" << r.upload_bytes << ",\"download_bytes\":" << r.download_bytes
-          << ",\"seconds\":" << r.seconds << ",\"test_accuracy\":";
-      if (r.test_accuracy >= 0) out << r.test_accuracy; else out << "null";
+      out << "{\"round\":" << r.round_id << ",\"state\":\"" << round_state_name(r.state)
+          << "\",\"updates\":" << r.accepted << ",\"upload_bytes\":" << r.upload_bytes
+          << ",\"download_bytes\":" << r.download_bytes << ",\"seconds\":" << r.seconds
+          << ",\"test_accuracy\":";
+      if (r.test_accuracy >= 0)
+        out << r.test_accuracy;
+      else
+        out << "null";
       out << ",\"bf16_upload_bytes\":" << rounds.bf16_update_bytes() * r.accepted << "}\n";
     }
   }
@@ -462,7 +492,8 @@ int run_server(const ServerOptions& options) {
   std::unique_ptr<net::TlsCredentials> credentials;
   if (options.insecure_plaintext_for_tests) {
     log_warn("INSECURE_PLAINTEXT_FOR_TESTS")
-        .kv("message", "TLS is off: anyone can connect and impersonate any device. Never use this outside tests.");
+        .kv("message",
+            "TLS is off: anyone can connect and impersonate any device. Never use this outside tests.");
   } else {
     if (net::tls_global_init(&error) != Status::kOk ||
         net::TlsCredentials::load(net::TlsRole::kServer, options.tls, &credentials, &error) != Status::kOk) {
@@ -511,7 +542,10 @@ int run_server(const ServerOptions& options) {
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    log_error("listen_failed").kv("address", options.listen_host).kv("port", unsigned(options.port)).kv("error", ec.message());
+    log_error("listen_failed")
+        .kv("address", options.listen_host)
+        .kv("port", unsigned(options.port))
+        .kv("error", ec.message());
     return 2;
   }
   tcp::acceptor http(io);
@@ -595,9 +629,9 @@ int run_server(const ServerOptions& options) {
       .kv("p99_upload_to_ack_s", metrics.upload_latency_quantile(0.99))
       .kv("peak_rss_kb", peak_rss_kb())
       .kv("handshakes", metrics.handshakes_ok.load())
-      .kv("handshake_ms_mean", metrics.handshakes_ok.load()
-                                   ? double(metrics.handshake_us_total.load()) / 1e3 / double(metrics.handshakes_ok.load())
-                                   : 0.0);
+      .kv("handshake_ms_mean", metrics.handshakes_ok.load() ? double(metrics.handshake_us_total.load()) /
+                                                                  1e3 / double(metrics.handshakes_ok.load())
+                                                            : 0.0);
   print_summary(rounds, options);
   return exit_code;
 }

@@ -20,18 +20,18 @@ namespace edgefl::server {
 
 struct ServerOptions {
   std::string listen_host = "127.0.0.1";
-  uint16_t port = 7443;                 // 0: an ephemeral port (written to port_file)
+  uint16_t port = 7443;  // 0: an ephemeral port (written to port_file)
   std::string metrics_host = "127.0.0.1";
-  uint16_t metrics_port = 0;            // 0: no metrics listener
-  std::string port_file;                // if set: "<port> <metrics port>\n" written once listening
+  uint16_t metrics_port = 0;  // 0: no metrics listener
+  std::string port_file;      // if set: "<port> <metrics port>\n" written once listening
   net::TlsFiles tls;
   bool insecure_plaintext_for_tests = false;  // no TLS, device id = "insecure-<connection>"
   uint32_t handshake_timeout_ms = 10000;
   uint32_t idle_timeout_ms = 60000;
   uint32_t max_connections = 1024;
-  uint32_t drain_ms = 3000;             // after the last round: answer kDraining this long, then exit
-  std::string summary_file;             // if set: the per-round summary as JSON lines
-  bool progress = false;                // one human-readable line per round on stdout
+  uint32_t drain_ms = 3000;  // after the last round: answer kDraining this long, then exit
+  std::string summary_file;  // if set: the per-round summary as JSON lines
+  bool progress = false;     // one human-readable line per round on stdout
   RoundOptions rounds;
 };
 

@@ -501,7 +501,8 @@ TEST_SUITE("codec.roundtrip") {
   TEST_CASE("the fp16 and bf16 references agree with the compiler's conversions") {
 // The compiler's IEEE binary16: _Float16 (C++ on x86 since GCC 12, on ARM since GCC 13; clang), or
 // ARM's __fp16 where it is IEEE (always on AArch64; with -mfp16-format=ieee on 32-bit ARM).
-#if defined(__FLT16_MAX__) && (defined(__clang__) || __GNUC__ >= 13 || !(defined(__arm__) || defined(__aarch64__)))
+#if defined(__FLT16_MAX__) && \
+    (defined(__clang__) || __GNUC__ >= 13 || !(defined(__arm__) || defined(__aarch64__)))
     using CompilerHalf = _Float16;
 #define EDGEFL_TEST_COMPILER_HALF 1
 #elif defined(__ARM_FP16_FORMAT_IEEE)

@@ -712,7 +712,8 @@ TEST_SUITE("sketch.internal") {
     for (int t = 0; t < trials; ++t) {
       const unsigned symbols = 1 + static_cast<unsigned>(rng.below(t % 3 == 0 ? 256 : 12));
       std::vector<uint32_t> freq(symbols);
-      for (uint32_t& f : freq) f = rng.below(4) == 0 ? 0 : 1 + static_cast<uint32_t>(rng.below(1u << rng.below(12)));
+      for (uint32_t& f : freq)
+        f = rng.below(4) == 0 ? 0 : 1 + static_cast<uint32_t>(rng.below(1u << rng.below(12)));
       freq[rng.below(symbols)] += 1;
       std::vector<uint8_t> lengths(symbols);
       entropy::huffman_lengths(freq.data(), symbols, lengths.data());
@@ -772,10 +773,11 @@ TEST_SUITE("sketch.internal") {
       std::vector<uint32_t> counts(symbols);
       const unsigned shape = static_cast<unsigned>(rng.below(4));
       for (unsigned sym = 0; sym < symbols; ++sym) {
-        if (shape == 0) counts[sym] = static_cast<uint32_t>(rng.below(1000));               // flat
-        if (shape == 1) counts[sym] = static_cast<uint32_t>(100000 * pow(0.7, sym));      // geometric
+        if (shape == 0) counts[sym] = static_cast<uint32_t>(rng.below(1000));         // flat
+        if (shape == 1) counts[sym] = static_cast<uint32_t>(100000 * pow(0.7, sym));  // geometric
         if (shape == 2) counts[sym] = rng.below(3) == 0 ? static_cast<uint32_t>(rng.below(50)) : 0;  // sparse
-        if (shape == 3) counts[sym] = sym == symbols / 2 ? 1000000 : static_cast<uint32_t>(rng.below(2));  // one dominant
+        if (shape == 3)
+          counts[sym] = sym == symbols / 2 ? 1000000 : static_cast<uint32_t>(rng.below(2));  // one dominant
       }
       counts[rng.below(symbols)] += 1;
       uint16_t freq[entropy::kRansMaxSymbols];
@@ -798,7 +800,8 @@ TEST_SUITE("sketch.internal") {
       std::vector<uint8_t> msg;
       for (unsigned sym = 0; sym < symbols; ++sym) msg.insert(msg.end(), freq[sym] > 0 ? 3 : 0, uint8_t(sym));
       std::vector<uint8_t> stream(msg.size() * 4 + 64);
-      const size_t n = entropy::rans_encode(msg.data(), msg.size(), freq, symbols, stream.data(), stream.size());
+      const size_t n =
+          entropy::rans_encode(msg.data(), msg.size(), freq, symbols, stream.data(), stream.size());
       REQUIRE(n > 0);
       REQUIRE(dec.begin(stream.data(), n) == Status::kOk);
       std::vector<uint8_t> out(msg.size());
@@ -871,12 +874,14 @@ TEST_SUITE("sketch.internal") {
       std::vector<uint32_t> counts;
     };
     std::vector<Case> cases;
-    cases.push_back({"binomial 16 (q4 codes)", 16, {1, 12, 60, 180, 400, 650, 800, 820, 640, 400, 200, 80, 25, 6, 1, 1}});
+    cases.push_back(
+        {"binomial 16 (q4 codes)", 16, {1, 12, 60, 180, 400, 650, 800, 820, 640, 400, 200, 80, 25, 6, 1, 1}});
     cases.push_back({"two symbols, skewed", 2, {4000, 3}});
     cases.push_back({"one symbol (frequency 4096)", 4, {0, 0, 7, 0}});
     {
       Case c{"256 symbols, geometric", 256, std::vector<uint32_t>(256)};
-      for (unsigned sym = 0; sym < 256; ++sym) c.counts[sym] = 1 + static_cast<uint32_t>(20000 * pow(0.97, sym));
+      for (unsigned sym = 0; sym < 256; ++sym)
+        c.counts[sym] = 1 + static_cast<uint32_t>(20000 * pow(0.97, sym));
       cases.push_back(c);
     }
     {
@@ -894,8 +899,8 @@ TEST_SUITE("sketch.internal") {
       for (unsigned sym = 0; sym < c.symbols; ++sym)
         if (c.counts[sym]) present.push_back(sym);
       edgefl_test::SplitMix64 rng(11);
-      for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{7}, size_t{8}, size_t{9},
-                           size_t{1000}, size_t{4099}, size_t{65537}}) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{7}, size_t{8},
+                           size_t{9}, size_t{1000}, size_t{4099}, size_t{65537}}) {
         INFO("case: ", c.name, "  count: ", count);
         // Symbols drawn by the counts (the coder's model), so that the stream is realistic.
         std::vector<uint8_t> msg(count);
@@ -908,7 +913,8 @@ TEST_SUITE("sketch.internal") {
           m = static_cast<uint8_t>(sym);
         }
         std::vector<uint8_t> stream(count * 2 + 64);
-        const size_t bytes = entropy::rans_encode(msg.data(), count, freq, c.symbols, stream.data(), stream.size());
+        const size_t bytes =
+            entropy::rans_encode(msg.data(), count, freq, c.symbols, stream.data(), stream.size());
         REQUIRE(bytes >= entropy::kRansStateBytes);
         CHECK(bytes % 2 == 0);
         stream.resize(bytes);
@@ -1163,14 +1169,15 @@ TEST_SUITE("sketch.internal") {
   }
 
   TEST_CASE("skc: sortable_key is strictly monotone over the finite floats, with -0 as +0") {
-    std::vector<float> v = {-FLT_MAX, -1e30f, -2.0f, -1.0f, -FLT_MIN, -1.4e-45f, 0.0f,
-                            1.4e-45f, FLT_MIN, 1.0f, 2.0f, 1e30f, FLT_MAX};
+    std::vector<float> v = {-FLT_MAX, -1e30f,  -2.0f, -1.0f, -FLT_MIN, -1.4e-45f, 0.0f,
+                            1.4e-45f, FLT_MIN, 1.0f,  2.0f,  1e30f,    FLT_MAX};
     edgefl_test::SplitMix64 rng(21);
     for (int i = 0; i < 20000; ++i) v.push_back(random_finite_float(rng));
     std::sort(v.begin(), v.end());
     v.erase(std::unique(v.begin(), v.end()), v.end());  // -0 == +0: one of them stays
     size_t bad = 0;
-    for (size_t i = 1; i < v.size(); ++i) bad += skc::sortable_key(v[i - 1]) < skc::sortable_key(v[i]) ? 0 : 1;
+    for (size_t i = 1; i < v.size(); ++i)
+      bad += skc::sortable_key(v[i - 1]) < skc::sortable_key(v[i]) ? 0 : 1;
     CHECK(bad == 0);
     CHECK(skc::sortable_key(-0.0f) == skc::sortable_key(0.0f));
     CHECK(skc::sortable_key(-1.4e-45f) + 1 == skc::sortable_key(0.0f));

@@ -54,12 +54,12 @@ class TlsCredentials;
 struct RoundTask {
   uint64_t round_id = 0;
   uint64_t model_version = 0;
-  std::string model_spec;      // edgefl/model.h grammar
+  std::string model_spec;  // edgefl/model.h grammar
   size_t parameter_count = 0;
-  TrainConfig training;        // hyper-parameters (and the round's training seed)
-  std::string codec;           // the uplink codec spec
+  TrainConfig training;  // hyper-parameters (and the round's training seed)
+  std::string codec;     // the uplink codec spec
   uint64_t codec_seed = 0;
-  uint32_t deadline_ms = 0;    // from the offer's receipt
+  uint32_t deadline_ms = 0;  // from the offer's receipt
 };
 
 // The app's training engine for network rounds.
@@ -73,7 +73,8 @@ class LocalTrainer {
   [[nodiscard]] virtual Status prepare(const RoundTask& task) = 0;
   // delta = local - global (parameter_count floats each); *samples = examples used (the update's
   // weight, > 0); *loss = mean training loss.
-  [[nodiscard]] virtual Status fit(Span<const float> global, Span<float> delta, uint32_t* samples, float* loss) = 0;
+  [[nodiscard]] virtual Status fit(Span<const float> global, Span<float> delta, uint32_t* samples,
+                                   float* loss) = 0;
 };
 
 // The built-in trainer: SgdTrainer (edgefl/trainer.h) on the samples `indices` of `data` (both
@@ -83,7 +84,8 @@ class DatasetTrainer final : public LocalTrainer {
   DatasetTrainer(const Dataset* data, std::vector<uint32_t> indices);
   size_t memory_bytes(const RoundTask& task) const override;
   [[nodiscard]] Status prepare(const RoundTask& task) override;
-  [[nodiscard]] Status fit(Span<const float> global, Span<float> delta, uint32_t* samples, float* loss) override;
+  [[nodiscard]] Status fit(Span<const float> global, Span<float> delta, uint32_t* samples,
+                           float* loss) override;
   size_t sample_count() const { return indices_.size(); }
 
  private:
@@ -115,23 +117,23 @@ enum class LogLevel : uint8_t { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 struct ClientOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 7443;
-  std::string server_name = "localhost";  // must match the server certificate ("" = no check: unsafe)
-  std::string ca_file;                    // PEM: the CA that issued the server's certificate
-  std::string cert_file;                  // PEM: this device's certificate (CN = device id)
-  std::string key_file;                   // PEM: its private key
+  std::string server_name = "localhost";      // must match the server certificate ("" = no check: unsafe)
+  std::string ca_file;                        // PEM: the CA that issued the server's certificate
+  std::string cert_file;                      // PEM: this device's certificate (CN = device id)
+  std::string key_file;                       // PEM: its private key
   bool insecure_plaintext_for_tests = false;  // no TLS; only against a server started the same way
 
   uint64_t memory_budget_bytes = 64ull << 20;  // a round that needs more is refused up front
   ResidualPrecision residual_precision = ResidualPrecision::kFp32;
-  bool error_feedback = true;                  // for codecs that need it (needs_error_feedback())
-  uint32_t upload_chunk_bytes = 64 * 1024;     // <= the offer's max_chunk_bytes
+  bool error_feedback = true;               // for codecs that need it (needs_error_feedback())
+  uint32_t upload_chunk_bytes = 64 * 1024;  // <= the offer's max_chunk_bytes
   uint32_t connect_timeout_ms = 10000;
-  uint32_t io_timeout_ms = 30000;              // per message
-  uint32_t backoff_initial_ms = 200;           // reconnect: min(max, initial x 2^attempt) x U[0.5, 1]
+  uint32_t io_timeout_ms = 30000;     // per message
+  uint32_t backoff_initial_ms = 200;  // reconnect: min(max, initial x 2^attempt) x U[0.5, 1]
   uint32_t backoff_max_ms = 10000;
-  uint32_t max_attempts = 20;                  // connection attempts per round before giving up
-  uint32_t max_wait_ms = 3600000;              // longest total RetryLater wait in one run_round()
-  uint64_t seed = 0;                           // jitter and upload ids (0: from the OS)
+  uint32_t max_attempts = 20;      // connection attempts per round before giving up
+  uint32_t max_wait_ms = 3600000;  // longest total RetryLater wait in one run_round()
+  uint64_t seed = 0;               // jitter and upload ids (0: from the OS)
   std::string sdk_version = "edgefl 0.1";
   // Test hook: drop the connection after this many upload chunks of the first attempt (0 = never).
   uint32_t test_disconnect_after_chunks = 0;
@@ -172,19 +174,19 @@ struct RoundResult {
   uint64_t round_id = 0;
   uint64_t model_version = 0;
   std::string codec;
-  uint64_t update_bytes = 0;      // the encoded update
-  uint64_t uploaded_bytes = 0;    // update bytes sent (more than update_bytes if chunks were resent)
-  uint64_t model_bytes = 0;       // model bytes downloaded this round
-  uint64_t wire_bytes_up = 0;     // frames sent, all messages
-  uint64_t wire_bytes_down = 0;   // frames received
+  uint64_t update_bytes = 0;     // the encoded update
+  uint64_t uploaded_bytes = 0;   // update bytes sent (more than update_bytes if chunks were resent)
+  uint64_t model_bytes = 0;      // model bytes downloaded this round
+  uint64_t wire_bytes_up = 0;    // frames sent, all messages
+  uint64_t wire_bytes_down = 0;  // frames received
   uint32_t samples = 0;
   float train_loss = 0;
   double train_seconds = 0;
   double encode_seconds = 0;
-  double wait_seconds = 0;        // RetryLater waits and backoff
+  double wait_seconds = 0;  // RetryLater waits and backoff
   double total_seconds = 0;
   uint32_t reconnects = 0;
-  uint64_t resumed_at = 0;        // offset an interrupted upload resumed from (0: none)
+  uint64_t resumed_at = 0;  // offset an interrupted upload resumed from (0: none)
   MemoryPlan memory;
   // With ClientOptions::heap_probe: the largest heap in use at the sampled points of the round,
   // minus the heap in use when the round started; and the heap one TLS connection took
@@ -213,7 +215,8 @@ class Client {
   // Rounds until `rounds` were accepted (0 = no limit) or the server drains. progress() is
   // called after each round.
   using Progress = std::function<void(const RoundResult&)>;
-  [[nodiscard]] Status participate(LocalTrainer& trainer, uint32_t rounds, const Progress& progress, std::string* error);
+  [[nodiscard]] Status participate(LocalTrainer& trainer, uint32_t rounds, const Progress& progress,
+                                   std::string* error);
 
   void cancel();
 

@@ -7,16 +7,24 @@
 
 namespace edgefl {
 
-// SplitMix64 (Steele, Lea, Flood, OOPSLA 2014): a sequential generator for sampling and keys.
+// One step of SplitMix64 (Steele, Lea, Flood, OOPSLA 2014) on a caller-held state.
+inline uint64_t splitmix64_next(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [0, 1) from the top 53 bits of `bits`.
+inline double unit_double(uint64_t bits) {
+  return double(bits >> 11) * 0x1.0p-53;
+}
+
+// SplitMix64: a sequential generator for sampling and keys.
 class SplitMix64 {
  public:
   explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return splitmix64_next(&state_); }
   uint32_t next32() { return uint32_t(next() >> 32); }
   // Uniform in [0, bound) by multiply-shift (Lemire 2019); bias < bound / 2^32.
   uint32_t below(uint32_t bound) { return uint32_t((uint64_t(next32()) * bound) >> 32); }

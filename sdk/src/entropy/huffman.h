@@ -96,7 +96,7 @@ class HuffmanDecoder {
   }
 
  private:
-  uint32_t* table_;                         // see the layout at the top of this file
+  uint32_t* table_;                           // see the layout at the top of this file
   uint8_t lengths_[kHuffmanMaxSymbols] = {};  // code length of each symbol (for get())
 };
 

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "core/rng.h"
 #include "edgefl/wire.h"
 #include "net/digest.h"
 #include "net/tls_credentials.h"
@@ -36,13 +37,6 @@ std::string kb(size_t bytes) {
   return text;
 }
 
-uint64_t splitmix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 RoundOutcome outcome_of(wire::UpdateDisposition d) {
   switch (d) {
     case wire::UpdateDisposition::kAccepted: return RoundOutcome::kAccepted;
@@ -53,10 +47,6 @@ RoundOutcome outcome_of(wire::UpdateDisposition d) {
   }
   return RoundOutcome::kRejected;
 }
-
-uint32_t hello_bits_sparsifiers() { return wire::kKnownSparsifierBits; }
-uint32_t hello_bits_values() { return wire::kKnownValueCoderBits; }
-uint32_t hello_bits_indices() { return wire::kKnownIndexCodingBits; }
 
 }  // namespace
 
@@ -73,9 +63,9 @@ const char* round_outcome_name(RoundOutcome outcome) {
 }
 
 std::string MemoryPlan::describe() const {
-  return "model " + kb(model) + " + delta " + kb(delta) + " + residual " + kb(residual) + " + codec workspace " +
-         kb(codec_workspace) + " + encoded update " + kb(encoded) + " + trainer " + kb(trainer) + " + TLS " + kb(tls) +
-         " = " + kb(total());
+  return "model " + kb(model) + " + delta " + kb(delta) + " + residual " + kb(residual) +
+         " + codec workspace " + kb(codec_workspace) + " + encoded update " + kb(encoded) + " + trainer " +
+         kb(trainer) + " + TLS " + kb(tls) + " = " + kb(total());
 }
 
 // An encoded update waiting for its ack, kept across reconnects so that the upload resumes.
@@ -148,7 +138,8 @@ Status Client::sleep_ms(uint64_t ms) {
   const auto until = Clock::now() + std::chrono::milliseconds(ms);
   while (Clock::now() < until) {
     if (cancelled_.load()) return Status::kCancelled;
-    std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(50)));
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(50)));
   }
   return cancelled_.load() ? Status::kCancelled : Status::kOk;
 }
@@ -156,11 +147,12 @@ Status Client::sleep_ms(uint64_t ms) {
 // Exponential backoff with jitter before reconnect number `attempt` (>= 1):
 // min(max, initial x 2^attempt) x U[0.5, 1].
 Status Client::back_off(uint32_t attempt, RoundResult* result) {
-  const double cap = std::min<double>(options_.backoff_max_ms,
-                                      double(options_.backoff_initial_ms) * std::ldexp(1.0, int(std::min(attempt, 20u))));
-  const double jitter = 0.5 + 0.5 * double(splitmix64(&rng_state_) >> 11) * 0x1.0p-53;
-  note(LogLevel::kInfo, "reconnecting in " + std::to_string(static_cast<uint64_t>(cap * jitter)) + " ms (attempt " +
-                            std::to_string(attempt + 1) + ")");
+  const double cap =
+      std::min<double>(options_.backoff_max_ms,
+                       double(options_.backoff_initial_ms) * std::ldexp(1.0, int(std::min(attempt, 20u))));
+  const double jitter = 0.5 + 0.5 * unit_double(splitmix64_next(&rng_state_));
+  note(LogLevel::kInfo, "reconnecting in " + std::to_string(static_cast<uint64_t>(cap * jitter)) +
+                            " ms (attempt " + std::to_string(attempt + 1) + ")");
   const auto t0 = Clock::now();
   const Status s = sleep_ms(static_cast<uint64_t>(cap * jitter));
   result->wait_seconds += seconds_since(t0);
@@ -175,11 +167,13 @@ Status Client::connect_with_backoff(RoundResult* result, std::string* error) {
   for (uint32_t attempt = 0; attempt < options_.max_attempts; ++attempt) {
     if (cancelled_.load()) return Status::kCancelled;
     if (attempt > 0) EDGEFL_RETURN_IF_ERROR(back_off(attempt, result));
-    const Status s = connection_->connect(options_.host, options_.port, credentials_.get(), options_.connect_timeout_ms, &last);
+    const Status s = connection_->connect(options_.host, options_.port, credentials_.get(),
+                                          options_.connect_timeout_ms, &last);
     if (s == Status::kOk) {
       if (options_.heap_probe) {
         const size_t after = options_.heap_probe();
-        result->heap_tls_bytes = std::max(result->heap_tls_bytes, after > heap_before ? after - heap_before : 0);
+        result->heap_tls_bytes =
+            std::max(result->heap_tls_bytes, after > heap_before ? after - heap_before : 0);
       }
       return s;
     }
@@ -252,7 +246,8 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
     auto server_error = [&](const wire::Message& m) -> Status {
       const auto* e = std::get_if<wire::Error>(&m);
       if (e == nullptr) {
-        *error = std::string("unexpected ") + wire::message_type_name(wire::message_type(m)) + " from the server";
+        *error =
+            std::string("unexpected ") + wire::message_type_name(wire::message_type(m)) + " from the server";
         connection_->close();
         return Status::kProtocolError;
       }
@@ -264,20 +259,23 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
     // 1. Hello.
     wire::Hello hello;
     hello.sdk_version = options_.sdk_version;
-    hello.supported_sparsifiers = hello_bits_sparsifiers();
-    hello.supported_value_coders = hello_bits_values();
-    hello.supported_index_codings = hello_bits_indices();
-    hello.memory_budget_bytes = std::clamp<uint64_t>(options_.memory_budget_bytes, 1, wire::kMaxMemoryBudgetBytes);
+    hello.supported_sparsifiers = wire::kKnownSparsifierBits;
+    hello.supported_value_coders = wire::kKnownValueCoderBits;
+    hello.supported_index_codings = wire::kKnownIndexCodingBits;
+    hello.memory_budget_bytes =
+        std::clamp<uint64_t>(options_.memory_budget_bytes, 1, wire::kMaxMemoryBudgetBytes);
     hello.cpu_cores = static_cast<uint16_t>(std::min(std::thread::hardware_concurrency(), 1024u));
     wire::Message reply;
     s = exchange(wire::Message{hello}, &reply);
     if (s != Status::kOk) {
-      if (fresh && !options_.insecure_plaintext_for_tests && (s == Status::kConnectionFailed || s == Status::kTlsError) &&
+      if (fresh && !options_.insecure_plaintext_for_tests &&
+          (s == Status::kConnectionFailed || s == Status::kTlsError) &&
           ++silent_refusals >= kSilentRefusalsBeforeGivingUp) {
         connection_->close();
         *error = "the server closed " + std::to_string(silent_refusals) +
                  " fresh TLS connections before answering Hello: it refuses this device's certificate "
-                 "(expired, revoked, or from another CA); last error: " + *error;
+                 "(expired, revoked, or from another CA); last error: " +
+                 *error;
         return finish(Status::kTlsHandshakeFailed);
       }
       if (retry_or_fail(s)) continue;
@@ -290,15 +288,16 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
         result->outcome = RoundOutcome::kServerDraining;
         return finish(Status::kOk);
       }
-      const double wait = retry->retry_after_ms + double(retry->retry_window_ms) *
-                                                      (double(splitmix64(&rng_state_) >> 11) * 0x1.0p-53);
+      const double wait =
+          retry->retry_after_ms + double(retry->retry_window_ms) * unit_double(splitmix64_next(&rng_state_));
       if (waited_ms + wait > options_.max_wait_ms) {
         *error = "no task within " + std::to_string(options_.max_wait_ms) + " ms";
         return finish(Status::kTimeout);
       }
       waited_ms += wait;
-      note(LogLevel::kInfo, "no task (reason " + std::to_string(static_cast<int>(retry->reason)) + "): retrying in " +
-                                std::to_string(static_cast<uint64_t>(wait)) + " ms, as the server asks");
+      note(LogLevel::kInfo, "no task (reason " + std::to_string(static_cast<int>(retry->reason)) +
+                                "): retrying in " + std::to_string(static_cast<uint64_t>(wait)) +
+                                " ms, as the server asks");
       // Long waits release the connection; short ones keep it.
       if (wait > 5000) connection_->close();
       const auto t0 = Clock::now();
@@ -393,7 +392,8 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
           hash.update({chunk->data.data(), chunk->data.size()});
           const uint8_t* b = chunk->data.data();
           for (size_t i = 0; i < chunk->data.size() / 4; ++i, b += 4) {
-            const uint32_t bits = uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
+            const uint32_t bits =
+                uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
             std::memcpy(&model_[received / 4 + i], &bits, 4);
           }
           received += chunk->data.size();
@@ -438,8 +438,9 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
                                                 options_.residual_precision));
           feedback_codec_ = task.codec;
         }
-        s = feedback_.encode(codec, {delta_.data(), n}, task.codec_seed, {workspace_.data(), workspace_.size()},
-                             {p->bytes.data(), p->bytes.size()}, &written);
+        s = feedback_.encode(codec, {delta_.data(), n}, task.codec_seed,
+                             {workspace_.data(), workspace_.size()}, {p->bytes.data(), p->bytes.size()},
+                             &written);
       } else {
         s = encode(codec, {delta_.data(), n}, task.codec_seed, {workspace_.data(), workspace_.size()},
                    {p->bytes.data(), p->bytes.size()}, &written);
@@ -456,10 +457,11 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       p->round_id = offer->round_id;
       p->nonce = offer->round_nonce;
       for (size_t i = 0; i < p->upload_id.size(); i += 8) {
-        const uint64_t r = splitmix64(&rng_state_);
+        const uint64_t r = splitmix64_next(&rng_state_);
         std::memcpy(p->upload_id.data() + i, &r, std::min<size_t>(8, p->upload_id.size() - i));
       }
-      if (std::all_of(p->upload_id.begin(), p->upload_id.end(), [](uint8_t b) { return b == 0; })) p->upload_id[0] = 1;
+      if (std::all_of(p->upload_id.begin(), p->upload_id.end(), [](uint8_t b) { return b == 0; }))
+        p->upload_id[0] = 1;
       pending_ = std::move(p);
       continue;  // reconnect, Hello again (the same offer), then upload
     }
@@ -487,8 +489,8 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       return finish(Status::kProtocolError);
     }
     if (status->offset > 0 && status->offset < p.bytes.size()) result->resumed_at = status->offset;
-    const uint32_t chunk_bytes =
-        std::max<uint32_t>(1, std::min({options_.upload_chunk_bytes, offer->max_chunk_bytes, wire::kMaxChunkBytes}));
+    const uint32_t chunk_bytes = std::max<uint32_t>(
+        1, std::min({options_.upload_chunk_bytes, offer->max_chunk_bytes, wire::kMaxChunkBytes}));
     uint64_t offset = status->offset;
     bool dropped = false;
     while (offset < p.bytes.size()) {
@@ -550,7 +552,8 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
   }
 }
 
-Status Client::participate(LocalTrainer& trainer, uint32_t rounds, const Progress& progress, std::string* error) {
+Status Client::participate(LocalTrainer& trainer, uint32_t rounds, const Progress& progress,
+                           std::string* error) {
   uint32_t accepted = 0;
   while (rounds == 0 || accepted < rounds) {
     RoundResult result;

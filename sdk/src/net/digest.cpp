@@ -26,7 +26,9 @@ Sha256::Sha256() {
   mbedtls_sha256_starts(as_context(context_), /*is224=*/0);
 }
 
-Sha256::~Sha256() { mbedtls_sha256_free(as_context(context_)); }
+Sha256::~Sha256() {
+  mbedtls_sha256_free(as_context(context_));
+}
 
 void Sha256::update(Span<const uint8_t> bytes) {
   if (bytes.size() != 0) mbedtls_sha256_update(as_context(context_), bytes.data(), bytes.size());

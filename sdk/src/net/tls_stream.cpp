@@ -2,9 +2,9 @@
 
 #include <asio.hpp>
 
+#include <string.h>
 #include <algorithm>
 #include <chrono>
-#include <string.h>
 
 #include "net/tls_credentials.h"
 #include "net/tls_session.h"
@@ -55,17 +55,25 @@ struct Connection::Impl {
 };
 
 Connection::Connection() : impl_(new Impl) {}
-Connection::~Connection() { close(); }
+Connection::~Connection() {
+  close();
+}
 
-bool Connection::is_open() const { return impl_->open; }
+bool Connection::is_open() const {
+  return impl_->open;
+}
 
 void Connection::set_transport(const Transport& transport) {
   close();
   transport_ = transport;
 }
 
-void Connection::cancel() { cancelled_.store(true); }
-void Connection::reset_cancel() { cancelled_.store(false); }
+void Connection::cancel() {
+  cancelled_.store(true);
+}
+void Connection::reset_cancel() {
+  cancelled_.store(false);
+}
 
 std::string Connection::protocol() const {
   if (!impl_->tls) return "plaintext";
@@ -174,7 +182,8 @@ Status Connection::read_some_raw(std::vector<uint8_t>* into, uint32_t timeout_ms
   const Status s = impl_->wait(done, Clock::now() + std::chrono::milliseconds(timeout_ms), cancelled_);
   if (s == Status::kTimeout) return fail(s, "timed out waiting for the server", error);
   if (s != Status::kOk) return fail(s, "cancelled", error);
-  if (result == asio::error::eof) return fail(Status::kConnectionFailed, "the server closed the connection", error);
+  if (result == asio::error::eof)
+    return fail(Status::kConnectionFailed, "the server closed the connection", error);
   if (result) return fail(Status::kConnectionFailed, "receive failed: " + result.message(), error);
   socket_bytes_received_ += got;
   into->assign(buffer, buffer + got);
@@ -220,7 +229,8 @@ Status Connection::connect(const std::string& host, uint16_t port, const TlsCred
     s = impl_->wait(done, deadline, cancelled_);
     if (s == Status::kTimeout) return fail(s, "timed out connecting to " + where, error);
     if (s != Status::kOk) return fail(s, "cancelled", error);
-    if (result) return fail(Status::kConnectionFailed, "cannot connect to " + where + ": " + result.message(), error);
+    if (result)
+      return fail(Status::kConnectionFailed, "cannot connect to " + where + ": " + result.message(), error);
     impl_->socket.set_option(asio::ip::tcp::no_delay(true), ec);
   }
   impl_->open = true;
@@ -241,7 +251,8 @@ Status Connection::connect(const std::string& host, uint16_t port, const TlsCred
     if (ret == 0) break;
     if (ret != TlsSession::kWantRead) {
       return fail(Status::kTlsHandshakeFailed,
-                  "TLS handshake with " + where + " failed: " + describe_tls_failure(ret, impl_->tls->ssl()), error);
+                  "TLS handshake with " + where + " failed: " + describe_tls_failure(ret, impl_->tls->ssl()),
+                  error);
     }
     s = read_some_raw(&received, remaining_ms(), error);
     if (s != Status::kOk) {
@@ -263,8 +274,9 @@ Status Connection::send(const wire::Message& message, uint32_t timeout_ms, std::
   wire::DecodeDetail detail;
   Status s = wire::encode(message, &frame, &detail);
   if (s != Status::kOk) {
-    if (error) *error = std::string("cannot encode ") + wire::message_type_name(wire::message_type(message)) + ": " +
-                        status_name(s) + " " + detail.field;
+    if (error)
+      *error = std::string("cannot encode ") + wire::message_type_name(wire::message_type(message)) + ": " +
+               status_name(s) + " " + detail.field;
     return s;
   }
   frame_bytes_sent_ += frame.size();
@@ -307,8 +319,10 @@ Status Connection::read_plain(uint8_t* out, size_t size, uint32_t timeout_ms, st
       impl_->plain.assign(buffer, buffer + ret);
       continue;
     }
-    if (ret == TlsSession::kClosed) return fail(Status::kConnectionFailed, "the server closed the connection", error);
-    if (ret != TlsSession::kWantRead) return fail(Status::kTlsError, "TLS read failed: " + tls_error_text(ret), error);
+    if (ret == TlsSession::kClosed)
+      return fail(Status::kConnectionFailed, "the server closed the connection", error);
+    if (ret != TlsSession::kWantRead)
+      return fail(Status::kTlsError, "TLS read failed: " + tls_error_text(ret), error);
     s = read_some_raw(&received, left_ms, error);
     if (s != Status::kOk) return s;
     impl_->tls->feed({received.data(), received.size()});
@@ -327,7 +341,8 @@ Status Connection::receive(wire::Message* message, uint32_t timeout_ms, std::str
   if (s != Status::kOk) return s;
   wire::FrameHeader header;
   s = wire::read_frame_header({head, sizeof head}, &header);
-  if (s != Status::kOk) return fail(s, std::string("bad frame header from the server: ") + status_name(s), error);
+  if (s != Status::kOk)
+    return fail(s, std::string("bad frame header from the server: ") + status_name(s), error);
   std::vector<uint8_t> payload(header.payload_length);
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   s = read_plain(payload.data(), payload.size(), left > 0 ? static_cast<uint32_t>(left) : 0u, error);
@@ -336,8 +351,10 @@ Status Connection::receive(wire::Message* message, uint32_t timeout_ms, std::str
   wire::DecodeDetail detail;
   s = wire::decode(header, {payload.data(), payload.size()}, message, &detail);
   if (s != Status::kOk) {
-    return fail(s, std::string("bad ") + wire::message_type_name(header.type) + " from the server: " + status_name(s) +
-                       (detail.field[0] ? std::string(" (") + detail.field + ")" : std::string()),
+    return fail(s,
+                std::string("bad ") + wire::message_type_name(header.type) +
+                    " from the server: " + status_name(s) +
+                    (detail.field[0] ? std::string(" (") + detail.field + ")" : std::string()),
                 error);
   }
   return Status::kOk;
