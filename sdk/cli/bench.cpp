@@ -1,4 +1,5 @@
 #include "bench.h"
+#include "codec/kernels.h"
 #include "core/rng.h"
 #include "entropy/rans.h"
 #include "sim.h"
@@ -238,6 +239,91 @@ std::vector<float> make_sparse_gaussian(double density, size_t n, uint64_t seed)
   return x;
 }
 
+namespace {
+
+// The kernel table's hot loops (quantisation, fp16/bf16, thresholds), timed for the scalar
+// reference and for the ISA table this CPU uses, in the same run: rows "kernel:<fn>[ref]" and
+// "kernel:<fn>[avx2|neon|neon-v7]". GB/s of fp32 input. Outputs are compared, so a row whose
+// table disagrees with the reference carries an error.
+std::vector<BenchResult> bench_kernel_tables(const std::string& dataset, const float* x, size_t n, int reps) {
+  std::vector<BenchResult> rows;
+  const int runs = std::max(reps, 5);
+  const uint32_t count = static_cast<uint32_t>(std::min<size_t>(n, UINT32_MAX / 8));
+  const Kernels* tables[2] = {&kernels_ref(), &kernels()};
+  const int table_count = &kernels() == &kernels_ref() ? 1 : 2;
+  float lo = 0, hi = 0;
+  kernels_ref().min_max(x, count, &lo, &hi);
+  const float range = hi > lo ? hi - lo : 1.0f;
+  const float peak = std::max(fabsf(lo), fabsf(hi));
+  const float limit_scale = peak > 0 ? 7.0f / peak : 1.0f;  // quantize_shared: codes -7..7
+  // Each kernel writes its output (or a summary) to `out`; the rows compare it across tables.
+  struct Case {
+    const char* name;
+    void (*run)(const Kernels&, const float*, uint32_t, float, float, float, std::vector<uint8_t>*);
+  };
+  const Case cases[] = {
+      {"max_abs_bits",
+       [](const Kernels& k, const float* v, uint32_t m, float, float, float, std::vector<uint8_t>* out) {
+         const uint32_t r = k.max_abs_bits(v, m);
+         out->assign(reinterpret_cast<const uint8_t*>(&r), reinterpret_cast<const uint8_t*>(&r) + 4);
+       }},
+      {"min_max",
+       [](const Kernels& k, const float* v, uint32_t m, float, float, float, std::vector<uint8_t>* out) {
+         float r[2];
+         k.min_max(v, m, &r[0], &r[1]);
+         out->assign(reinterpret_cast<const uint8_t*>(r), reinterpret_cast<const uint8_t*>(r) + 8);
+       }},
+      {"to_bf16",
+       [](const Kernels& k, const float* v, uint32_t m, float, float, float, std::vector<uint8_t>* out) {
+         out->resize(size_t(m) * 2);
+         k.to_bf16(v, m, out->data());
+       }},
+      {"to_fp16",
+       [](const Kernels& k, const float* v, uint32_t m, float, float, float, std::vector<uint8_t>* out) {
+         out->resize(size_t(m) * 2);
+         k.to_fp16(v, m, out->data());
+       }},
+      {"quantize_uniform_q4",
+       [](const Kernels& k, const float* v, uint32_t m, float lo_, float range_, float,
+          std::vector<uint8_t>* out) {
+         out->resize((size_t(m) * 4 + 7) / 8);
+         k.quantize_uniform(v, m, lo_, 15.0f / range_, 4, true, 17, 0, out->data());
+       }},
+      {"quantize_shared_q4",
+       [](const Kernels& k, const float* v, uint32_t m, float, float, float scale,
+          std::vector<uint8_t>* out) {
+         out->resize((size_t(m) * 4 + 7) / 8);
+         k.quantize_shared(v, m, scale, 7, 4, true, 19, 0, out->data());
+       }},
+      {"count_abs_at_least",
+       [](const Kernels& k, const float* v, uint32_t m, float, float, float, std::vector<uint8_t>* out) {
+         const uint64_t r = k.count_abs_at_least(v, m, 0x3A800000u);  // |x| >= 2^-10
+         out->assign(reinterpret_cast<const uint8_t*>(&r), reinterpret_cast<const uint8_t*>(&r) + 8);
+       }},
+  };
+  for (const Case& c : cases) {
+    std::vector<uint8_t> reference_output;
+    for (int t = 0; t < table_count; ++t) {
+      const std::string name = std::string("kernel:") + c.name + "[" + tables[t]->name + "]";
+      BenchResult r = failed_result(dataset, name, name, n, reps, "");
+      std::vector<uint8_t> out;
+      std::vector<double> times;
+      for (int run = 0; run < runs; ++run) {
+        const Clock::time_point start = Clock::now();
+        c.run(*tables[t], x, count, lo, range, limit_scale, &out);
+        times.push_back(seconds_since(start));
+      }
+      if (t == 0) reference_output = out;
+      r.error = out == reference_output ? "" : "differs from the scalar reference";
+      r.encode_gbps = gbps(count, median(times));
+      rows.push_back(r);
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
 // Kernel throughputs, reported as rows of their own (encode_gbps = the kernel's GB/s).
 // skc bucketing: bytes of fp32 input per second through the lookup table + fix-up.
 // huffman decode: decoded symbols (bytes) per second, a skewed 32-symbol alphabet.
@@ -342,6 +428,7 @@ std::vector<BenchResult> bench_kernels(const std::string& dataset, const float* 
     r.bits_per_coord = 8.0 * static_cast<double>(bytes) / static_cast<double>(n);
     rows.push_back(r);
   }
+  for (BenchResult& r : bench_kernel_tables(dataset, x, n, reps)) rows.push_back(r);
   return rows;
 }
 

@@ -33,59 +33,94 @@ std::vector<float> test_vector(size_t n, uint64_t seed) {
 // Lengths that exercise every tail of 8-, 16- and 32-wide loops.
 const size_t kLengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 1000, 4099};
 
+// The ISA tables this build and CPU have (none on a plain x86-64 without AVX2, or Cortex-M).
+std::vector<const edgefl::Kernels*> simd_tables() {
+  std::vector<const edgefl::Kernels*> tables;
+  if (const edgefl::Kernels* t = edgefl::kernels_avx2()) tables.push_back(t);
+  if (const edgefl::Kernels* t = edgefl::kernels_neon()) tables.push_back(t);
+  return tables;
+}
+
+void check_table_matches_reference(const edgefl::Kernels& simd, const std::vector<float>& x) {
+  const edgefl::Kernels& ref = edgefl::kernels_ref();
+  const size_t n = x.size();
+  CHECK(simd.max_abs_bits(x.data(), n) == ref.max_abs_bits(x.data(), n));
+  float lo_a, hi_a, lo_b, hi_b;
+  simd.min_max(x.data(), n, &lo_a, &hi_a);
+  ref.min_max(x.data(), n, &lo_b, &hi_b);
+  CHECK(edgefl::float_bits(lo_a) == edgefl::float_bits(lo_b));
+  CHECK(edgefl::float_bits(hi_a) == edgefl::float_bits(hi_b));
+  std::vector<float> small(x);
+  for (float& f : small) f = std::fmod(f, 60000.0f);
+  std::vector<uint8_t> a(2 * n), b(2 * n);
+  CHECK(simd.to_fp16(small.data(), n, a.data()) == ref.to_fp16(small.data(), n, b.data()));
+  CHECK(a == b);
+  std::vector<float> fa(n), fb(n);
+  simd.from_fp16(a.data(), n, fa.data());
+  ref.from_fp16(a.data(), n, fb.data());
+  CHECK(memcmp(fa.data(), fb.data(), n * sizeof(float)) == 0);
+  CHECK(simd.to_bf16(x.data(), n, a.data()) == ref.to_bf16(x.data(), n, b.data()));
+  CHECK(a == b);
+  for (uint32_t threshold : {0u, 0x3F000000u, 0x3F800000u, 0x7F7FFFFFu}) {
+    CHECK(simd.count_abs_at_least(x.data(), n, threshold) == ref.count_abs_at_least(x.data(), n, threshold));
+  }
+  if (hi_b == lo_b) return;  // no uniform grid over a single value
+  for (unsigned bits : {1u, 2u, 4u, 8u}) {
+    for (bool stochastic : {true, false}) {
+      CAPTURE(bits);
+      CAPTURE(stochastic);
+      std::vector<uint8_t> qa((n * bits + 7) / 8 + 1, 0xAB), qb(qa);
+      const float inv = float((1u << bits) - 1) / (hi_b - lo_b);
+      simd.quantize_uniform(x.data(), uint32_t(n), lo_b, inv, bits, stochastic, 77, 5, qa.data());
+      ref.quantize_uniform(x.data(), uint32_t(n), lo_b, inv, bits, stochastic, 77, 5, qb.data());
+      CHECK(qa == qb);
+      if (bits >= 2) {
+        const int32_t limit = int32_t((1u << (bits - 1)) - 1);
+        simd.quantize_shared(x.data(), uint32_t(n), 3.0f, limit, bits, stochastic, 91, 3, qa.data());
+        ref.quantize_shared(x.data(), uint32_t(n), 3.0f, limit, bits, stochastic, 91, 3, qb.data());
+        CHECK(qa == qb);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("kernels") {
-  TEST_CASE("the AVX2 table matches the scalar reference bit for bit") {
-    const edgefl::Kernels* simd = edgefl::kernels_avx2();
-    if (simd == nullptr) {
-      MESSAGE("no AVX2 table in this build: kernels() is the reference, nothing to compare");
+  TEST_CASE("every ISA table matches the scalar reference bit for bit") {
+    const std::vector<const edgefl::Kernels*> tables = simd_tables();
+    if (tables.empty()) {
+      // Nothing to compare, and the codecs must then be running the reference.
+      MESSAGE("no ISA table in this build or on this CPU");
       CHECK(std::string(edgefl::kernels().name) == "ref");
       return;
     }
-    const edgefl::Kernels& ref = edgefl::kernels_ref();
-    for (size_t n : kLengths) {
-      CAPTURE(n);
-      const std::vector<float> x = test_vector(n, 1234 + n);
-      CHECK(simd->max_abs_bits(x.data(), n) == ref.max_abs_bits(x.data(), n));
-      float lo_a, hi_a, lo_b, hi_b;
-      simd->min_max(x.data(), n, &lo_a, &hi_a);
-      ref.min_max(x.data(), n, &lo_b, &hi_b);
-      CHECK(edgefl::float_bits(lo_a) == edgefl::float_bits(lo_b));
-      CHECK(edgefl::float_bits(hi_a) == edgefl::float_bits(hi_b));
-      std::vector<float> small(x);
-      for (float& f : small) f = std::fmod(f, 60000.0f);
-      std::vector<uint8_t> a(2 * n), b(2 * n);
-      CHECK(simd->to_fp16(small.data(), n, a.data()) == ref.to_fp16(small.data(), n, b.data()));
-      CHECK(a == b);
-      std::vector<float> fa(n), fb(n);
-      simd->from_fp16(a.data(), n, fa.data());
-      ref.from_fp16(a.data(), n, fb.data());
-      CHECK(memcmp(fa.data(), fb.data(), n * sizeof(float)) == 0);
-      CHECK(simd->to_bf16(x.data(), n, a.data()) == ref.to_bf16(x.data(), n, b.data()));
-      CHECK(a == b);
-      for (uint32_t threshold : {0u, 0x3F000000u, 0x3F800000u, 0x7F7FFFFFu}) {
-        CHECK(simd->count_abs_at_least(x.data(), n, threshold) ==
-              ref.count_abs_at_least(x.data(), n, threshold));
+    for (const edgefl::Kernels* simd : tables) {
+      const std::string table = simd->name;
+      CAPTURE(table);
+      for (size_t n : kLengths) {
+        CAPTURE(n);
+        check_table_matches_reference(*simd, test_vector(n, 1234 + n));
       }
-      for (unsigned bits : {1u, 2u, 4u, 8u}) {
-        for (bool stochastic : {true, false}) {
-          CAPTURE(bits);
-          CAPTURE(stochastic);
-          std::vector<uint8_t> qa((n * bits + 7) / 8 + 1, 0xAB), qb(qa);
-          const float inv = float((1u << bits) - 1) / (hi_b - lo_b);
-          simd->quantize_uniform(x.data(), uint32_t(n), lo_b, inv, bits, stochastic, 77, 5, qa.data());
-          ref.quantize_uniform(x.data(), uint32_t(n), lo_b, inv, bits, stochastic, 77, 5, qb.data());
-          CHECK(qa == qb);
-          if (bits >= 2) {
-            const int32_t limit = int32_t((1u << (bits - 1)) - 1);
-            simd->quantize_shared(x.data(), uint32_t(n), 3.0f, limit, bits, stochastic, 91, 3, qa.data());
-            ref.quantize_shared(x.data(), uint32_t(n), 3.0f, limit, bits, stochastic, 91, 3, qb.data());
-            CHECK(qa == qb);
-          }
-        }
+      // Edge cases: signed zeros only, all negative, subnormals and fp16/bf16 rounding ties.
+      check_table_matches_reference(*simd, std::vector<float>(37, -0.0f));
+      std::vector<float> zeros(41, 0.0f);
+      zeros[17] = -0.0f;
+      check_table_matches_reference(*simd, zeros);
+      std::vector<float> negative = test_vector(77, 9);
+      for (float& f : negative) f = -std::fabs(f) - 1e-3f;
+      check_table_matches_reference(*simd, negative);
+      std::vector<float> ties(72);
+      for (size_t i = 0; i < ties.size(); ++i) {
+        const uint32_t mantissa_tie = (i % 3 == 0) ? 0x1000u : (i % 3 == 1) ? 0x8000u : 0x0FFFu;
+        const uint32_t exponent = (i % 2 == 0) ? 0x38000000u /* fp16 subnormal */ : 0x3F800000u;
+        ties[i] = edgefl::bits_float((exponent | (uint32_t(i) << 13) | mantissa_tie) ^
+                                     (i % 4 == 0 ? 0x80000000u : 0u));
       }
+      check_table_matches_reference(*simd, ties);
     }
+    // The codecs use the first table present (kernels()).
+    CHECK(std::string(edgefl::kernels().name) == tables.front()->name);
   }
 
   TEST_CASE("fp16 overflow is reported by both tables") {

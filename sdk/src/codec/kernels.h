@@ -1,7 +1,7 @@
 // Internal: the hot loops of the codecs, behind one table of function pointers (the ggml shape).
-// kernels_ref() is the portable scalar reference and always built; an ISA table (AVX2 on x86-64)
-// must give bit-identical results, and tests/sdk/kernels_test.cpp compares them. kernels() picks
-// the best table once (EDGEFL_KERNELS=ref forces the reference).
+// kernels_ref() is the portable scalar reference and always built; an ISA table (AVX2 on x86-64,
+// NEON on AArch64 and ARMv7) must give bit-identical results, and tests/sdk/kernels_test.cpp
+// compares them. kernels() picks the best table once (EDGEFL_KERNELS=ref forces the reference).
 #ifndef EDGEFL_SRC_CODEC_KERNELS_H_
 #define EDGEFL_SRC_CODEC_KERNELS_H_
 
@@ -35,8 +35,11 @@ struct Kernels {
 };
 
 const Kernels& kernels_ref();
-// The AVX2 table, or nullptr when it was not built.
+// The AVX2 table, or nullptr when it was not built or the CPU lacks AVX2 + F16C.
 const Kernels* kernels_avx2();
+// The NEON table, or nullptr when it was not built or the CPU lacks Advanced SIMD. On ARMv7
+// ("neon-v7") only the integer kernels are vector code (kernels_neon.cpp says why).
+const Kernels* kernels_neon();
 // The table used by the codecs, chosen once from the CPU's features.
 const Kernels& kernels();
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "codec/kernels.h"
+#include "core/cpu.h"
 #include "core/half.h"
 #include "core/rng.h"
 
@@ -260,7 +261,7 @@ constexpr Kernels kAvx2 = {
 }  // namespace
 
 const Kernels* kernels_avx2() {
-  return &kAvx2;
+  return cpu_features().avx2 ? &kAvx2 : nullptr;
 }
 
 }  // namespace edgefl

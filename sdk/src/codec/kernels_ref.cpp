@@ -118,10 +118,16 @@ const Kernels* kernels_avx2() {
   return nullptr;
 }
 #endif
+#if !defined(EDGEFL_HAVE_NEON_KERNELS)
+const Kernels* kernels_neon() {
+  return nullptr;
+}
+#endif
 
 const Kernels& kernels() {
-#if defined(EDGEFL_HAVE_AVX2_KERNELS) && !defined(EDGEFL_KERNELS_REF)
-  if (cpu_features().avx2) return *kernels_avx2();
+#if !defined(EDGEFL_KERNELS_REF)
+  if (const Kernels* avx2 = kernels_avx2()) return *avx2;
+  if (const Kernels* neon = kernels_neon()) return *neon;
 #endif
   return kRef;
 }

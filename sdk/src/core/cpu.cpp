@@ -4,12 +4,16 @@
 #define EDGEFL_CPU_X86 1
 #include <cpuid.h>
 #endif
+#if defined(EDGEFL_HAVE_NEON_KERNELS) && defined(__arm__) && defined(__linux__)
+#include <sys/auxv.h>  // getauxval: whether this ARMv7 CPU has NEON
+#endif
 
 namespace edgefl {
 
 namespace {
 constexpr int kSse42 = 1 << 0;
 constexpr int kAvx2 = 1 << 1;
+constexpr int kNeon = 1 << 2;
 
 int detect_bits() {
   int bits = 0;
@@ -29,6 +33,14 @@ int detect_bits() {
   }
 #endif
 #endif
+#if defined(EDGEFL_HAVE_NEON_KERNELS) && !defined(EDGEFL_KERNELS_REF)
+#if defined(__aarch64__)
+  bits |= kNeon;  // part of the AArch64 base ISA
+#elif defined(__arm__) && defined(__linux__)
+  constexpr unsigned long kHwcapNeon = 1ul << 12;  // HWCAP_NEON, <asm/hwcap.h>
+  if (getauxval(AT_HWCAP) & kHwcapNeon) bits |= kNeon;
+#endif
+#endif
   return bits;
 }
 
@@ -43,8 +55,11 @@ const CpuFeatures& cpu_features() {
     bits = detect_bits();
     __atomic_store_n(&g_bits, bits, __ATOMIC_RELAXED);
   }
-  static constexpr CpuFeatures kTable[4] = {{false, false}, {true, false}, {false, true}, {true, true}};
-  return kTable[bits & 3];
+  static constexpr CpuFeatures kTable[8] = {
+      {false, false, false}, {true, false, false}, {false, true, false}, {true, true, false},
+      {false, false, true},  {true, false, true},  {false, true, true},  {true, true, true},
+  };
+  return kTable[bits & 7];
 }
 
 }  // namespace edgefl

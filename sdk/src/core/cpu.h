@@ -8,6 +8,7 @@ namespace edgefl {
 struct CpuFeatures {
   bool sse42 = false;
   bool avx2 = false;  // AVX2 + F16C + OS support for YMM state
+  bool neon = false;  // Arm Advanced SIMD: always on AArch64; HWCAP_NEON on 32-bit Arm Linux
 };
 
 // Detected on first call; cheap afterwards. EDGEFL_KERNELS=ref builds report no features.
