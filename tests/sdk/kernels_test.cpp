@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codec/kernels.h"
+#include "codec/values.h"
 #include "core/crc32c.h"
 #include "core/half.h"
 
@@ -149,6 +150,78 @@ TEST_SUITE("crc32c") {
       const size_t half = len / 3;
       CHECK(edgefl::crc32c_update(edgefl::crc32c_update(0, data.data(), half), data.data() + half,
                                   len - half) == whole);
+    }
+  }
+}
+
+TEST_SUITE("values") {
+  // Dense decodes (decode, decode_add) take whole runs from decode_dense_runs; every other path
+  // takes decode_region's values one by one. Both must give the same values, bit for bit.
+  TEST_CASE("dense runs give decode_region's values bit for bit") {
+    using edgefl::ValueCoderKind;
+    namespace values = edgefl::values;
+    struct Layout {
+      ValueCoderKind kind;
+      uint8_t bits;
+      uint32_t block;
+      bool shared;
+    };
+    const Layout layouts[] = {
+        {ValueCoderKind::kFp32, 32, 0, false},      {ValueCoderKind::kFp16, 16, 0, false},
+        {ValueCoderKind::kBf16, 16, 0, false},      {ValueCoderKind::kUniform, 8, 0, true},
+        {ValueCoderKind::kUniform, 4, 0, true},     {ValueCoderKind::kUniform, 8, 256, false},
+        {ValueCoderKind::kUniform, 4, 256, false},  {ValueCoderKind::kUniform, 8, 1000, false},
+        {ValueCoderKind::kUniform, 4, 1000, false}, {ValueCoderKind::kUniform, 4, 7, false},
+        {ValueCoderKind::kUniform, 2, 64, false},
+    };
+    for (const Layout& layout : layouts) {
+      values::Params p;
+      p.kind = layout.kind;
+      p.bits = layout.bits;
+      p.block = layout.block;
+      p.shared = layout.shared;
+      p.step = 1.0f / 64.0f;
+      p.round_key = 42;
+      for (uint32_t total : {1u, 255u, 256u, 257u, 3001u}) {
+        CAPTURE(int(layout.kind));
+        CAPTURE(int(layout.bits));
+        CAPTURE(layout.block);
+        CAPTURE(total);
+        std::vector<float> x = test_vector(total, total * 7 + layout.bits);
+        for (float& f : x) f = std::fmod(f, 1.5f);
+        std::vector<uint8_t> region(size_t(values::region_bytes(p, total)));
+        std::vector<float> scratch(values::kMaxHadamardBlock);
+        size_t offset = 0;
+        const uint32_t group = values::group_size(p);
+        for (uint32_t first = 0; first < total; first += group) {
+          const uint32_t count = total - first < group ? total - first : group;
+          REQUIRE(values::encode_group(p, x.data() + first, count, first, region.data() + offset,
+                                       scratch.data()) == edgefl::Status::kOk);
+          offset += values::is_blocked(p) ? values::group_bytes(p, count) : (size_t(count) * p.bits + 7) / 8;
+        }
+        REQUIRE(offset == region.size());
+        REQUIRE(values::validate_region(p, region.data(), total) == edgefl::Status::kOk);
+        std::vector<float> one_by_one(total, -1.0f);
+        uint64_t expected_position = 0;
+        values::decode_region(p, region.data(), total, [&](uint64_t position, float v) {
+          CHECK(position == expected_position++);
+          one_by_one[size_t(position)] = v;
+        });
+        CHECK(expected_position == total);
+        if (!values::has_dense_runs(p)) continue;  // built for size: uniform codes have no runs
+        std::vector<float> runs(total, -1.0f);
+        uint64_t next = 0;
+        values::decode_dense_runs(p, region.data(), total,
+                                  [&](uint64_t first, const float* v, uint32_t count) {
+                                    CHECK(first == next);
+                                    CHECK(count >= 1);
+                                    CHECK(count <= values::kFloatChunk);
+                                    memcpy(runs.data() + first, v, size_t(count) * sizeof(float));
+                                    next = first + count;
+                                  });
+        CHECK(next == total);
+        CHECK(memcmp(runs.data(), one_by_one.data(), size_t(total) * sizeof(float)) == 0);
+      }
     }
   }
 }
