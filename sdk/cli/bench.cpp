@@ -858,7 +858,7 @@ int run_bench(const BenchOptions& options, std::ostream& out, std::ostream& err)
   for (const Dataset& d : datasets) {
     const float* x = d.values.data();
     const size_t n = d.values.size();
-    out << "dataset " << d.name << ": n=" << n << ", reps=" << reps << "\n";
+    out << "dataset " << d.name << ": n=" << n << ", reps=" << reps << ", kernels=" << kernels().name << "\n";
     std::vector<BenchResult> results;
     results.push_back(bench_memcpy(d.name, x, n, reps));
     const double memcpy_gbps = results.back().encode_gbps;

@@ -11,9 +11,9 @@
 namespace edgefl {
 
 namespace {
-constexpr int kSse42 = 1 << 0;
-constexpr int kAvx2 = 1 << 1;
-constexpr int kNeon = 1 << 2;
+[[maybe_unused]] constexpr int kSse42 = 1 << 0;
+[[maybe_unused]] constexpr int kAvx2 = 1 << 1;
+[[maybe_unused]] constexpr int kNeon = 1 << 2;  // set only in builds with NEON kernels
 
 int detect_bits() {
   int bits = 0;
