@@ -23,6 +23,7 @@
 #include "mbedtls/sha256.h"
 #include "mbedtls/x509_crt.h"
 #include "net/tls_credentials.h"
+#include "net/tls_session.h"
 
 namespace edgefl {
 namespace net {
@@ -40,16 +41,6 @@ const char kOrganization[] = "edgefl";
 Status fail(Status s, std::string* error, std::string message) {
   if (error != nullptr) *error = std::move(message);
   return s;
-}
-
-std::string mbedtls_error_text(int ret) {
-  char text[160] = "";
-#if defined(MBEDTLS_ERROR_C)
-  mbedtls_strerror(ret, text, sizeof text);
-#endif
-  char code[24];
-  snprintf(code, sizeof code, " (-0x%04x)", static_cast<unsigned>(ret < 0 ? -ret : ret));
-  return std::string(text) + code;
 }
 
 // A CTR_DRBG over the OS entropy source.
@@ -70,7 +61,7 @@ struct Rng {
     static const unsigned char kPersonalization[] = "edgefl certs";
     const int ret = mbedtls_ctr_drbg_seed(&drbg, mbedtls_entropy_func, &entropy, kPersonalization,
                                           sizeof kPersonalization - 1);
-    if (ret != 0) return fail(Status::kTlsError, error, "seeding the RNG failed: " + mbedtls_error_text(ret));
+    if (ret != 0) return fail(Status::kTlsError, error, "seeding the RNG failed: " + tls_error_text(ret));
     return Status::kOk;
   }
 };
@@ -114,7 +105,7 @@ Status generate_p256_key(mbedtls_pk_context* pk, Rng* rng, std::string* error) {
                               &rng->drbg);
   }
   if (ret != 0)
-    return fail(Status::kTlsError, error, "ECDSA P-256 key generation failed: " + mbedtls_error_text(ret));
+    return fail(Status::kTlsError, error, "ECDSA P-256 key generation failed: " + tls_error_text(ret));
   return Status::kOk;
 }
 
@@ -132,10 +123,10 @@ Status key_identifier(mbedtls_pk_context* pk, unsigned char id[kKeyIdBytes], std
   unsigned char* p = buf + sizeof buf;
   const int len = mbedtls_pk_write_pubkey(&p, buf, pk);
   if (len <= 0)
-    return fail(Status::kTlsError, error, "writing the public key failed: " + mbedtls_error_text(len));
+    return fail(Status::kTlsError, error, "writing the public key failed: " + tls_error_text(len));
   unsigned char digest[32];
   const int ret = mbedtls_sha256(p, static_cast<size_t>(len), digest, 0);
-  if (ret != 0) return fail(Status::kTlsError, error, "SHA-256 failed: " + mbedtls_error_text(ret));
+  if (ret != 0) return fail(Status::kTlsError, error, "SHA-256 failed: " + tls_error_text(ret));
   memcpy(id, digest, kKeyIdBytes);
   return Status::kOk;
 }
@@ -293,7 +284,7 @@ Status write_certificate(const CertSpec& spec, mbedtls_pk_context* subject_key, 
 
   unsigned char serial[kSerialBytes];
   int ret = mbedtls_ctr_drbg_random(&rng->drbg, serial, sizeof serial);
-  if (ret != 0) return fail(Status::kTlsError, error, "random serial: " + mbedtls_error_text(ret));
+  if (ret != 0) return fail(Status::kTlsError, error, "random serial: " + tls_error_text(ret));
   serial[0] = static_cast<unsigned char>((serial[0] & 0x7f) | 0x40);  // positive, minimal DER, 16 bytes
 
   const bool ca = spec.kind == CertKind::kCa;
@@ -370,13 +361,12 @@ Status write_certificate(const CertSpec& spec, mbedtls_pk_context* subject_key, 
     ret = mbedtls_x509write_crt_set_subject_alternative_name(w, &list.back());
   }
   if (ret != 0)
-    return fail(Status::kTlsError, error,
-                std::string("certificate ") + step + ": " + mbedtls_error_text(ret));
+    return fail(Status::kTlsError, error, std::string("certificate ") + step + ": " + tls_error_text(ret));
 
   std::vector<unsigned char> buf(8192);
   ret = mbedtls_x509write_crt_pem(w, buf.data(), buf.size(), mbedtls_ctr_drbg_random, &rng->drbg);
   if (ret != 0)
-    return fail(Status::kTlsError, error, "signing the certificate failed: " + mbedtls_error_text(ret));
+    return fail(Status::kTlsError, error, "signing the certificate failed: " + tls_error_text(ret));
   pem->assign(reinterpret_cast<const char*>(buf.data()));
   return Status::kOk;
 }
@@ -386,7 +376,7 @@ Status key_pem_of(mbedtls_pk_context* key, SecretText* pem, std::string* error) 
   const int ret = mbedtls_pk_write_key_pem(key, buf.data(), buf.size());
   if (ret != 0) {
     mbedtls_platform_zeroize(buf.data(), buf.size());
-    return fail(Status::kTlsError, error, "writing the private key failed: " + mbedtls_error_text(ret));
+    return fail(Status::kTlsError, error, "writing the private key failed: " + tls_error_text(ret));
   }
   pem->text.assign(reinterpret_cast<const char*>(buf.data()));
   mbedtls_platform_zeroize(buf.data(), buf.size());
@@ -500,8 +490,7 @@ Status verify_issued(const std::string& cert_pem, mbedtls_x509_crt* ca, std::str
   int ret = mbedtls_x509_crt_parse(&leaf.crt, reinterpret_cast<const unsigned char*>(cert_pem.c_str()),
                                    cert_pem.size() + 1);
   if (ret != 0)
-    return fail(Status::kTlsError, error,
-                "the issued certificate does not parse: " + mbedtls_error_text(ret));
+    return fail(Status::kTlsError, error, "the issued certificate does not parse: " + tls_error_text(ret));
   uint32_t flags = 0;
   ret = mbedtls_x509_crt_verify_with_profile(&leaf.crt, ca, nullptr, &kP256Sha256, nullptr, &flags, nullptr,
                                              nullptr);
@@ -605,7 +594,7 @@ Status write_dev_pki(const DevPkiOptions& o, std::string* error) {
   int ret = mbedtls_x509_crt_parse(&ca.crt, reinterpret_cast<const unsigned char*>(ca_pem.c_str()),
                                    ca_pem.size() + 1);
   if (ret != 0)
-    return fail(Status::kTlsError, error, "the CA certificate does not parse: " + mbedtls_error_text(ret));
+    return fail(Status::kTlsError, error, "the CA certificate does not parse: " + tls_error_text(ret));
   {
     SecretText key_pem;
     EDGEFL_RETURN_IF_ERROR(key_pem_of(&ca_key.pk, &key_pem, error));
@@ -675,7 +664,7 @@ Status issue_device_cert(const std::string& ca_dir, const std::string& device_id
   if (ret != 0) {
     return fail(
         Status::kTlsError, error,
-        "'" + ca_crt_path + "' is not a PEM certificate" + (ret < 0 ? ": " + mbedtls_error_text(ret) : ""));
+        "'" + ca_crt_path + "' is not a PEM certificate" + (ret < 0 ? ": " + tls_error_text(ret) : ""));
   }
   if (mbedtls_x509_crt_get_ca_istrue(&ca.crt) != 1 ||
       mbedtls_x509_crt_check_key_usage(&ca.crt, MBEDTLS_X509_KU_KEY_CERT_SIGN) != 0) {
@@ -691,7 +680,7 @@ Status issue_device_cert(const std::string& ca_dir, const std::string& device_id
   }
   if (ret != 0) {
     return fail(Status::kTlsError, error,
-                "'" + ca_key_path + "' is not a PEM private key: " + mbedtls_error_text(ret));
+                "'" + ca_key_path + "' is not a PEM private key: " + tls_error_text(ret));
   }
   if (!is_p256_key(&ca_key.pk)) {
     return fail(Status::kTlsError, error, "'" + ca_key_path + "' is not an ECDSA P-256 key");

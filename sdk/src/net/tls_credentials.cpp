@@ -19,6 +19,7 @@
 #include "mbedtls/version.h"
 #include "mbedtls/x509_crl.h"
 #include "mbedtls/x509_crt.h"
+#include "net/tls_session.h"
 #include "psa/crypto.h"
 
 namespace edgefl {
@@ -44,18 +45,6 @@ const mbedtls_x509_crt_profile kP256Only = {
 constexpr size_t kMaxPemFileBytes = size_t{1} << 20;    // certificates, keys, CRLs
 constexpr size_t kMaxDenyFileBytes = size_t{16} << 20;  // ~250k ids
 constexpr size_t kMaxDeviceIdLength = 64;
-
-std::string mbedtls_error_text(int ret) {
-  char text[160] = "";
-#if defined(MBEDTLS_ERROR_C)
-  mbedtls_strerror(ret, text, sizeof text);
-#else
-  snprintf(text, sizeof text, "mbedTLS error");
-#endif
-  char code[24];
-  snprintf(code, sizeof code, " (-0x%04x)", static_cast<unsigned>(ret < 0 ? -ret : ret));
-  return std::string(text) + code;
-}
 
 Status fail(Status s, std::string* error, std::string message) {
   if (error != nullptr) *error = std::move(message);
@@ -305,8 +294,7 @@ Status TlsCredentials::Impl::load(std::string* error) {
   static const unsigned char kPersonalization[] = "edgefl tls credentials";
   int ret = mbedtls_ctr_drbg_seed(&drbg, mbedtls_entropy_func, &entropy, kPersonalization,
                                   sizeof kPersonalization - 1);
-  if (ret != 0)
-    return fail(Status::kTlsError, error, "seeding the TLS RNG failed: " + mbedtls_error_text(ret));
+  if (ret != 0) return fail(Status::kTlsError, error, "seeding the TLS RNG failed: " + tls_error_text(ret));
 
   // The CA certificate(s). mbedTLS wants PEM buffers with their terminating NUL counted.
   std::string pem;
@@ -316,7 +304,7 @@ Status TlsCredentials::Impl::load(std::string* error) {
     return fail(Status::kTlsError, error,
                 "ca_file '" + files.ca_file + "': " +
                     (ret > 0 ? std::to_string(ret) + " certificate(s) do not parse"
-                             : "not a PEM certificate: " + mbedtls_error_text(ret)));
+                             : "not a PEM certificate: " + tls_error_text(ret)));
   }
   for (const mbedtls_x509_crt* c = &ca; c != nullptr; c = c->next) {
     if (mbedtls_x509_crt_get_ca_istrue(c) != 1) {
@@ -334,7 +322,7 @@ Status TlsCredentials::Impl::load(std::string* error) {
     ret = mbedtls_x509_crl_parse(&crl, reinterpret_cast<const unsigned char*>(pem.c_str()), pem.size() + 1);
     if (ret != 0) {
       return fail(Status::kTlsError, error,
-                  "crl_file '" + files.crl_file + "': not a PEM CRL: " + mbedtls_error_text(ret));
+                  "crl_file '" + files.crl_file + "': not a PEM CRL: " + tls_error_text(ret));
     }
     has_crl = true;
     for (const mbedtls_x509_crl* c = &crl; c != nullptr; c = c->next) {
@@ -362,7 +350,7 @@ Status TlsCredentials::Impl::load(std::string* error) {
     return fail(Status::kTlsError, error,
                 "cert_file '" + files.cert_file + "': " +
                     (ret > 0 ? std::to_string(ret) + " certificate(s) do not parse"
-                             : "not a PEM certificate: " + mbedtls_error_text(ret)));
+                             : "not a PEM certificate: " + tls_error_text(ret)));
   }
   std::string key_pem;
   const Status key_status = load_pem("key_file", files.key_file, &key_pem, error);
@@ -375,7 +363,7 @@ Status TlsCredentials::Impl::load(std::string* error) {
   mbedtls_platform_zeroize(&key_pem[0], key_pem.size());
   if (ret != 0) {
     return fail(Status::kTlsError, error,
-                "key_file '" + files.key_file + "': not a PEM private key: " + mbedtls_error_text(ret));
+                "key_file '" + files.key_file + "': not a PEM private key: " + tls_error_text(ret));
   }
   EDGEFL_RETURN_IF_ERROR(check_own_certificate(error));
 
@@ -453,8 +441,7 @@ Status TlsCredentials::Impl::configure(std::string* error) {
   const bool server = role == TlsRole::kServer;
   int ret = mbedtls_ssl_config_defaults(&conf, server ? MBEDTLS_SSL_IS_SERVER : MBEDTLS_SSL_IS_CLIENT,
                                         MBEDTLS_SSL_TRANSPORT_STREAM, MBEDTLS_SSL_PRESET_DEFAULT);
-  if (ret != 0)
-    return fail(Status::kTlsError, error, "mbedtls_ssl_config_defaults: " + mbedtls_error_text(ret));
+  if (ret != 0) return fail(Status::kTlsError, error, "mbedtls_ssl_config_defaults: " + tls_error_text(ret));
   mbedtls_ssl_conf_min_tls_version(&conf, MBEDTLS_SSL_VERSION_TLS1_2);
   mbedtls_ssl_conf_max_tls_version(&conf, MBEDTLS_SSL_VERSION_TLS1_3);
   mbedtls_ssl_conf_ciphersuites(&conf, kSuites);
@@ -466,8 +453,7 @@ Status TlsCredentials::Impl::configure(std::string* error) {
   mbedtls_ssl_conf_rng(&conf, mbedtls_ctr_drbg_random, &drbg);
   mbedtls_ssl_conf_ca_chain(&conf, &ca, has_crl ? &crl : nullptr);
   ret = mbedtls_ssl_conf_own_cert(&conf, &own, &key);
-  if (ret != 0)
-    return fail(Status::kTlsError, error, "mbedtls_ssl_conf_own_cert: " + mbedtls_error_text(ret));
+  if (ret != 0) return fail(Status::kTlsError, error, "mbedtls_ssl_conf_own_cert: " + tls_error_text(ret));
 #if defined(MBEDTLS_SSL_SESSION_TICKETS)
   // No resumption: a resumed TLS 1.3 session carries no client certificate (security.md §4.3).
   if (!server) mbedtls_ssl_conf_session_tickets(&conf, MBEDTLS_SSL_SESSION_TICKETS_DISABLED);
@@ -622,7 +608,7 @@ std::string describe_verify_flags(uint32_t flags) {
 }
 
 std::string describe_tls_failure(int mbedtls_ret, const mbedtls_ssl_context* ssl) {
-  std::string text = mbedtls_ret == 0 ? std::string("no error") : mbedtls_error_text(mbedtls_ret);
+  std::string text = mbedtls_ret == 0 ? std::string("no error") : tls_error_text(mbedtls_ret);
   if (mbedtls_ret == MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE) {
     text += "; the peer refused the handshake (its log says why)";
   }

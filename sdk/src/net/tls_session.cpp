@@ -15,10 +15,12 @@ std::string tls_error_text(int ret) {
   char text[160] = "";
 #if defined(MBEDTLS_ERROR_C)
   mbedtls_strerror(ret, text, sizeof text);
+#else
+  snprintf(text, sizeof text, "mbedTLS error");
 #endif
   char code[24];
-  snprintf(code, sizeof code, "-0x%04x", static_cast<unsigned>(-ret));
-  return std::string(text) + " (" + code + ")";
+  snprintf(code, sizeof code, " (-0x%04x)", static_cast<unsigned>(ret < 0 ? -ret : ret));
+  return std::string(text) + code;
 }
 
 void TlsSession::SslDeleter::operator()(mbedtls_ssl_context* ssl) const {
