@@ -11,9 +11,25 @@
 namespace edgefl {
 
 namespace {
-[[maybe_unused]] constexpr int kSse42 = 1 << 0;
-[[maybe_unused]] constexpr int kAvx2 = 1 << 1;
-[[maybe_unused]] constexpr int kNeon = 1 << 2;  // set only in builds with NEON kernels
+constexpr int kSse42 = 1 << 0;
+constexpr int kAvx2 = 1 << 1;
+constexpr int kNeon = 1 << 2;
+
+// The CpuFeatures of every combination of the bits above, so that cpu_features() can return a
+// reference without a (thread-safe) static.
+struct FeatureTable {
+  CpuFeatures of_bits[8];
+};
+constexpr FeatureTable make_feature_table() {
+  FeatureTable table{};
+  for (int bits = 0; bits < 8; ++bits) {
+    table.of_bits[bits].sse42 = (bits & kSse42) != 0;
+    table.of_bits[bits].avx2 = (bits & kAvx2) != 0;
+    table.of_bits[bits].neon = (bits & kNeon) != 0;
+  }
+  return table;
+}
+constexpr FeatureTable kFeatureTable = make_feature_table();
 
 int detect_bits() {
   int bits = 0;
@@ -55,11 +71,7 @@ const CpuFeatures& cpu_features() {
     bits = detect_bits();
     __atomic_store_n(&g_bits, bits, __ATOMIC_RELAXED);
   }
-  static constexpr CpuFeatures kTable[8] = {
-      {false, false, false}, {true, false, false}, {false, true, false}, {true, true, false},
-      {false, false, true},  {true, false, true},  {false, true, true},  {true, true, true},
-  };
-  return kTable[bits & 7];
+  return kFeatureTable.of_bits[bits & 7];
 }
 
 }  // namespace edgefl
