@@ -79,6 +79,10 @@ std::string Metrics::render() const {
     rounds_abandoned);
   c("edgefl_task_offers_total", "Task offers sent.", offers);
   c("edgefl_retry_later_total", "Come-back-later answers sent.", retry_later);
+  c("edgefl_offers_expired_total", "Offers whose lease ran out before the device uploaded.", offers_expired);
+  c("edgefl_round_close_failures_total", "Round closes that failed on I/O and were retried.", close_failures);
+  c("edgefl_server_busy_total", "Connections answered RetryLater(ServerBusy) at the connection cap.",
+    server_busy);
   c("edgefl_updates_accepted_total", "Updates accepted (durable before their ack).", updates_accepted);
   c("edgefl_updates_duplicate_total", "Updates acked as duplicates.", updates_duplicate);
   c("edgefl_updates_straggler_total", "Updates that arrived after the round closed with its quorum.",

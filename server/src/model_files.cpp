@@ -15,6 +15,13 @@ namespace edgefl {
 namespace server {
 namespace {
 
+FileFaultHook g_fault_hook;
+
+// The injected errno for `call` on `path` (0: none; then the real call runs).
+int injected(const char* call, const std::string& path) {
+  return g_fault_hook ? g_fault_hook(call, path) : 0;
+}
+
 Status sys_error(std::string* error, const std::string& what, int err) {
   if (error != nullptr) *error = what + ": " + strerror(err);
   return Status::kIoError;
@@ -77,6 +84,7 @@ Status write_file_atomic(const std::string& dir, const std::string& name, Span<c
   const std::string target = join(dir, name);
   const std::string temp = join(dir, "." + name + ".tmp-" + std::to_string(long(::getpid())));
 
+  if (const int err = injected("open", temp)) return sys_error(error, "creating " + temp, err);
   Fd file(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (file.get() < 0) return sys_error(error, "creating " + temp, errno);
   // From here on, a failure removes the temporary file.
@@ -90,6 +98,7 @@ Status write_file_atomic(const std::string& dir, const std::string& name, Span<c
 
   const uint8_t* p = bytes.data();
   size_t left = bytes.size();
+  if (const int err = injected("write", temp)) return sys_error(error, "writing " + temp, err);
   while (left > 0) {
     const ssize_t n = ::write(file.get(), p, left);
     if (n < 0) {
@@ -100,17 +109,27 @@ Status write_file_atomic(const std::string& dir, const std::string& name, Span<c
     p += n;
     left -= size_t(n);
   }
+  if (const int err = injected("fsync", temp)) return sys_error(error, "fsync " + temp, err);
   if (::fsync(file.get()) != 0) return sys_error(error, "fsync " + temp, errno);
+  if (const int err = injected("close", temp)) return sys_error(error, "closing " + temp, err);
   if (::close(file.release()) != 0) return sys_error(error, "closing " + temp, errno);
+  if (const int err = injected("rename", target))
+    return sys_error(error, "renaming " + temp + " to " + target, err);
   if (::rename(temp.c_str(), target.c_str()) != 0)
     return sys_error(error, "renaming " + temp + " to " + target, errno);
   cleanup.armed = false;
 
   // The rename is durable once the directory entry is.
+  if (const int err = injected("open_dir", dir)) return sys_error(error, "opening directory " + dir, err);
   Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (d.get() < 0) return sys_error(error, "opening directory " + dir, errno);
+  if (const int err = injected("fsync_dir", dir)) return sys_error(error, "fsync directory " + dir, err);
   if (::fsync(d.get()) != 0) return sys_error(error, "fsync directory " + dir, errno);
   return Status::kOk;
+}
+
+void set_file_fault_hook(FileFaultHook hook) {
+  g_fault_hook = std::move(hook);
 }
 
 Status read_file(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* out, std::string* error) {

@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,14 @@ Status read_file(const std::string& path, uint64_t max_bytes, std::vector<uint8_
 // (".*.tmp-<digits>" in `dir`). *removed (if non-null) gets their number. kIoError if `dir` cannot
 // be listed or a file cannot be removed.
 Status remove_temp_files(const std::string& dir, size_t* removed, std::string* error);
+
+// Fault injection, for tests: write_file_atomic calls the hook before each system call, with the
+// call's name ("open", "write", "fsync", "close", "rename", "open_dir", "fsync_dir") and the path
+// (the temporary file; the target for "rename"; the directory for the last two). A non-zero
+// return is taken as that call failing with that errno, and the write fails as the real failure
+// would. An empty hook (the default) injects nothing. Not thread-safe: set it while no write runs.
+using FileFaultHook = std::function<int(const char* call, const std::string& path)>;
+void set_file_fault_hook(FileFaultHook hook);
 
 }  // namespace server
 }  // namespace edgefl

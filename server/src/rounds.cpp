@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "core/rng.h"
@@ -17,6 +19,8 @@ namespace edgefl::server {
 namespace {
 
 constexpr uint64_t kRoundsKept = 64;  // closed rounds remembered for straggler / late answers
+constexpr uint64_t kMaxStoredId = (uint64_t{1} << 63) - 1;  // storage.h: ids are below 2^63
+constexpr int64_t kCloseRetryMaxMs = 10000;                 // backoff cap of a failing round close
 
 template <size_t N>
 std::string hex(const std::array<uint8_t, N>& bytes) {
@@ -130,8 +134,17 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
   optimizer_memory_.assign(ServerOptimizer::state_bytes(optimizer_spec_.kind, n_), 0);
   EDGEFL_RETURN_IF_ERROR(
       optimizer_.init(optimizer_spec_, {optimizer_memory_.data(), optimizer_memory_.size()}, n_));
+  candidate_optimizer_memory_.assign(optimizer_memory_.size(), 0);
+  EDGEFL_RETURN_IF_ERROR(candidate_optimizer_.init(
+      optimizer_spec_, {candidate_optimizer_memory_.data(), candidate_optimizer_memory_.size()}, n_));
+  if (!(options_.max_update_norm >= 0) || !(options_.update_norm_factor > 0) ||
+      !std::isfinite(options_.max_update_norm) || !std::isfinite(options_.update_norm_factor)) {
+    *error = "the update norm bound must be finite: max_update_norm >= 0, update_norm_factor > 0";
+    return Status::kInvalidArgument;
+  }
   scratch_.resize(n_);
   mean_.resize(n_);
+  candidate_.resize(n_);
 
   if (!options_.eval_data_dir.empty()) {
     if (!load_fashion_mnist(options_.eval_data_dir, false, &test_set_, error)) return Status::kIoError;
@@ -159,7 +172,8 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
     init_parameters(spec_, options_.seed, {global_.data(), n_});
     // Versions count from 1 (the initial model); round 0 stands for "no round".
     model_version_ = 1;
-    EDGEFL_RETURN_IF_ERROR(write_model(1, 0, now_ms, error));
+    EDGEFL_RETURN_IF_ERROR(write_model(
+        {global_.data(), n_}, {optimizer_memory_.data(), optimizer_memory_.size()}, 1, 0, now_ms, error));
     log_info("model_created")
         .kv("version", uint64_t{1})
         .kv("model", options_.model_spec)
@@ -197,18 +211,17 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
   return Status::kOk;
 }
 
-Status RoundManager::write_model(uint64_t version, uint64_t round_id, int64_t now_ms, std::string* error) {
-  char spec_text[256];
-  format_model_spec(spec_, spec_text, sizeof spec_text);
+Status RoundManager::write_model(Span<const float> model, Span<const uint8_t> optimizer_state,
+                                 uint64_t version, uint64_t round_id, int64_t now_ms, std::string* error) {
   std::vector<uint8_t> file;
-  EDGEFL_RETURN_IF_ERROR(encode_safetensors(spec_, {global_.data(), global_.size()},
+  EDGEFL_RETURN_IF_ERROR(encode_safetensors(spec_, model,
                                             {{"edgefl.model_version", std::to_string(version)},
                                              {"edgefl.round", std::to_string(round_id)},
                                              {"edgefl.optimizer", options_.optimizer}},
                                             &file, error));
-  if (!optimizer_memory_.empty()) {
-    EDGEFL_RETURN_IF_ERROR(write_file_atomic(options_.state_dir, optimizer_file_name(version),
-                                             {optimizer_memory_.data(), optimizer_memory_.size()}, error));
+  if (optimizer_state.size() != 0) {
+    EDGEFL_RETURN_IF_ERROR(
+        write_file_atomic(options_.state_dir, optimizer_file_name(version), optimizer_state, error));
   }
   const std::string name = model_file_name(version);
   EDGEFL_RETURN_IF_ERROR(write_file_atomic(options_.state_dir, name, {file.data(), file.size()}, error));
@@ -269,7 +282,8 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
         st = aggregate_.add_encoded({u.payload.data(), u.payload.size()}, static_cast<double>(u.sample_count),
                                     {decode_workspace_.data(), decode_workspace_.size()});
         if (st != Status::kOk) return st;
-        round.offered.insert(u.device_id);
+        round.offered[u.device_id] = std::numeric_limits<int64_t>::max();
+        round.contributed.insert(u.device_id);
         round.upload_bytes += u.payload_bytes;
         ++rebuilt;
         return Status::kOk;
@@ -281,12 +295,15 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
   }
   round.accepted = rebuilt;
   open_ = std::move(round);
+  open_->norm_bound = update_norm_bound();
   metrics_->round_id.store(open->round_id);
   log_info("round_recovered")
       .kv("round", open->round_id)
       .kv("updates", uint64_t{rebuilt})
       .kv("deadline_in_ms", open->deadline_unix_ms - now_ms);
-  if (rebuilt >= options_.cohort) return close_round(true, now_ms, error);
+  // A close that fails on I/O here is retried by tick(): the server starts either way.
+  if (rebuilt >= options_.cohort) (void)close_round(true, now_ms, error);
+  error->clear();
   return Status::kOk;
 }
 
@@ -301,6 +318,7 @@ Status RoundManager::open_next_round(int64_t now_ms, std::string* error) {
   round.record.opened_unix_ms = now_ms;
   round.record.deadline_unix_ms = now_ms + options_.deadline_ms;
   round.opened_wall_ms = now_ms;
+  round.norm_bound = update_norm_bound();
   EDGEFL_RETURN_IF_ERROR(storage_->create_round(round.record, error));
   aggregate_.reset();
   metrics_->round_id.store(round.record.round_id);
@@ -309,7 +327,8 @@ Status RoundManager::open_next_round(int64_t now_ms, std::string* error) {
       .kv("model_version", model_version_)
       .kv("cohort", uint64_t{options_.cohort})
       .kv("offers", uint64_t{offers_per_round_})
-      .kv("deadline_ms", uint64_t{options_.deadline_ms});
+      .kv("deadline_ms", uint64_t{options_.deadline_ms})
+      .kv("update_norm_bound", round.norm_bound);
   open_ = std::move(round);
   return Status::kOk;
 }
@@ -326,24 +345,143 @@ void RoundManager::evaluate(RoundSummary* summary) {
   }
 }
 
+double RoundManager::update_norm_bound() const {
+  if (options_.max_update_norm > 0) return options_.max_update_norm;
+  double norm2 = 0;
+  for (float v : global_) norm2 += double(v) * double(v);
+  return options_.update_norm_factor * std::max(1.0, std::sqrt(norm2));
+}
+
+uint32_t RoundManager::lease_ms() const {
+  if (options_.offer_lease_ms != 0) return options_.offer_lease_ms;
+  return std::max<uint32_t>(1000, options_.deadline_ms / 2);
+}
+
+void RoundManager::reclaim_expired_offers(int64_t now_ms) {
+  if (!open_) return;
+  OpenRound& round = *open_;
+  for (auto it = round.offered.begin(); it != round.offered.end();) {
+    if (it->second > now_ms || round.contributed.count(it->first) != 0) {
+      ++it;
+      continue;
+    }
+    log_info("offer_expired").kv("round", round.record.round_id).kv("device", it->first);
+    metrics_->offers_expired.fetch_add(1);
+    round.uploads.erase(it->first);
+    expired_offers_.insert(it->first);
+    it = round.offered.erase(it);
+  }
+}
+
+bool RoundManager::renew_offer(const std::string& device, int64_t now_ms) {
+  OpenRound& round = *open_;
+  auto it = round.offered.find(device);
+  if (it != round.offered.end()) {
+    if (round.contributed.count(device) == 0) it->second = now_ms + lease_ms();
+    return true;
+  }
+  if (expired_offers_.count(device) == 0) return false;
+  if (round.offered.size() >= offers_per_round_) reclaim_expired_offers(now_ms);
+  if (round.offered.size() >= offers_per_round_) return false;
+  round.offered[device] = now_ms + lease_ms();
+  expired_offers_.erase(device);
+  log_info("offer_retaken").kv("round", round.record.round_id).kv("device", device);
+  return true;
+}
+
 Status RoundManager::close_round(bool commit, int64_t now_ms, std::string* error) {
   OpenRound& round = *open_;
+  if (!round.closing) {
+    round.closing = true;
+    round.closing_commit = commit;
+    round.uploads.clear();  // nothing more is taken into this round
+    candidate_ready_ = false;
+  }
+  return try_close(now_ms, error);
+}
+
+Status RoundManager::compute_candidate(std::string* error) {
+  Status s = aggregate_.mean({mean_.data(), n_});
+  if (s != Status::kOk) {
+    *error = std::string("the mean of the round's updates: ") + status_name(s);
+    return s;
+  }
+  std::copy(global_.begin(), global_.end(), candidate_.begin());
+  std::copy(optimizer_memory_.begin(), optimizer_memory_.end(), candidate_optimizer_memory_.begin());
+  s = candidate_optimizer_.apply({candidate_.data(), n_}, {mean_.data(), n_});
+  if (s != Status::kOk) {
+    *error = std::string("the server optimizer refuses the round's mean (") + status_name(s) +
+             "): the new model would not be finite";
+    return s;
+  }
+  candidate_ready_ = true;
+  return Status::kOk;
+}
+
+Status RoundManager::try_close(int64_t now_ms, std::string* error) {
+  OpenRound& round = *open_;
+  if (round.closing_commit && !candidate_ready_) {
+    std::string why;
+    if (compute_candidate(&why) != Status::kOk) {
+      // Deterministic: retrying gives the same answer. The round ends without a model.
+      log_error("round_commit_impossible").kv("round", round.record.round_id).kv("reason", why);
+      round.closing_commit = false;
+      abandon_reason_ = why;
+    }
+  }
+  const Status s = finish_close(now_ms, error);
+  if (s == Status::kOk) return Status::kOk;
+  if (!open_) return s;  // closed, but the next round could not be opened: tick() retries
+  // An I/O failure: nothing in memory changed; the same close is tried again later.
+  ++open_->close_failures;
+  const int64_t backoff =
+      std::min<int64_t>(kCloseRetryMaxMs, int64_t{100} << std::min<uint32_t>(open_->close_failures, 7));
+  open_->next_close_attempt_ms = now_ms + backoff;
+  metrics_->close_failures.fetch_add(1);
+  log_error("round_close_failed")
+      .kv("round", open_->record.round_id)
+      .kv("commit", open_->closing_commit ? 1 : 0)
+      .kv("attempt", uint64_t{open_->close_failures})
+      .kv("retry_in_ms", backoff)
+      .kv("error", error->empty() ? std::string(status_name(s)) : *error);
+  return s;
+}
+
+Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
+  OpenRound& round = *open_;
   const uint64_t round_id = round.record.round_id;
+  const bool commit = round.closing_commit;
   uint64_t result_version = 0;
   if (commit) {
-    EDGEFL_RETURN_IF_ERROR(aggregate_.mean({mean_.data(), n_}));
-    EDGEFL_RETURN_IF_ERROR(optimizer_.apply({global_.data(), n_}, {mean_.data(), n_}));
     result_version = model_version_ + 1;
-    // Durable order: model (and optimizer state) file, its record, then the round's state.
-    EDGEFL_RETURN_IF_ERROR(write_model(result_version, round_id, now_ms, error));
+    // A retry after a failure between record_model and close_round finds the model recorded.
+    std::optional<ModelRecord> latest;
+    EDGEFL_RETURN_IF_ERROR(storage_->latest_model(&latest, error));
+    if (!latest || latest->version < result_version) {
+      // Durable order: model (and optimizer state) files, their record, then the round's state.
+      EDGEFL_RETURN_IF_ERROR(write_model(
+          {candidate_.data(), n_}, {candidate_optimizer_memory_.data(), candidate_optimizer_memory_.size()},
+          result_version, round_id, now_ms, error));
+    } else if (latest->version != result_version || latest->round_id != round_id) {
+      *error = "model version " + std::to_string(latest->version) + " is recorded for round " +
+               std::to_string(latest->round_id) + " while round " + std::to_string(round_id) + " closes";
+      return Status::kCorruptPayload;
+    }
+  }
+  EDGEFL_RETURN_IF_ERROR(storage_->close_round(
+      round_id, commit ? RoundState::kCommitted : RoundState::kAbandoned, result_version, now_ms, error));
+  // Durable: only now does the in-memory state follow.
+  if (commit) {
+    global_.swap(candidate_);
+    std::copy(candidate_optimizer_memory_.begin(), candidate_optimizer_memory_.end(),
+              optimizer_memory_.begin());
+    candidate_ready_ = false;
     model_version_ = result_version;
     to_le_bytes(global_, &model_bytes_);
     const net::Sha256Digest d = net::sha256({model_bytes_.data(), model_bytes_.size()});
     std::memcpy(model_digest_.data(), d.data(), d.size());
     metrics_->model_version.store(model_version_);
   }
-  EDGEFL_RETURN_IF_ERROR(storage_->close_round(
-      round_id, commit ? RoundState::kCommitted : RoundState::kAbandoned, result_version, now_ms, error));
   (commit ? metrics_->rounds_committed : metrics_->rounds_abandoned).fetch_add(1);
   RoundSummary summary;
   summary.round_id = round_id;
@@ -353,27 +491,55 @@ Status RoundManager::close_round(bool commit, int64_t now_ms, std::string* error
   summary.download_bytes = round.download_bytes;
   summary.seconds = double(now_ms - round.opened_wall_ms) / 1e3;
   if (commit) evaluate(&summary);
-  LogLine line(LogLevel::kInfo, commit ? "round_committed" : "round_abandoned");
-  line.kv("round", round_id)
-      .kv("updates", uint64_t{round.accepted})
-      .kv("model_version", model_version_)
-      .kv("upload_bytes", round.upload_bytes)
-      .kv("download_bytes", round.download_bytes)
-      .kv("seconds", summary.seconds);
-  if (summary.test_accuracy >= 0)
-    line.kv("test_accuracy", double(summary.test_accuracy)).kv("test_loss", double(summary.test_loss));
+  {
+    LogLine line(LogLevel::kInfo, commit ? "round_committed" : "round_abandoned");
+    line.kv("round", round_id)
+        .kv("updates", uint64_t{round.accepted})
+        .kv("model_version", model_version_)
+        .kv("upload_bytes", round.upload_bytes)
+        .kv("download_bytes", round.download_bytes)
+        .kv("seconds", summary.seconds);
+    if (!commit) {
+      line.kv("reason", !abandon_reason_.empty()
+                            ? abandon_reason_
+                            : "quorum not reached by the deadline (" + std::to_string(round.accepted) +
+                                  " of " + std::to_string(min_quorum_) + ")");
+    }
+    if (round.close_failures != 0) line.kv("close_failures", uint64_t{round.close_failures});
+    if (summary.test_accuracy >= 0)
+      line.kv("test_accuracy", double(summary.test_accuracy)).kv("test_loss", double(summary.test_loss));
+  }
+  abandon_reason_.clear();
   history_.push_back(summary);
 
   closed_[round_id] = ClosedRound{round.record.deadline_unix_ms, now_ms, commit};
   while (closed_.size() > kRoundsKept) closed_.erase(closed_.begin());
   open_.reset();
+  expired_offers_.clear();
   ++rounds_ended_;
   if (options_.rounds != 0 && rounds_ended_ >= options_.rounds) {
     finished_ = true;
     log_info("rounds_finished").kv("rounds", uint64_t{rounds_ended_}).kv("model_version", model_version_);
     return Status::kOk;
   }
-  return open_next_round(now_ms, error);
+  return open_or_schedule(now_ms, error);
+}
+
+Status RoundManager::open_or_schedule(int64_t now_ms, std::string* error) {
+  const Status s = open_next_round(now_ms, error);
+  if (s == Status::kOk) {
+    open_failures_ = 0;
+    return s;
+  }
+  ++open_failures_;
+  const int64_t backoff =
+      std::min<int64_t>(kCloseRetryMaxMs, int64_t{100} << std::min<uint32_t>(open_failures_, 7));
+  next_open_attempt_ms_ = now_ms + backoff;
+  log_error("round_open_failed")
+      .kv("attempt", uint64_t{open_failures_})
+      .kv("retry_in_ms", backoff)
+      .kv("error", error->empty() ? std::string(status_name(s)) : *error);
+  return s;
 }
 
 int64_t RoundManager::ms_to_deadline(int64_t now_ms) const {
@@ -382,10 +548,20 @@ int64_t RoundManager::ms_to_deadline(int64_t now_ms) const {
 }
 
 void RoundManager::tick(int64_t now_ms) {
-  if (!open_ || now_ms < open_->record.deadline_unix_ms) return;
   std::string error;
-  const bool commit = open_->accepted >= min_quorum_;
-  if (close_round(commit, now_ms, &error) != Status::kOk) fatal("closing the round at its deadline", error);
+  if (!open_) {
+    if (!finished_ && now_ms >= next_open_attempt_ms_) (void)open_or_schedule(now_ms, &error);
+    return;
+  }
+  if (open_->closing) {
+    if (now_ms >= open_->next_close_attempt_ms) (void)try_close(now_ms, &error);
+    return;
+  }
+  if (now_ms >= open_->record.deadline_unix_ms) {
+    (void)close_round(open_->accepted >= min_quorum_, now_ms, &error);
+    return;
+  }
+  if (open_->offered.size() >= offers_per_round_) reclaim_expired_offers(now_ms);
 }
 
 std::optional<RoundManager::ClosedRound> RoundManager::closed_round(uint64_t round_id) {
@@ -408,11 +584,13 @@ Reply RoundManager::error_reply(wire::ErrorCode code, const std::string& message
   return Reply{wire::Message{std::move(e)}, close};
 }
 
-Reply RoundManager::ack(uint64_t round, const wire::UploadId& id, wire::UpdateDisposition d) {
+Reply RoundManager::ack(uint64_t round, const wire::UploadId& id, wire::UpdateDisposition d,
+                        wire::RejectReason reason) {
   wire::Ack a;
   a.round_id = round;
   a.upload_id = id;
   a.disposition = d;
+  a.reason = reason;
   return Reply{wire::Message{a}, false};
 }
 
@@ -447,6 +625,12 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
   if (finished_) return retry_later(wire::RetryReason::kDraining, 60000);
   if (!open_) return retry_later(wire::RetryReason::kNoRound, options_.retry_after_ms);
   OpenRound& round = *open_;
+  if (round.closing) {  // the close is being retried (e.g. a disk error): come back after it
+    return retry_later(wire::RetryReason::kServerBusy,
+                       static_cast<uint32_t>(std::clamp<int64_t>(
+                           std::max<int64_t>(round.next_close_attempt_ms - now_ms, options_.retry_after_ms),
+                           1, wire::kMaxRetryMs)));
+  }
   std::optional<UpdateRecord> existing;
   std::string error;
   if (storage_->find_update(round.record.round_id, device, &existing, &error) != Status::kOk) {
@@ -454,6 +638,8 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
     return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
   }
   const bool already_offered = round.offered.count(device) != 0;
+  if (!existing && !already_offered && round.offered.size() >= offers_per_round_)
+    reclaim_expired_offers(now_ms);
   if (existing || (!already_offered && round.offered.size() >= offers_per_round_)) {
     // Full (or this device already contributed): come back around the next round's opening.
     return retry_later(
@@ -466,7 +652,8 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
       unit_double(splitmix64_next(&selection_rng_)) >= options_.selection_probability) {
     return retry_later(wire::RetryReason::kNotSelected, options_.retry_after_ms);
   }
-  round.offered.insert(device);
+  round.offered[device] = now_ms + lease_ms();
+  expired_offers_.erase(device);
   metrics_->offers.fetch_add(1);
   log_info("task_offer")
       .kv("round", round.record.round_id)
@@ -475,15 +662,21 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
   return Reply{wire::Message{make_offer(now_ms)}, false};
 }
 
-Reply RoundManager::model_request(const std::string& device, const wire::ModelRequest& request) {
+Reply RoundManager::model_request(const std::string& device, const wire::ModelRequest& request,
+                                  int64_t now_ms) {
   if (request.model_version != model_version_) {
     return error_reply(
         wire::ErrorCode::kUnknownRound,
         "model version " + std::to_string(request.model_version) + " is not served; say Hello again");
   }
-  if (!open_ || request.round_id != open_->record.round_id || open_->offered.count(device) == 0) {
+  if (!open_ || request.round_id != open_->record.round_id || open_->closing) {
     return error_reply(wire::ErrorCode::kUnknownRound,
-                       "round " + std::to_string(request.round_id) + " is not open for this device");
+                       "round " + std::to_string(request.round_id) + " is not open; say Hello again");
+  }
+  if (!renew_offer(device, now_ms)) {
+    return error_reply(wire::ErrorCode::kUnknownRound,
+                       "round " + std::to_string(request.round_id) +
+                           " has no task for this device (its offer expired and the round is full)");
   }
   if (request.offset >= model_bytes_.size()) {
     return error_reply(wire::ErrorCode::kOffsetMismatch,
@@ -509,8 +702,7 @@ Reply RoundManager::model_request(const std::string& device, const wire::ModelRe
   return Reply{wire::Message{std::move(chunk)}, false};
 }
 
-Reply RoundManager::upload_start(const std::string& device, const wire::UploadStart& start,
-                                 int64_t /*now_ms*/) {
+Reply RoundManager::upload_start(const std::string& device, const wire::UploadStart& start, int64_t now_ms) {
   if (!open_ || start.round_id != open_->record.round_id) {
     // Resuming an upload the server already accepted (the ack was lost): report it complete, so
     // that the Commit is answered kDuplicate.
@@ -533,9 +725,18 @@ Reply RoundManager::upload_start(const std::string& device, const wire::UploadSt
     return error_reply(wire::ErrorCode::kNonceMismatch,
                        "the round nonce does not match round " + std::to_string(round.record.round_id));
   }
-  if (round.offered.count(device) == 0) {
+  if (round.closing) {
+    return error_reply(wire::ErrorCode::kUnknownRound,
+                       "round " + std::to_string(round.record.round_id) + " is closing");
+  }
+  if (round.offered.count(device) == 0 && expired_offers_.count(device) == 0) {
     return error_reply(wire::ErrorCode::kUnauthorized,
                        "this device has no task in round " + std::to_string(round.record.round_id));
+  }
+  if (!renew_offer(device, now_ms)) {
+    return error_reply(wire::ErrorCode::kUnknownRound, "the offer to this device in round " +
+                                                           std::to_string(round.record.round_id) +
+                                                           " expired and the round is full");
   }
   if (start.total_bytes > max_upload_bytes_) {
     return error_reply(wire::ErrorCode::kTooLarge, "update of " + std::to_string(start.total_bytes) +
@@ -567,11 +768,11 @@ Reply RoundManager::upload_start(const std::string& device, const wire::UploadSt
 
 std::optional<Reply> RoundManager::upload_chunk(const std::string& device, const wire::UploadChunk& chunk,
                                                 int64_t now_ms) {
-  (void)now_ms;
-  if (!open_ || chunk.round_id != open_->record.round_id) {
+  if (!open_ || chunk.round_id != open_->record.round_id || open_->closing) {
     // The round closed while this device was uploading: drop the data silently; the Commit gets
     // the disposition (straggler or late).
-    if (closed_round(chunk.round_id)) return std::nullopt;
+    if ((open_ && chunk.round_id == open_->record.round_id) || closed_round(chunk.round_id))
+      return std::nullopt;
     return error_reply(wire::ErrorCode::kUnknownRound,
                        "round " + std::to_string(chunk.round_id) + " is unknown", true);
   }
@@ -590,11 +791,17 @@ std::optional<Reply> RoundManager::upload_chunk(const std::string& device, const
   }
   upload.bytes.insert(upload.bytes.end(), chunk.data.begin(), chunk.data.end());
   metrics_->upload_bytes.fetch_add(chunk.data.size());
+  auto lease = open_->offered.find(device);
+  if (lease != open_->offered.end()) lease->second = now_ms + lease_ms();
   return std::nullopt;
 }
 
 Reply RoundManager::commit(const std::string& device, const wire::Commit& commit, int64_t now_ms) {
   std::string error;
+  if (commit.round_id > kMaxStoredId) {
+    return error_reply(wire::ErrorCode::kUnknownRound,
+                       "round " + std::to_string(commit.round_id) + " is unknown");
+  }
   // 1. Already accepted? (a retried commit after a lost ack, or a second update this round)
   std::optional<UpdateRecord> existing;
   if (storage_->find_update(commit.round_id, device, &existing, &error) != Status::kOk) {
@@ -626,6 +833,13 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
     return error_reply(wire::ErrorCode::kNonceMismatch,
                        "the round nonce does not match round " + std::to_string(round.record.round_id));
   }
+  if (round.closing) {  // decided to close (its close is being retried): nothing more is taken
+    const bool late = now_ms >= round.record.deadline_unix_ms || !round.closing_commit;
+    (late ? metrics_->updates_late : metrics_->updates_straggler).fetch_add(1);
+    log_info(late ? "update_late" : "update_straggler").kv("round", commit.round_id).kv("device", device);
+    return ack(commit.round_id, commit.upload_id,
+               late ? wire::UpdateDisposition::kLate : wire::UpdateDisposition::kStraggler);
+  }
   auto it = round.uploads.find(device);
   if (it == round.uploads.end() || it->second.upload_id != commit.upload_id) {
     return error_reply(wire::ErrorCode::kUnknownUpload, "no upload with this id in this round");
@@ -636,17 +850,24 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
                                                              std::to_string(upload.bytes.size()) + " of " +
                                                              std::to_string(upload.total) + " bytes");
   }
-  auto reject = [&](const std::string& why) {
+  auto reject = [&](wire::RejectReason reason, const std::string& why) {
     metrics_->updates_rejected.fetch_add(1);
-    log_warn("update_rejected").kv("round", round.record.round_id).kv("device", device).kv("reason", why);
+    log_warn("update_rejected")
+        .kv("round", round.record.round_id)
+        .kv("device", device)
+        .kv("reason", wire::reject_reason_name(reason))
+        .kv("detail", why);
     const wire::UploadId id = upload.upload_id;
     round.uploads.erase(it);
-    return ack(round.record.round_id, id, wire::UpdateDisposition::kRejected);
+    return ack(round.record.round_id, id, wire::UpdateDisposition::kRejected, reason);
   };
   const net::Sha256Digest digest = net::sha256({upload.bytes.data(), upload.bytes.size()});
-  if (std::memcmp(digest.data(), commit.digest.data(), digest.size()) != 0) return reject("digest mismatch");
+  if (std::memcmp(digest.data(), commit.digest.data(), digest.size()) != 0)
+    return reject(wire::RejectReason::kDigestMismatch, "the bytes do not match the commit's SHA-256");
   if (commit.sample_count > options_.max_samples_per_update) {
-    return reject("sample count " + std::to_string(commit.sample_count) + " above the limit");
+    return reject(wire::RejectReason::kSampleCount, "sample count " + std::to_string(commit.sample_count) +
+                                                        " above the limit of " +
+                                                        std::to_string(options_.max_samples_per_update));
   }
   // 3. The whole encoding decodes at the model's dimension (so adding it later cannot fail).
   EncodedInfo info;
@@ -657,16 +878,28 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
     s = decode({upload.bytes.data(), upload.bytes.size()}, {scratch_.data(), n_},
                {decode_workspace_.data(), decode_workspace_.size()});
   }
-  if (s == Status::kOk) {
-    for (size_t i = 0; i < n_; ++i) {
-      if (!std::isfinite(scratch_[i])) {
-        s = Status::kNonFiniteInput;
-        break;
-      }
+  if (s != Status::kOk) return reject(wire::RejectReason::kInvalidEncoding, status_name(s));
+  // 4. Bounded influence: finite, within the round's L2 norm bound, and global + update finite
+  // (so the weighted mean of accepted updates, added to the model, stays finite as well).
+  double norm2 = 0;
+  for (size_t i = 0; i < n_; ++i) {
+    const float v = scratch_[i];
+    if (!std::isfinite(v)) {
+      return reject(wire::RejectReason::kNonFinite, "coordinate " + std::to_string(i) + " is not finite");
+    }
+    norm2 += double(v) * double(v);
+    if (!std::isfinite(global_[i] + v)) {
+      return reject(wire::RejectReason::kModelOverflow,
+                    "the model plus this update is not finite at coordinate " + std::to_string(i));
     }
   }
-  if (s != Status::kOk) return reject(std::string("invalid encoding: ") + status_name(s));
-  // 4. Durable, then counted, then acked.
+  const double norm = std::sqrt(norm2);
+  if (!(norm <= round.norm_bound)) {
+    char why[128];
+    std::snprintf(why, sizeof why, "L2 norm %.6g above the bound %.6g", norm, round.norm_bound);
+    return reject(wire::RejectReason::kNormTooLarge, why);
+  }
+  // 5. Durable, then counted, then acked.
   UpdateRecord record;
   record.round_id = round.record.round_id;
   record.device_id = device;
@@ -699,18 +932,19 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
   metrics_->updates_accepted.fetch_add(1);
   round.upload_bytes += record.payload_bytes;
   ++round.accepted;
+  round.contributed.insert(device);
   round.uploads.erase(it);
   log_info("update_accepted")
       .kv("round", round.record.round_id)
       .kv("device", device)
       .kv("bytes", record.payload_bytes)
       .kv("samples", uint64_t{commit.sample_count})
+      .kv("norm", norm)
       .kv("accepted", uint64_t{round.accepted})
       .kv("upload_to_ack_s", latency_s);
   Reply reply = ack(record.round_id, record.upload_id, wire::UpdateDisposition::kAccepted);
-  if (round.accepted >= options_.cohort) {
-    if (close_round(true, now_ms, &error) != Status::kOk) fatal("committing the round", error);
-  }
+  // A close that fails on I/O is logged and retried by tick(); this update is durable either way.
+  if (round.accepted >= options_.cohort) (void)close_round(true, now_ms, &error);
   return reply;
 }
 

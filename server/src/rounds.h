@@ -15,10 +15,27 @@
 // straggler; after the deadline it is late; a second commit of an accepted update (same round,
 // device and upload id), or a second update of one device in one round, is a duplicate.
 //
+// Bounded influence: before its ack, an update must decode at the model's dimension, be finite,
+// keep global + update finite, and have an L2 norm within the round's bound (RoundOptions); so
+// the FedAvg mean (a convex combination of accepted updates) cannot overflow the model. A reject
+// carries its wire::RejectReason.
+//
+// Closing a round is idempotent: the next model (and optimizer state) is computed once into its
+// own buffers from the unchanged global model and the round's aggregate, written (temp file,
+// fsync, rename), recorded, and only then is the round marked committed and the in-memory model
+// replaced. A failure at any step (disk full, EIO, read-only directory, a storage error) changes
+// nothing in memory; the round stays "closing" (no update is taken, check-ins get RetryLater
+// ServerBusy) and tick() retries with backoff (0.2 s doubling to 10 s) until the disk recovers:
+// the retry produces the same bytes, and the model is applied exactly once. A commit that cannot
+// succeed (the optimizer's result would not be finite) abandons the round with that reason.
+//
 // Crash safety: the ledger and the open round's payloads are in storage, so start() after a crash
-// rebuilds the open round's aggregate from the acknowledged updates, each counted once. A model
-// is written (temp file, fsync, rename) and recorded before its round is marked committed; start()
-// finishes a commit that a crash interrupted between the two.
+// rebuilds the open round's aggregate from the acknowledged updates, each counted once, in
+// acceptance order (the same binary64 sums, so the same next model). start() finishes a commit
+// that a crash interrupted after the model was recorded, and redoes one interrupted before.
+//
+// Offers are leases: an offered device that sends nothing for RoundOptions::offer_lease_ms loses
+// its slot to the pool; it may take a free slot again.
 //
 // Threading: not thread-safe; the server calls it from one thread (its io_context).
 #ifndef EDGEFL_SERVER_ROUNDS_H_
@@ -48,23 +65,31 @@ namespace edgefl::server {
 struct RoundOptions {
   std::string model_spec = "cnn";  // edgefl/model.h grammar
   std::string uplink_codec = "sparq:0.1";
-  std::string optimizer = "fedavg";    // edgefl/aggregate.h grammar
-  wire::TrainingConfig training;       // sent to devices in every offer
-  uint32_t cohort = 4;                 // accepted updates that complete a round
-  double over_selection = 1.3;         // offers per round = ceil(cohort x over_selection)
-  uint32_t min_quorum = 0;             // accepted updates for a commit at the deadline; 0 = cohort
-  uint32_t deadline_ms = 120000;       // reporting deadline, from the round's opening
-  uint32_t rounds = 0;                 // rounds to run (committed or abandoned); 0 = no limit
-  double selection_probability = 1.0;  // chance a check-in is offered a task while offers remain
-                                       // (random selection, as pace steering; 1 = first come)
-  uint32_t retry_after_ms = 1000;      // RetryLater when the round is full: come back in
-  uint32_t retry_window_ms = 2000;     //   [after, after + window] ms
-  uint32_t max_chunk_bytes = 256 * 1024;
+  std::string optimizer = "fedavg";           // edgefl/aggregate.h grammar
+  wire::TrainingConfig training;              // sent to devices in every offer
+  uint32_t cohort = 4;                        // accepted updates that complete a round
+  double over_selection = 1.3;                // offers per round = ceil(cohort x over_selection)
+  uint32_t min_quorum = 0;                    // accepted updates for a commit at the deadline; 0 = cohort
+  uint32_t deadline_ms = 120000;              // reporting deadline, from the round's opening
+  uint32_t rounds = 0;                        // rounds to run (committed or abandoned); 0 = no limit
+  double selection_probability = 1.0;         // chance a check-in is offered a task while offers remain
+                                              // (random selection, as pace steering; 1 = first come)
+  uint32_t retry_after_ms = 1000;             // RetryLater when the round is full: come back in
+  uint32_t retry_window_ms = 2000;            //   [after, after + window] ms
+  uint32_t max_chunk_bytes = 64 * 1024;       // model and upload chunks (one frame's data)
   uint32_t max_samples_per_update = 1000000;  // a commit claiming more is rejected
-  uint64_t seed = 1;                          // initial model and per-round training seeds
-  std::string state_dir;                      // model files (the database lives here too)
-  std::string eval_data_dir;                  // Fashion-MNIST directory for server-side evaluation; "" = none
-  uint32_t eval_samples = 10000;              // test samples evaluated after each commit
+  // Bound on one update's influence: an update whose decoded L2 norm is above the bound is
+  // rejected (RejectReason::kNormTooLarge) before its ack. max_update_norm > 0: that bound;
+  // 0: update_norm_factor x max(1, ||global model||) of the round's base model.
+  double max_update_norm = 0;
+  double update_norm_factor = 1.0;
+  // An offered device that sends nothing for this long loses its offer (the slot goes back to
+  // the pool; it may take one again while the round has room). 0: deadline_ms / 2.
+  uint32_t offer_lease_ms = 0;
+  uint64_t seed = 1;              // initial model and per-round training seeds
+  std::string state_dir;          // model files (the database lives here too)
+  std::string eval_data_dir;      // Fashion-MNIST directory for server-side evaluation; "" = none
+  uint32_t eval_samples = 10000;  // test samples evaluated after each commit
 };
 
 // What a session should do with a device after a message: reply (always), and maybe close.
@@ -85,14 +110,15 @@ class RoundManager {
 
   Reply hello(const std::string& device, const wire::Hello& hello, int64_t now_ms);
   // Model bytes are little-endian float32 (the TaskOffer's downlink codec is "").
-  Reply model_request(const std::string& device, const wire::ModelRequest& request);
+  Reply model_request(const std::string& device, const wire::ModelRequest& request, int64_t now_ms);
   Reply upload_start(const std::string& device, const wire::UploadStart& start, int64_t now_ms);
   // No reply on success (nullopt): chunks stream until the Commit.
   std::optional<Reply> upload_chunk(const std::string& device, const wire::UploadChunk& chunk,
                                     int64_t now_ms);
   Reply commit(const std::string& device, const wire::Commit& commit, int64_t now_ms);
 
-  // Ends the open round if its deadline passed. Call often (the server: every 100 ms).
+  // Ends the open round if its deadline passed; retries a round close that failed on I/O (with
+  // backoff); reclaims expired offers. Call often (the server: every 100 ms).
   void tick(int64_t now_ms);
 
   // All `rounds` rounds have ended (never, when rounds == 0).
@@ -127,12 +153,20 @@ class RoundManager {
   };
   struct OpenRound {
     RoundRecord record;
-    std::set<std::string> offered;
-    std::map<std::string, Upload> uploads;  // by device
+    std::map<std::string, int64_t> offered;  // device -> lease expiry (unix ms)
+    std::set<std::string> contributed;       // devices with an accepted update (never expire)
+    std::map<std::string, Upload> uploads;   // by device
     int64_t opened_wall_ms = 0;
     uint64_t upload_bytes = 0;
     uint64_t download_bytes = 0;
     uint32_t accepted = 0;
+    double norm_bound = 0;  // max L2 norm of one update in this round
+    // Set once the round has decided to close: no update is taken any more, and the close is
+    // retried (same result: the candidate model is computed once) until it is durable.
+    bool closing = false;
+    bool closing_commit = false;
+    uint32_t close_failures = 0;
+    int64_t next_close_attempt_ms = 0;
   };
   struct ClosedRound {
     int64_t deadline_ms = 0;
@@ -143,12 +177,29 @@ class RoundManager {
   Status load_or_create_model(int64_t now_ms, std::string* error);
   Status recover_open_round(int64_t now_ms, std::string* error);
   Status open_next_round(int64_t now_ms, std::string* error);
+  // Decides to close the open round (commit or abandon) and tries to make it durable. kOk when
+  // the round is closed (and the next one opened); an I/O failure leaves it closing, retried by
+  // tick(). A commit that cannot succeed (the new model would not be finite) abandons the round.
   Status close_round(bool commit, int64_t now_ms, std::string* error);
-  Status write_model(uint64_t version, uint64_t round_id, int64_t now_ms, std::string* error);
+  Status try_close(int64_t now_ms, std::string* error);
+  // Computes the next model and optimizer state into candidate_ / candidate_optimizer_memory_
+  // from global_, the optimizer state and the aggregate, none of which it changes.
+  Status compute_candidate(std::string* error);
+  Status finish_close(int64_t now_ms, std::string* error);
+  // Opens the next round; on failure logs it and schedules a retry from tick().
+  Status open_or_schedule(int64_t now_ms, std::string* error);
+  Status write_model(Span<const float> model, Span<const uint8_t> optimizer_state, uint64_t version,
+                     uint64_t round_id, int64_t now_ms, std::string* error);
+  double update_norm_bound() const;
+  // The offer of `device` in the open round is live (renews its lease), or can be taken again.
+  bool renew_offer(const std::string& device, int64_t now_ms);
+  void reclaim_expired_offers(int64_t now_ms);
+  uint32_t lease_ms() const;
   void evaluate(RoundSummary* summary);
   wire::TaskOffer make_offer(int64_t now_ms) const;
   Reply error_reply(wire::ErrorCode code, const std::string& message, bool close = false);
-  Reply ack(uint64_t round, const wire::UploadId& id, wire::UpdateDisposition d);
+  Reply ack(uint64_t round, const wire::UploadId& id, wire::UpdateDisposition d,
+            wire::RejectReason reason = wire::RejectReason::kNone);
   std::optional<ClosedRound> closed_round(uint64_t round_id);
   void fatal(const std::string& what, const std::string& error);
 
@@ -175,6 +226,11 @@ class RoundManager {
   std::vector<float> scratch_;  // decode check of a committed update
   std::vector<uint8_t> decode_workspace_;
   std::vector<float> mean_;
+  // The model a closing round produces, kept across retries of its close.
+  std::vector<float> candidate_;
+  std::vector<uint8_t> candidate_optimizer_memory_;
+  ServerOptimizer candidate_optimizer_;
+  bool candidate_ready_ = false;
 
   std::optional<OpenRound> open_;
   std::map<uint64_t, ClosedRound> closed_;  // recent rounds, for straggler / late answers
@@ -182,6 +238,10 @@ class RoundManager {
   bool finished_ = false;
   std::vector<RoundSummary> history_;
   uint64_t selection_rng_ = 0;
+  std::set<std::string> expired_offers_;  // devices whose offer in the open round expired
+  std::string abandon_reason_;            // why the closing round is abandoned ("" = no quorum)
+  uint32_t open_failures_ = 0;            // failed attempts to open the next round
+  int64_t next_open_attempt_ms_ = 0;
 
   // Server-side evaluation (optional).
   Dataset test_set_;

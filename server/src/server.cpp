@@ -151,7 +151,7 @@ class Session {
         co_await refuse(wire::ErrorCode::kUnexpectedMessage, why);
         co_return;
       } else if (auto* request = std::get_if<wire::ModelRequest>(&message)) {
-        reply = ctx_->rounds->model_request(device_, *request);
+        reply = ctx_->rounds->model_request(device_, *request, now);
       } else if (auto* start = std::get_if<wire::UploadStart>(&message)) {
         reply = ctx_->rounds->upload_start(device_, *start, now);
       } else if (auto* chunk = std::get_if<wire::UploadChunk>(&message)) {

@@ -207,6 +207,7 @@ void check_fields(const w::Ack& a, const w::Ack& b) {
   CHECK(a.round_id == b.round_id);
   CHECK(a.upload_id == b.upload_id);
   CHECK(a.disposition == b.disposition);
+  CHECK(a.reason == b.reason);
 }
 void check_fields(const w::Error& a, const w::Error& b) {
   CHECK(a.code == b.code);
@@ -293,6 +294,9 @@ std::vector<w::Message> largest_messages() {
 
   w::Ack ack = samples::ack();
   ack.round_id = std::numeric_limits<uint64_t>::max();
+  out.push_back(ack);
+  ack.disposition = w::UpdateDisposition::kRejected;
+  ack.reason = w::RejectReason::kModelOverflow;
   out.push_back(ack);
 
   w::Error error = samples::error();
@@ -1045,6 +1049,20 @@ std::vector<RuleCase> rule_cases() {
   c.push_back(rule(
       "ack: disposition 6", a, [](w::Ack& m) { m.disposition = static_cast<w::UpdateDisposition>(6); },
       V::kOutOfRange, "Ack.disposition"));
+  c.push_back(rule(
+      "ack: reason 7", a,
+      [](w::Ack& m) {
+        m.disposition = w::UpdateDisposition::kRejected;
+        m.reason = static_cast<w::RejectReason>(7);
+      },
+      V::kOutOfRange, "Ack.reason"));
+  c.push_back(rule(
+      "ack: a reason on an accepted update", a,
+      [](w::Ack& m) {
+        m.disposition = w::UpdateDisposition::kAccepted;
+        m.reason = w::RejectReason::kNormTooLarge;
+      },
+      V::kInconsistent, "Ack.reason"));
   // Error
   const w::Error e = samples::error();
   c.push_back(rule(

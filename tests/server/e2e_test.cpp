@@ -1443,7 +1443,7 @@ TEST_SUITE("e2e.rejections") {
       Update forged = u2;
       forged.digest[0] ^= 1;
       CHECK(commit_and_ack(a, forged) == UpdateDisposition::kRejected);
-      CHECK(server.wait_for_log({"event=update_rejected", "device=device-0001", "digest mismatch"}));
+      CHECK(server.wait_for_log({"event=update_rejected", "device=device-0001", "reason=digest_mismatch"}));
     }
     // The rejected upload is gone; uploaded again it is accepted (round 2 commits, round 3 opens).
     {

@@ -197,6 +197,18 @@ enum class UpdateDisposition : uint8_t {
   kRejected = 5,   // the update failed validation (digest, size, codec): discarded
 };
 
+enum class RejectReason : uint8_t {
+  kNone = 0,             // not rejected, or no reason given
+  kDigestMismatch = 1,   // the uploaded bytes do not match the Commit's SHA-256
+  kInvalidEncoding = 2,  // the encoding does not decode at the model's dimension
+  kNonFinite = 3,        // a decoded coordinate is NaN or infinite
+  kNormTooLarge = 4,     // the update's L2 norm is above the server's bound
+  kSampleCount = 5,      // Commit.sample_count is above the server's limit
+  kModelOverflow = 6,    // global + update would not be finite in float32
+};
+// "digest_mismatch", "invalid_encoding", ...; "none" for kNone, "unknown" otherwise. Never null.
+const char* reject_reason_name(RejectReason reason);
+
 enum class ErrorCode : uint8_t {
   kBadMessage = 1,
   kUnexpectedMessage = 2,
@@ -330,6 +342,7 @@ struct Ack {
   uint64_t round_id = 0;  // > 0
   UploadId upload_id{};   // not all zero
   UpdateDisposition disposition = UpdateDisposition::kAccepted;
+  RejectReason reason = RejectReason::kNone;  // kNone unless disposition is kRejected
 };
 
 // either direction.

@@ -158,6 +158,7 @@ Status convert(const fb::Ack& t, Ack* m, DecodeDetail* detail) {
   m->round_id = t.round_id();
   EDGEFL_RETURN_IF_ERROR(to_array(t.upload_id(), &m->upload_id, detail, "Ack.upload_id"));
   m->disposition = static_cast<UpdateDisposition>(t.disposition());
+  m->reason = static_cast<RejectReason>(t.reason());
   return Status::kOk;
 }
 

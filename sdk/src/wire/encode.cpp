@@ -184,6 +184,7 @@ Offset<fb::Ack> build(FlatBufferBuilder& b, const Ack& m) {
   t.add_round_id(m.round_id);
   t.add_upload_id(upload_id);
   t.add_disposition(static_cast<fb::UpdateDisposition>(m.disposition));
+  t.add_reason(static_cast<fb::RejectReason>(m.reason));
   return t.Finish();
 }
 

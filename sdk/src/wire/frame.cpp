@@ -125,5 +125,18 @@ const char* violation_name(Violation violation) {
   return "unknown";
 }
 
+const char* reject_reason_name(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kNone: return "none";
+    case RejectReason::kDigestMismatch: return "digest_mismatch";
+    case RejectReason::kInvalidEncoding: return "invalid_encoding";
+    case RejectReason::kNonFinite: return "non_finite";
+    case RejectReason::kNormTooLarge: return "norm_too_large";
+    case RejectReason::kSampleCount: return "sample_count";
+    case RejectReason::kModelOverflow: return "model_overflow";
+  }
+  return "unknown";
+}
+
 }  // namespace wire
 }  // namespace edgefl

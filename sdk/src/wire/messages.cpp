@@ -69,7 +69,8 @@ bool operator==(const Commit& a, const Commit& b) {
 }
 
 bool operator==(const Ack& a, const Ack& b) {
-  return a.round_id == b.round_id && a.upload_id == b.upload_id && a.disposition == b.disposition;
+  return a.round_id == b.round_id && a.upload_id == b.upload_id && a.disposition == b.disposition &&
+         a.reason == b.reason;
 }
 
 bool operator==(const Error& a, const Error& b) {

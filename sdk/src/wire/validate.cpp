@@ -287,8 +287,16 @@ Status check_message(const Commit& m, DecodeDetail* detail) {
 Status check_message(const Ack& m, DecodeDetail* detail) {
   EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "Ack.round_id"));
   EDGEFL_RETURN_IF_ERROR(check_upload_id(m.upload_id, detail, "Ack.upload_id"));
-  return check_range(static_cast<uint8_t>(m.disposition), static_cast<uint8_t>(UpdateDisposition::kAccepted),
-                     static_cast<uint8_t>(UpdateDisposition::kRejected), detail, "Ack.disposition");
+  EDGEFL_RETURN_IF_ERROR(
+      check_range(static_cast<uint8_t>(m.disposition), static_cast<uint8_t>(UpdateDisposition::kAccepted),
+                  static_cast<uint8_t>(UpdateDisposition::kRejected), detail, "Ack.disposition"));
+  EDGEFL_RETURN_IF_ERROR(
+      check_range(static_cast<uint8_t>(m.reason), static_cast<uint8_t>(RejectReason::kNone),
+                  static_cast<uint8_t>(RejectReason::kModelOverflow), detail, "Ack.reason"));
+  if (m.reason != RejectReason::kNone && m.disposition != UpdateDisposition::kRejected) {
+    return fail(detail, Violation::kInconsistent, "Ack.reason");
+  }
+  return Status::kOk;
 }
 
 Status check_message(const Error& m, DecodeDetail* detail) {

@@ -1,0 +1,732 @@
+// tests/server/rounds_test.cpp: RoundManager in process, with SQLite in a temporary directory
+// and a fake clock: the faults of issue 12 that must cost nothing but themselves.
+//
+//   server.rounds.influence   an update that would overflow the model, or is above the norm bound, or
+//                      not finite, is rejected before its ack with its reason; a commit that
+//                      cannot succeed abandons the round with a reason; the server restarts
+//   server.rounds.close       a failing disk (each write, fsync, rename, ... in turn), failing storage
+//                      calls, a crash between any two steps of a close, a full and a read-only
+//                      filesystem: the next model is the FedAvg of the ledger, applied once
+//   server.rounds.leases      offers of silent devices go back to the pool
+//   server.rounds.ids         out-of-range round ids are unknown rounds, not storage failures
+//
+// Reference model: global + float(sum_i w_i u_i / sum_i w_i) with binary64 sums in acceptance
+// order (FedAvg, server learning rate 1), computed here from the updates the test sent.
+#include <errno.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "edgefl/codec.h"
+#include "edgefl/model.h"
+#include "log.h"
+#include "model_files.h"
+#include "net/digest.h"
+#include "rounds.h"
+#include "safetensors.h"
+#include "sqlite_storage.h"
+
+namespace {
+
+using namespace edgefl;
+using namespace edgefl::server;
+namespace fs = std::filesystem;
+
+constexpr char kSpec[] = "mlp:784-4-10";  // 3,190 parameters: fast, and big enough to matter
+constexpr int64_t kT0 = 1'800'000'000'000;
+
+std::string make_temp_dir() {
+  char tmpl[] = "/tmp/edgefl-rounds-XXXXXX";
+  const char* dir = mkdtemp(tmpl);
+  REQUIRE(dir != nullptr);
+  return dir;
+}
+
+// Storage that fails chosen calls (kIoError, nothing changed) while `failing` names them.
+class FaultyStorage final : public Storage {
+ public:
+  explicit FaultyStorage(std::unique_ptr<Storage> inner) : inner_(std::move(inner)) {}
+  std::map<std::string, int> failing;  // call -> failures left (-1: always)
+  std::map<std::string, int> calls;
+
+  Status create_round(const RoundRecord& r, std::string* e) override {
+    if (fail("create_round", e)) return Status::kIoError;
+    return inner_->create_round(r, e);
+  }
+  Status close_round(uint64_t id, RoundState st, uint64_t v, int64_t t, std::string* e) override {
+    if (fail("close_round", e)) return Status::kIoError;
+    return inner_->close_round(id, st, v, t, e);
+  }
+  Status open_round(std::optional<RoundRecord>* out, std::string* e) override {
+    return inner_->open_round(out, e);
+  }
+  Status get_round(uint64_t id, std::optional<RoundRecord>* out, std::string* e) override {
+    return inner_->get_round(id, out, e);
+  }
+  Status last_round_id(uint64_t* out, std::string* e) override { return inner_->last_round_id(out, e); }
+  Status record_update(const UpdateRecord& u, InsertResult* r, uint64_t* seq, std::string* e) override {
+    if (fail("record_update", e)) return Status::kIoError;
+    return inner_->record_update(u, r, seq, e);
+  }
+  Status find_update(uint64_t id, const std::string& d, std::optional<UpdateRecord>* out,
+                     std::string* e) override {
+    return inner_->find_update(id, d, out, e);
+  }
+  Status count_updates(uint64_t id, uint64_t* out, std::string* e) override {
+    return inner_->count_updates(id, out, e);
+  }
+  Status for_each_update(uint64_t id, const std::function<Status(const UpdateRecord&)>& fn,
+                         std::string* e) override {
+    return inner_->for_each_update(id, fn, e);
+  }
+  Status record_model(const ModelRecord& m, std::string* e) override {
+    if (fail("record_model", e)) return Status::kIoError;
+    return inner_->record_model(m, e);
+  }
+  Status latest_model(std::optional<ModelRecord>* out, std::string* e) override {
+    if (fail("latest_model", e)) return Status::kIoError;
+    return inner_->latest_model(out, e);
+  }
+  Status put_setting(const std::string& k, const std::string& v, std::string* e) override {
+    return inner_->put_setting(k, v, e);
+  }
+  Status get_setting(const std::string& k, std::optional<std::string>* v, std::string* e) override {
+    return inner_->get_setting(k, v, e);
+  }
+
+ private:
+  bool fail(const char* call, std::string* e) {
+    ++calls[call];
+    auto it = failing.find(call);
+    if (it == failing.end() || it->second == 0) return false;
+    if (it->second > 0) --it->second;
+    if (e != nullptr) *e = std::string("injected failure of ") + call;
+    return true;
+  }
+  std::unique_ptr<Storage> inner_;
+};
+
+struct Update {
+  std::string device;
+  std::vector<float> values;
+  uint32_t samples = 1;
+};
+
+// One server's round state over a state directory; reopen() is a restart.
+struct Server {
+  std::string dir;
+  RoundOptions options;
+  std::unique_ptr<Storage> sqlite;
+  FaultyStorage* faults = nullptr;
+  std::unique_ptr<Storage> storage;
+  Metrics metrics;
+  std::unique_ptr<RoundManager> rounds;
+  int64_t now = kT0;
+
+  explicit Server(std::string state_dir, RoundOptions o = {})
+      : dir(std::move(state_dir)), options(std::move(o)) {
+    options.model_spec = kSpec;
+    if (options.uplink_codec == "sparq:0.1") options.uplink_codec = "fp32";
+    options.state_dir = dir;
+    set_log_level(LogLevel::kError);
+  }
+
+  Status open() {
+    std::string error;
+    std::unique_ptr<Storage> inner;
+    REQUIRE(open_sqlite_storage(dir + "/state.db", &inner, &error) == Status::kOk);
+    auto faulty = std::make_unique<FaultyStorage>(std::move(inner));
+    faults = faulty.get();
+    storage = std::move(faulty);
+    rounds = std::make_unique<RoundManager>(options, storage.get(), &metrics);
+    const Status s = rounds->start(now, &error);
+    INFO(error);
+    return s;
+  }
+  void reopen() {
+    rounds.reset();
+    storage.reset();
+    REQUIRE(open() == Status::kOk);
+  }
+
+  wire::TaskOffer offer(const std::string& device) {
+    wire::Hello hello;
+    hello.sdk_version = "test";
+    Reply r = rounds->hello(device, hello, now);
+    const auto* offer = std::get_if<wire::TaskOffer>(&r.message);
+    REQUIRE_MESSAGE(offer != nullptr, "no offer for " << device);
+    return *offer;
+  }
+
+  // Uploads and commits `u` under `offer`; returns the server's answer.
+  wire::Message upload(const wire::TaskOffer& offer, const Update& u, const char* codec = "fp32") {
+    CodecSpec spec;
+    REQUIRE(parse_codec_spec(codec, &spec) == Status::kOk);
+    std::vector<uint8_t> ws(workspace_size(spec, u.values.size())), out(encoded_bound(spec, u.values.size()));
+    size_t written = 0;
+    REQUIRE(encode(spec, {u.values.data(), u.values.size()}, 1, {ws.data(), ws.size()},
+                   {out.data(), out.size()}, &written) == Status::kOk);
+    out.resize(written);
+    return upload_bytes(offer, u.device, out, u.samples);
+  }
+
+  wire::Message upload_bytes(const wire::TaskOffer& offer, const std::string& device,
+                             const std::vector<uint8_t>& bytes, uint32_t samples) {
+    wire::UploadStart start;
+    start.round_id = offer.round_id;
+    start.round_nonce = offer.round_nonce;
+    start.upload_id.fill(0);
+    for (size_t i = 0; i < device.size(); ++i) start.upload_id[i % 16] ^= uint8_t(device[i]);
+    start.upload_id[15] ^= 0x5A;
+    start.total_bytes = bytes.size();
+    Reply r = rounds->upload_start(device, start, now);
+    if (!std::holds_alternative<wire::UploadStatus>(r.message)) return r.message;
+    const uint64_t have = std::get<wire::UploadStatus>(r.message).offset;
+    for (uint64_t off = have; off < bytes.size(); off += 4096) {
+      wire::UploadChunk chunk;
+      chunk.round_id = offer.round_id;
+      chunk.upload_id = start.upload_id;
+      chunk.offset = off;
+      chunk.total_bytes = bytes.size();
+      chunk.data.assign(bytes.begin() + long(off),
+                        bytes.begin() + long(std::min<uint64_t>(bytes.size(), off + 4096)));
+      std::optional<Reply> cr = rounds->upload_chunk(device, chunk, now);
+      if (cr) return cr->message;
+    }
+    wire::Commit commit;
+    commit.round_id = offer.round_id;
+    commit.round_nonce = offer.round_nonce;
+    commit.upload_id = start.upload_id;
+    commit.total_bytes = bytes.size();
+    commit.sample_count = samples;
+    const net::Sha256Digest d = net::sha256({bytes.data(), bytes.size()});
+    std::memcpy(commit.digest.data(), d.data(), d.size());
+    return rounds->commit(device, commit, now).message;
+  }
+
+  std::vector<float> model() const {
+    auto m = rounds->global_model();
+    return {m.data(), m.data() + m.size()};
+  }
+  // The model file on disk for `version`, decoded.
+  std::vector<float> model_file(uint64_t version) const {
+    char name[64];
+    std::snprintf(name, sizeof name, "/model-v%06llu.safetensors", static_cast<unsigned long long>(version));
+    std::vector<uint8_t> file;
+    std::string error;
+    REQUIRE(read_file(dir + name, 1u << 28, &file, &error) == Status::kOk);
+    ModelSpec spec;
+    REQUIRE(parse_model_spec(kSpec, &spec) == Status::kOk);
+    std::vector<float> values;
+    std::map<std::string, std::string> meta;
+    REQUIRE(decode_safetensors({file.data(), file.size()}, spec, &values, &meta, &error) == Status::kOk);
+    return values;
+  }
+};
+
+wire::UpdateDisposition disposition(const wire::Message& m) {
+  const auto* ack = std::get_if<wire::Ack>(&m);
+  REQUIRE_MESSAGE(ack != nullptr,
+                  "expected an Ack, got message type " << wire::message_type_name(wire::message_type(m)));
+  return ack->disposition;
+}
+
+wire::RejectReason reject_reason(const wire::Message& m) {
+  const auto* ack = std::get_if<wire::Ack>(&m);
+  REQUIRE(ack != nullptr);
+  return ack->reason;
+}
+
+size_t spec_size() {
+  ModelSpec spec;
+  REQUIRE(parse_model_spec(kSpec, &spec) == Status::kOk);
+  return parameter_count(spec);
+}
+
+// A small, deterministic honest update.
+Update honest(const std::string& device, uint32_t salt, uint32_t samples) {
+  Update u;
+  u.device = device;
+  u.samples = samples;
+  u.values.resize(spec_size());
+  uint64_t x = 0x9E3779B97F4A7C15ull * (salt + 1);
+  for (float& v : u.values) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v = float(int64_t(x % 2001) - 1000) * 1e-5f;
+  }
+  return u;
+}
+
+// FedAvg with server learning rate 1, as the server computes it.
+std::vector<float> fedavg(const std::vector<float>& global, const std::vector<Update>& updates) {
+  std::vector<double> sum(global.size(), 0.0);
+  double weight = 0;
+  for (const Update& u : updates) {
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += double(u.samples) * double(u.values[i]);
+    weight += u.samples;
+  }
+  std::vector<float> out(global.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = global[i] + 1.0f * float(sum[i] / weight);
+  return out;
+}
+
+// Runs one round of `updates` (cohort = updates.size()) to its close attempt.
+void run_round(Server& s, const std::vector<Update>& updates) {
+  for (const Update& u : updates) {
+    const wire::TaskOffer offer = s.offer(u.device);
+    CHECK(disposition(s.upload(offer, u)) == wire::UpdateDisposition::kAccepted);
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("server.rounds.influence") {
+  TEST_CASE("an fp32 update of 3e38 per coordinate is rejected before its ack; rounds go on; restarts work") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 2;
+    Server s(dir, o);
+    REQUIRE(s.open() == Status::kOk);
+    for (int round = 0; round < 2; ++round) {
+      const std::vector<float> before = s.model();
+      Update attack;
+      attack.device = "attacker";
+      attack.values.assign(before.size(), 3.0e38f);
+      attack.samples = 1000000;
+      const wire::Message m = s.upload(s.offer("attacker"), attack);
+      CHECK(disposition(m) == wire::UpdateDisposition::kRejected);
+      // The model stays finite either way; which check fires first is the overflow (3e38 + w).
+      const wire::RejectReason why = reject_reason(m);
+      CHECK((why == wire::RejectReason::kModelOverflow || why == wire::RejectReason::kNormTooLarge));
+      const std::vector<Update> ups = {honest("a", 10 * round + 1, 30), honest("b", 10 * round + 2, 50)};
+      run_round(s, ups);
+      CHECK(s.rounds->model_version() == uint64_t(2 + round));
+      CHECK(s.model() == fedavg(before, ups));
+    }
+    CHECK(s.metrics.updates_rejected.load() == 2);
+    s.reopen();  // the restart that used to fail with start_failed error=""
+    CHECK(s.rounds->model_version() == 3);
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE("the L2 norm bound: default relative to the model, explicit when set; NaN never gets in") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 3;
+    o.max_update_norm = 2.0;
+    Server s(dir, o);
+    REQUIRE(s.open() == Status::kOk);
+    Update big;
+    big.device = "big";
+    big.values.assign(spec_size(), 0.0f);
+    big.values[7] = 2.5f;  // norm 2.5 > 2
+    CHECK(reject_reason(s.upload(s.offer("big"), big)) == wire::RejectReason::kNormTooLarge);
+    Update edge = big;
+    edge.device = "edge";
+    edge.values[7] = 2.0f;  // norm exactly at the bound: accepted
+    CHECK(disposition(s.upload(s.offer("edge"), edge)) == wire::UpdateDisposition::kAccepted);
+    Update nan = big;
+    nan.device = "nan";
+    nan.values[7] = 0;
+    std::vector<uint8_t> bytes;
+    {  // fp32 with a NaN: the encoder refuses NaN, so the bytes are patched after encoding
+      CodecSpec spec;
+      REQUIRE(parse_codec_spec("fp32", &spec) == Status::kOk);
+      std::vector<uint8_t> ws(workspace_size(spec, nan.values.size()));
+      bytes.resize(encoded_bound(spec, nan.values.size()));
+      size_t written = 0;
+      nan.values[7] = 1.2345f;
+      REQUIRE(encode(spec, {nan.values.data(), nan.values.size()}, 1, {ws.data(), ws.size()},
+                     {bytes.data(), bytes.size()}, &written) == Status::kOk);
+      bytes.resize(written);
+    }
+    // With the checksum intact the codec's own checks refuse a patched payload: the reason is
+    // then invalid_encoding. Either way it is rejected before its ack and counted nowhere.
+    const uint32_t bits = 0x7FC00000u;
+    const float target = 1.2345f;
+    for (size_t i = 0; i + 4 <= bytes.size(); ++i) {
+      if (std::memcmp(bytes.data() + i, &target, 4) == 0) std::memcpy(bytes.data() + i, &bits, 4);
+    }
+    const wire::Message m = s.upload_bytes(s.offer("nan"), "nan", bytes, 1);
+    CHECK(disposition(m) == wire::UpdateDisposition::kRejected);
+    CHECK((reject_reason(m) == wire::RejectReason::kInvalidEncoding ||
+           reject_reason(m) == wire::RejectReason::kNonFinite));
+    fs::remove_all(dir);
+
+    // Default: update_norm_factor x max(1, ||model||).
+    const std::string dir2 = make_temp_dir();
+    Server d(dir2, RoundOptions{});
+    REQUIRE(d.open() == Status::kOk);
+    double norm2 = 0;
+    for (float v : d.model()) norm2 += double(v) * v;
+    const float bound = float(std::max(1.0, std::sqrt(norm2)));
+    Update over;
+    over.device = "over";
+    over.values.assign(spec_size(), 0.0f);
+    over.values[0] = bound * 1.01f;
+    CHECK(reject_reason(d.upload(d.offer("over"), over)) == wire::RejectReason::kNormTooLarge);
+    Update under = over;
+    under.device = "under";
+    under.values[0] = bound * 0.99f;
+    CHECK(disposition(d.upload(d.offer("under"), under)) == wire::UpdateDisposition::kAccepted);
+    fs::remove_all(dir2);
+  }
+
+  TEST_CASE(
+      "a commit whose model would not be finite abandons the round with a reason; the next round opens") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 2;
+    o.optimizer = "fedavg:lr=1000000";  // each update passes its checks; the step overflows
+    o.max_update_norm = 1e38;
+    Server s(dir, o);
+    REQUIRE(s.open() == Status::kOk);
+    Update a, b;
+    a.device = "a";
+    b.device = "b";
+    a.values.assign(spec_size(), 1.0e34f);
+    b.values.assign(spec_size(), 1.0e34f);
+    a.values.resize(spec_size());
+    const std::vector<float> before = s.model();
+    // Each update's norm is 1e34 * sqrt(3190) < 1e38, and model + update is finite.
+    run_round(s, {a, b});
+    REQUIRE(s.rounds->history().size() == 1);
+    CHECK(s.rounds->history()[0].state == RoundState::kAbandoned);
+    CHECK(s.rounds->model_version() == 1);
+    CHECK(s.model() == before);
+    CHECK(s.metrics.rounds_abandoned.load() == 1);
+    // The next round runs, and a restart starts.
+    const wire::TaskOffer next = s.offer("c");
+    CHECK(next.round_id == 2);
+    s.reopen();
+    CHECK(s.rounds->model_version() == 1);
+    CHECK(s.offer("d").round_id == 2);
+    fs::remove_all(dir);
+  }
+}
+
+TEST_SUITE("server.rounds.close") {
+  // Each system call of the model write fails (`times` times), then the disk recovers: the
+  // close is retried by tick() and the model is v1 + FedAvg exactly once, in memory and on disk.
+  TEST_CASE(
+      "a disk error at each write, fsync, close, rename and directory sync: the model is applied once") {
+    for (const char* call : {"open", "write", "fsync", "close", "rename", "open_dir", "fsync_dir"}) {
+      for (int times : {1, 5}) {
+        CAPTURE(call);
+        CAPTURE(times);
+        const std::string dir = make_temp_dir();
+        RoundOptions o;
+        o.cohort = 3;
+        o.optimizer = "fedavgm:lr=1,momentum=0.5";  // state that must be applied once too
+        Server s(dir, o);
+        REQUIRE(s.open() == Status::kOk);
+        int left = times;
+        set_file_fault_hook([&](const char* c, const std::string&) {
+          if (std::strcmp(c, call) != 0 || left == 0) return 0;
+          --left;
+          return EIO;
+        });
+        const std::vector<float> v1 = s.model();
+        const std::vector<Update> ups = {honest("a", 1, 10), honest("b", 2, 20), honest("c", 3, 30)};
+        run_round(s, ups);
+        CHECK(s.rounds->model_version() == 1);  // the close failed: nothing changed
+        CHECK(s.model() == v1);
+        // While closing: check-ins are told to come back, late commits are stragglers.
+        wire::Hello hello;
+        const Reply busy = s.rounds->hello("e", hello, s.now);
+        REQUIRE(std::holds_alternative<wire::RetryLater>(busy.message));
+        CHECK(std::get<wire::RetryLater>(busy.message).reason == wire::RetryReason::kServerBusy);
+        for (int i = 0; i < 200 && s.rounds->model_version() == 1; ++i) {
+          s.now += 1000;
+          s.rounds->tick(s.now);
+        }
+        set_file_fault_hook(nullptr);
+        CHECK(left == 0);
+        REQUIRE(s.rounds->model_version() == 2);
+        // FedAvgM with v0 = 0: v1 = mean, global += lr * v1, i.e. FedAvg in the first step.
+        const std::vector<float> expected = fedavg(v1, ups);
+        CHECK(s.model() == expected);
+        CHECK(s.model_file(2) == expected);
+        CHECK(s.metrics.close_failures.load() == uint64_t(times));
+        s.reopen();
+        CHECK(s.rounds->model_version() == 2);
+        CHECK(s.model() == expected);
+        fs::remove_all(dir);
+      }
+    }
+  }
+
+  TEST_CASE("storage failures at record_model, close_round, latest_model and create_round: applied once") {
+    for (const char* call : {"record_model", "close_round", "latest_model", "create_round"}) {
+      CAPTURE(call);
+      const std::string dir = make_temp_dir();
+      RoundOptions o;
+      o.cohort = 2;
+      Server s(dir, o);
+      REQUIRE(s.open() == Status::kOk);
+      const std::vector<float> v1 = s.model();
+      const std::vector<Update> ups = {honest("a", 4, 7), honest("b", 5, 9)};
+      s.faults->failing[call] = 3;
+      run_round(s, ups);
+      for (int i = 0; i < 100 && (s.rounds->model_version() == 1 || s.rounds->ms_to_deadline(s.now) == 0);
+           ++i) {
+        s.now += 1000;
+        s.rounds->tick(s.now);
+      }
+      CHECK(s.faults->failing[call] == 0);
+      REQUIRE(s.rounds->model_version() == 2);
+      CHECK(s.model() == fedavg(v1, ups));
+      // The next round is open and takes updates.
+      const std::vector<float> v2 = s.model();
+      const std::vector<Update> next = {honest("a", 6, 1), honest("b", 7, 2)};
+      run_round(s, next);
+      CHECK(s.rounds->model_version() == 3);
+      CHECK(s.model() == fedavg(v2, next));
+      fs::remove_all(dir);
+    }
+  }
+
+  // A crash between any two steps of a close: the process ends (the manager is dropped while the
+  // close is failing at that step), a new one starts on the same state: exactly once.
+  TEST_CASE("a crash between any two steps of a close: after the restart the model is applied once") {
+    struct Step {
+      const char* file_call;  // fail this write_file_atomic call for ever, or
+      const char* storage_call;
+      int skip;  // let this many of those calls succeed first
+    };
+    const Step steps[] = {{"rename", nullptr, 0},       {"rename", nullptr, 1},
+                          {"rename", nullptr, 2},       {"fsync_dir", nullptr, 2},
+                          {nullptr, "record_model", 0}, {nullptr, "close_round", 0},
+                          {nullptr, "create_round", 0}};
+    for (const Step& step : steps) {
+      CAPTURE(step.file_call ? step.file_call : step.storage_call);
+      CAPTURE(step.skip);
+      const std::string dir = make_temp_dir();
+      RoundOptions o;
+      o.cohort = 2;
+      o.optimizer = "fedadam";
+      Server s(dir, o);
+      REQUIRE(s.open() == Status::kOk);
+      const std::vector<float> v1 = s.model();
+      int skip = step.skip;
+      if (step.file_call != nullptr) {
+        set_file_fault_hook([&](const char* c, const std::string&) {
+          if (std::strcmp(c, step.file_call) != 0) return 0;
+          if (skip > 0) {
+            --skip;
+            return 0;
+          }
+          return EIO;
+        });
+      } else {
+        s.faults->failing[step.storage_call] = -1;
+      }
+      const std::vector<Update> ups = {honest("a", 8, 3), honest("b", 9, 4)};
+      run_round(s, ups);
+      s.now += 500;
+      s.rounds->tick(s.now);
+      set_file_fault_hook(nullptr);
+      // "Crash": a new process on the same state directory.
+      s.reopen();
+      for (int i = 0; i < 20 && s.rounds->model_version() == 1; ++i) {
+        s.now += 1000;
+        s.rounds->tick(s.now);
+      }
+      REQUIRE(s.rounds->model_version() == 2);
+      // Compare with a reference server that never failed.
+      const std::string ref_dir = make_temp_dir();
+      Server ref(ref_dir, o);
+      REQUIRE(ref.open() == Status::kOk);
+      REQUIRE(ref.model() == v1);
+      run_round(ref, ups);
+      REQUIRE(ref.rounds->model_version() == 2);
+      CHECK(s.model() == ref.model());
+      CHECK(s.model_file(2) == ref.model());
+      // And the optimizer state went forward once: the next round agrees too.
+      const std::vector<Update> next = {honest("a", 10, 5), honest("b", 11, 6)};
+      for (int i = 0; i < 20 && s.rounds->ms_to_deadline(s.now) == 0; ++i) {
+        s.now += 1000;
+        s.rounds->tick(s.now);
+      }
+      run_round(s, next);
+      run_round(ref, next);
+      CHECK(s.rounds->model_version() == 3);
+      CHECK(s.model() == ref.model());
+      fs::remove_all(ref_dir);
+      fs::remove_all(dir);
+    }
+  }
+
+  // The real thing, where the test may mount: a 2 MiB tmpfs as the state directory, filled up,
+  // then remounted read-only. Needs root (CI runs as root); elsewhere the injected faults above
+  // cover the same code paths, and this test says so.
+  TEST_CASE("a full and a read-only filesystem: the close waits for the disk and applies the model once") {
+    const std::string dir = make_temp_dir();
+    if (::geteuid() != 0 || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=2m") != 0) {
+      MESSAGE("not root or mount(2) refused (" << std::strerror(errno)
+                                               << "): covered by the injected-fault cases only");
+      fs::remove_all(dir);
+      return;
+    }
+    {
+      RoundOptions o;
+      o.cohort = 2;
+      Server s(dir, o);
+      REQUIRE(s.open() == Status::kOk);
+      const std::vector<float> v1 = s.model();
+      // Fill the filesystem: the next model file (13 kB) cannot be written.
+      const std::string filler = dir + "/filler";
+      {
+        std::ofstream out(filler, std::ios::binary);
+        std::vector<char> block(4096, 'x');
+        while (out.write(block.data(), long(block.size()))) {
+        }
+      }
+      std::vector<Update> ups = {honest("a", 20, 5), honest("b", 21, 6)};
+      // record_update may itself fail on a full disk (SQLite's WAL grows): that device is told
+      // "server storage failure" and nothing is acked; free a little room for the ledger only.
+      fs::resize_file(filler, fs::file_size(filler) - 64 * 1024);
+      run_round(s, ups);
+      {
+        std::ofstream more(dir + "/filler2", std::ios::binary);
+        std::vector<char> block(4096, 'y');
+        while (more.write(block.data(), long(block.size()))) {
+        }
+      }
+      for (int i = 0; i < 5; ++i) {
+        s.now += 1000;
+        s.rounds->tick(s.now);
+      }
+      CHECK(s.rounds->model_version() == 1);
+      CHECK(s.metrics.close_failures.load() >= 1);
+      CHECK(s.model() == v1);
+      // Free the space, make the directory read-only (a read-only bind mount over it: the
+      // database's open descriptors stay writable, every new file gets EROFS): still failing.
+      fs::remove(filler);
+      fs::remove(dir + "/filler2");
+      REQUIRE(::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) == 0);
+      REQUIRE(::mount(nullptr, dir.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) == 0);
+      const uint64_t failures = s.metrics.close_failures.load();
+      for (int i = 0; i < 3; ++i) {
+        s.now += 20000;
+        s.rounds->tick(s.now);
+      }
+      CHECK(s.metrics.close_failures.load() > failures);
+      CHECK(s.rounds->model_version() == 1);
+      REQUIRE(::umount2(dir.c_str(), 0) == 0);  // the read-only layer goes
+      for (int i = 0; i < 3 && s.rounds->model_version() == 1; ++i) {
+        s.now += 20000;
+        s.rounds->tick(s.now);
+      }
+      REQUIRE(s.rounds->model_version() == 2);
+      CHECK(s.model() == fedavg(v1, ups));
+      CHECK(s.model_file(2) == fedavg(v1, ups));
+      s.reopen();
+      CHECK(s.model() == fedavg(v1, ups));
+    }
+    ::umount2(dir.c_str(), MNT_DETACH);
+    fs::remove_all(dir);
+  }
+}
+
+TEST_SUITE("server.rounds.leases") {
+  TEST_CASE(
+      "offers of silent devices go back to the pool after their lease; the device may retake a free slot") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 2;
+    o.over_selection = 1.0;  // two offers
+    o.offer_lease_ms = 5000;
+    o.deadline_ms = 60000;
+    Server s(dir, o);
+    REQUIRE(s.open() == Status::kOk);
+    const wire::TaskOffer silent1 = s.offer("silent-1");
+    (void)s.offer("silent-2");
+    wire::Hello hello;
+    Reply full = s.rounds->hello("worker-1", hello, s.now);
+    REQUIRE(std::holds_alternative<wire::RetryLater>(full.message));
+    CHECK(std::get<wire::RetryLater>(full.message).reason == wire::RetryReason::kRoundFull);
+    // Activity renews a lease: silent-2 asks for the model at +4 s.
+    s.now += 4000;
+    wire::ModelRequest req;
+    req.round_id = silent1.round_id;
+    req.model_version = silent1.model_version;
+    req.max_length = 64;
+    CHECK(std::holds_alternative<wire::ModelChunk>(s.rounds->model_request("silent-2", req, s.now).message));
+    s.now += 2000;  // silent-1's lease (5 s) has run out; silent-2's has not
+    s.rounds->tick(s.now);
+    CHECK(s.metrics.offers_expired.load() == 1);
+    const wire::TaskOffer w1 = s.offer("worker-1");
+    CHECK(w1.round_id == silent1.round_id);
+    Reply still_full = s.rounds->hello("worker-2", hello, s.now);
+    CHECK(std::holds_alternative<wire::RetryLater>(still_full.message));
+    // silent-1 comes back while the round is full: told its offer expired (an unknown round).
+    Reply back = s.rounds->model_request("silent-1", req, s.now);
+    REQUIRE(std::holds_alternative<wire::Error>(back.message));
+    CHECK(std::get<wire::Error>(back.message).code == wire::ErrorCode::kUnknownRound);
+    // The round completes with the devices that work.
+    s.now += 10000;  // silent-2 expires as well
+    CHECK(disposition(s.upload(w1, honest("worker-1", 1, 1))) == wire::UpdateDisposition::kAccepted);
+    CHECK(disposition(s.upload(s.offer("worker-2"), honest("worker-2", 2, 1))) ==
+          wire::UpdateDisposition::kAccepted);
+    CHECK(s.rounds->model_version() == 2);
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE("a device whose lease expired may upload into a slot that is still free") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 2;
+    o.over_selection = 1.0;
+    o.offer_lease_ms = 1000;
+    Server s(dir, o);
+    REQUIRE(s.open() == Status::kOk);
+    const wire::TaskOffer slow = s.offer("slow");
+    s.now += 3000;
+    s.rounds->tick(s.now);
+    // Nobody took the slot: the slow device's upload is taken.
+    CHECK(disposition(s.upload(slow, honest("slow", 1, 1))) == wire::UpdateDisposition::kAccepted);
+    fs::remove_all(dir);
+  }
+}
+
+TEST_SUITE("server.rounds.ids") {
+  TEST_CASE("a commit or upload for round 2^63 or above is an unknown round, not a storage failure") {
+    const std::string dir = make_temp_dir();
+    Server s(dir, RoundOptions{});
+    REQUIRE(s.open() == Status::kOk);
+    wire::TaskOffer fake = s.offer("a");
+    for (uint64_t id : {uint64_t{1} << 63, ~uint64_t{0}}) {
+      fake.round_id = id;
+      const wire::Message m = s.upload_bytes(fake, "a", std::vector<uint8_t>(16, 1), 1);
+      REQUIRE(std::holds_alternative<wire::Error>(m));
+      CHECK(std::get<wire::Error>(m).code == wire::ErrorCode::kUnknownRound);
+      wire::Commit commit;
+      commit.round_id = id;
+      commit.round_nonce = fake.round_nonce;
+      commit.upload_id.fill(3);
+      commit.total_bytes = 16;
+      commit.sample_count = 1;
+      const Reply r = s.rounds->commit("a", commit, s.now);
+      REQUIRE(std::holds_alternative<wire::Error>(r.message));
+      CHECK(std::get<wire::Error>(r.message).code == wire::ErrorCode::kUnknownRound);
+      CHECK_FALSE(r.close);
+    }
+    fs::remove_all(dir);
+  }
+}
