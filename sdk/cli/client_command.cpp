@@ -35,6 +35,8 @@ const char kUsage[] =
     "  --partition SPEC       how the N parts are drawn: iid | dirichlet:ALPHA | shards:K (dirichlet:0.5)\n"
     "  --partition-seed S     the same on every device of a federation (1)\n"
     "  --rounds R             stop after R accepted rounds; 0 = until the server drains (0)\n"
+    "  --stay                 when the server drains, come back as it asks instead of exiting\n"
+    "  --give-up-after S      exit after S seconds without an accepted round (0 = never) (0)\n"
     "  --budget BYTES         memory budget; a round that needs more is refused (64 MiB)\n"
     "  --chunk BYTES          upload chunk size (65536)\n"
     "  --ef fp32|bf16|none    error-feedback residual for codecs that need it (fp32)\n"
@@ -57,6 +59,7 @@ bool to_u64(const std::string& s, uint64_t* out) {
 
 int run_client_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   ClientOptions o;
+  bool stay = false;
   std::string data_dir = fashion_mnist_dir();
   std::string partition_text = "dirichlet:0.5";
   uint64_t shard = 0, shards = 1, partition_seed = 1, rounds = 0;
@@ -68,6 +71,10 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
     }
     if (a == "--insecure-plaintext-for-tests") {
       o.insecure_plaintext_for_tests = true;
+      continue;
+    }
+    if (a == "--stay") {
+      stay = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -102,6 +109,9 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
       ok = to_u64(v, &partition_seed);
     } else if (a == "--rounds") {
       ok = to_u64(v, &rounds) && rounds <= 1000000;
+    } else if (a == "--give-up-after") {
+      ok = to_u64(v, &u) && u <= 30ull * 86400;
+      o.give_up_after_ms = u * 1000;
     } else if (a == "--budget") {
       ok = to_u64(v, &o.memory_budget_bytes) && o.memory_budget_bytes > 0;
     } else if (a == "--chunk") {
@@ -128,6 +138,9 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
       return 2;
     }
   }
+  // Every transient condition is retried (edgefl/client.h); the command's own limits are the
+  // rounds, --give-up-after, and (without --stay) the server draining.
+  o.stop_when_draining = !stay;
   if (!o.insecure_plaintext_for_tests && (o.ca_file.empty() || o.cert_file.empty() || o.key_file.empty())) {
     err << "edgefl client: --ca, --cert and --key are required (`edgefl certs` makes a development set)\n";
     return 2;
@@ -310,6 +323,7 @@ int run_swarm_command(int argc, const char* const* argv, std::ostream& out, std:
       o.seed = first + d;
       o.io_timeout_ms = 120000;
       o.connect_timeout_ms = 60000;
+      o.stop_when_draining = true;  // the load run ends with the server's rounds
       SyntheticTrainer trainer(first + d);
       Client client(o);
       std::string error;

@@ -30,7 +30,8 @@ const char kUsage[] =
     "  --crl FILE              PEM CRL of revoked device certificates\n"
     "  --deny FILE             revoked device ids, one per line\n"
     "  --idle-timeout S        close a connection idle this long (60); --handshake-timeout S (10)\n"
-    "  --max-connections N     (1024)\n"
+    "  --max-connections N     (1024); beyond it devices are told to come back (RetryLater ServerBusy)\n"
+    "  --max-connections-per-device N   (4)\n"
     "  --insecure-plaintext-for-tests   no TLS at all; device ids are made up. Tests only.\n"
     "rounds:\n"
     "  --model SPEC            model (cnn); --codec SPEC uplink codec devices use (sparq:0.1)\n"
@@ -42,7 +43,11 @@ const char kUsage[] =
     "  --selection-probability P   chance a check-in gets a task while offers remain (1)\n"
     "  --deadline S            reporting deadline per round, seconds (120)\n"
     "  --retry-after MS --retry-window MS   pace steering for devices turned away (1000, 2000)\n"
-    "  --chunk BYTES           model download chunk size (262144)\n"
+    "  --chunk BYTES           largest model or upload chunk (65536)\n"
+    "  --max-update-norm X     reject an update whose L2 norm is above X; 0 = F x max(1, ||model||) (0)\n"
+    "  --update-norm-factor F  F of the automatic bound (1)\n"
+    "  --offer-lease S         an offer lapses after S seconds without a message from its device\n"
+    "                          (deadline / 2)\n"
     "  --lr X --epochs E --batch B --momentum M --max-steps S   devices' local training\n"
     "                          (0.02, 2, 32, 0.9, 0)\n"
     "  --seed S                initial model and training seeds (1)\n"
@@ -165,8 +170,17 @@ int main(int argc, char** argv) {
       ok = to_u32(v, &o.rounds.retry_after_ms) && o.rounds.retry_after_ms > 0;
     } else if (a == "--retry-window") {
       ok = to_u32(v, &o.rounds.retry_window_ms);
+    } else if (a == "--max-connections-per-device") {
+      ok = to_u32(v, &o.max_connections_per_device) && o.max_connections_per_device > 0;
     } else if (a == "--chunk") {
       ok = to_u32(v, &o.rounds.max_chunk_bytes);
+    } else if (a == "--max-update-norm") {
+      ok = to_double(v, &o.rounds.max_update_norm) && o.rounds.max_update_norm >= 0;
+    } else if (a == "--update-norm-factor") {
+      ok = to_double(v, &o.rounds.update_norm_factor) && o.rounds.update_norm_factor > 0;
+    } else if (a == "--offer-lease") {
+      ok = to_double(v, &d) && d > 0 && d <= 7 * 86400;
+      o.rounds.offer_lease_ms = static_cast<uint32_t>(d * 1000);
     } else if (a == "--lr") {
       ok = to_double(v, &d);
       o.rounds.training.learning_rate = static_cast<float>(d);

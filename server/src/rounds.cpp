@@ -758,8 +758,7 @@ Reply RoundManager::upload_start(const std::string& device, const wire::UploadSt
     // A new upload (or another one replacing an abandoned attempt of this device).
     upload = Upload{};
     upload.upload_id = start.upload_id;
-    upload.total = start.total_bytes;
-    upload.bytes.reserve(start.total_bytes);
+    upload.total = start.total_bytes;  // the buffer grows as chunks arrive
     upload.started = std::chrono::steady_clock::now();
   }
   wire::UploadStatus status{round.record.round_id, upload.upload_id, upload.bytes.size(), upload.total};

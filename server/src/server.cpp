@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -31,6 +32,9 @@ using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReadChunkBytes = 16 * 1024;
 constexpr size_t kMaxHttpRequestBytes = 8 * 1024;
+constexpr uint32_t kLingerMs = 1000;            // linger_close(): longest wait for the peer's FIN
+constexpr size_t kMaxLingerBytes = 256 * 1024;  // and the most it reads meanwhile
+constexpr size_t kKeptBufferBytes = 128 * 1024;  // buffer capacity a connection keeps between messages
 
 struct Context {
   const ServerOptions* options = nullptr;
@@ -39,7 +43,17 @@ struct Context {
   const net::TlsCredentials* credentials = nullptr;
   uint64_t next_connection = 1;
   bool stopping = false;
+  uint32_t busy_sessions = 0;                   // handshakes under way only to answer ServerBusy
+  std::map<std::string, uint32_t> per_device;  // open sessions by device id
 };
+
+// A session's largest frame payload: the type's cap (wire::max_payload_bytes), and for
+// UploadChunk the chunk size this server offers plus the frame's own fields.
+uint64_t payload_ceiling(const ServerOptions& options, wire::MessageType type) {
+  const uint64_t cap = wire::max_payload_bytes(type);
+  if (type != wire::MessageType::kUploadChunk) return cap;
+  return std::min<uint64_t>(cap, uint64_t{options.rounds.max_chunk_bytes} + 1024);
+}
 
 // Closes the socket when the deadline passes; the session moves the deadline before each wait.
 struct Watchdog {
@@ -66,10 +80,13 @@ awaitable<void> watch(std::shared_ptr<Watchdog> dog, tcp::socket* socket, std::s
 // One device connection: TLS (or the test-only plaintext) around frames.
 class Session {
  public:
-  Session(Context* ctx, tcp::socket socket, uint64_t id)
+  // busy: the server is at its connection cap; the session only tells the device when to come
+  // back (RetryLater ServerBusy) and closes.
+  Session(Context* ctx, tcp::socket socket, uint64_t id, bool busy = false)
       : ctx_(ctx),
         socket_(std::move(socket)),
         id_(id),
+        busy_(busy),
         dog_(std::make_shared<Watchdog>(socket_.get_executor())) {
     std::error_code ec;
     const auto endpoint = socket_.remote_endpoint(ec);
@@ -80,7 +97,16 @@ class Session {
     auto alive = std::make_shared<bool>(true);
     dog_->arm(ctx_->options->handshake_timeout_ms);
     asio::co_spawn(socket_.get_executor(), watch(dog_, &socket_, alive), asio::detached);
-    co_await serve();
+    if (busy_) {
+      co_await answer_busy();
+    } else {
+      co_await serve();
+    }
+    if (counted_device_) {
+      auto it = ctx_->per_device.find(device_);
+      if (it != ctx_->per_device.end() && --it->second == 0) ctx_->per_device.erase(it);
+    }
+    co_await linger_close();
     *alive = false;
     dog_->timer.cancel();
     std::error_code ignored;
@@ -88,11 +114,31 @@ class Session {
   }
 
  private:
+  // At the connection cap: the handshake (so that the answer is authenticated and in protocol),
+  // then RetryLater{ServerBusy} with a window that spreads the devices' return.
+  awaitable<void> answer_busy() {
+    if (!ctx_->options->insecure_plaintext_for_tests && !co_await handshake(false)) co_return;
+    ctx_->metrics->server_busy.fetch_add(1);
+    ctx_->metrics->retry_later.fetch_add(1);
+    const wire::RetryLater busy{ctx_->options->busy_retry_after_ms, ctx_->options->busy_retry_window_ms,
+                                wire::RetryReason::kServerBusy};
+    co_await send(wire::Message{busy});
+  }
+
   awaitable<void> serve() {
     if (ctx_->options->insecure_plaintext_for_tests) {
       device_ = "insecure-connection-" + std::to_string(id_);
-    } else if (!co_await handshake()) {
+    } else if (!co_await handshake(true)) {
       co_return;
+    }
+    if (!ctx_->options->insecure_plaintext_for_tests) {
+      counted_device_ = true;
+      if (++ctx_->per_device[device_] > ctx_->options->max_connections_per_device) {
+        const std::string why = "more than " + std::to_string(ctx_->options->max_connections_per_device) +
+                                " connections from this device at once";
+        co_await refuse(wire::ErrorCode::kRateLimited, why);
+        co_return;
+      }
     }
     bool said_hello = false;
     for (;;) {
@@ -119,8 +165,21 @@ class Session {
         co_await refuse(wire::ErrorCode::kUnexpectedMessage, why);
         co_return;
       }
-      payload_.resize(header.payload_length);
-      if (!co_await read_exact(payload_.data(), payload_.size())) co_return;
+      if (header.payload_length > payload_ceiling(*ctx_->options, header.type)) {
+        const std::string why = std::string(wire::message_type_name(header.type)) + " of " +
+                                std::to_string(header.payload_length) + " bytes is above this server's limit of " +
+                                std::to_string(payload_ceiling(*ctx_->options, header.type));
+        co_await refuse(wire::ErrorCode::kTooLarge, why);
+        co_return;
+      }
+      // The buffer grows as bytes arrive, never on the length prefix alone.
+      payload_.clear();
+      while (payload_.size() < header.payload_length) {
+        const size_t have = payload_.size();
+        const size_t step = std::min<size_t>(header.payload_length - have, kReadChunkBytes);
+        payload_.resize(have + step);
+        if (!co_await read_exact(payload_.data() + have, step)) co_return;
+      }
       wire::Message message;
       wire::DecodeDetail detail;
       s = wire::decode(header, {payload_.data(), payload_.size()}, &message, &detail);
@@ -169,10 +228,16 @@ class Session {
       }
       if (!co_await send(reply->message)) co_return;
       if (reply->close) co_return;
+      // Idle connections keep small buffers: a model chunk or an upload chunk is not kept.
+      if (payload_.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(payload_);
+      if (plain_.capacity() > kKeptBufferBytes && plain_pos_ == 0 && plain_.empty())
+        std::vector<uint8_t>().swap(plain_);
+      tls_.trim_buffers(kKeptBufferBytes);
     }
   }
 
-  awaitable<bool> handshake() {
+  // identify: check the peer as a device (CN, deny list, CRL) and log it; off for busy answers.
+  awaitable<bool> handshake(bool identify) {
     std::string error;
     const auto started = Clock::now();
     if (tls_.init(ctx_->credentials->config(), nullptr, &error) != Status::kOk) {
@@ -199,6 +264,7 @@ class Session {
     ctx_->metrics->handshakes_ok.fetch_add(1);
     ctx_->metrics->handshake_us_total.fetch_add(static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count()));
+    if (!identify) co_return true;
     std::string reason;
     if (ctx_->credentials->check_peer(tls_.ssl(), &device_, &reason) != Status::kOk) {
       ctx_->metrics->devices_unauthorized.fetch_add(1);
@@ -234,6 +300,27 @@ class Session {
     e.message = message.substr(0, wire::kMaxErrorMessageBytes);
     dog_->arm(2000);
     co_await send(wire::Message{std::move(e)});
+  }
+
+  // A close the peer can read to the end: our last bytes (an Error, a TLS alert) are sent with a
+  // FIN, and what the peer still sends is read and dropped for up to kLingerMs. Closing a socket
+  // with unread input sends a reset instead, which discards our last bytes at the peer: a device
+  // would see "connection reset" where the server said why (an expired certificate, a busy
+  // server).
+  awaitable<void> linger_close() {
+    std::error_code ec;
+    if (!socket_.is_open()) co_return;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) co_return;
+    dog_->arm(kLingerMs);
+    uint8_t sink[4096];
+    size_t drained = 0;
+    while (drained < kMaxLingerBytes) {
+      const size_t n =
+          co_await socket_.async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || n == 0) break;
+      drained += n;
+    }
   }
 
   awaitable<bool> fill() {
@@ -316,6 +403,8 @@ class Session {
   Context* ctx_;
   tcp::socket socket_;
   uint64_t id_;
+  bool busy_ = false;
+  bool counted_device_ = false;  // device_ holds a slot in ctx_->per_device
   std::shared_ptr<Watchdog> dog_;
   std::string peer_;
   std::string device_;
@@ -336,6 +425,16 @@ awaitable<void> run_session(Context* ctx, tcp::socket socket) {
   ctx->metrics->connections_open.fetch_sub(1);
 }
 
+awaitable<void> run_busy_session(Context* ctx, tcp::socket socket) {
+  const uint64_t id = ctx->next_connection++;
+  ++ctx->busy_sessions;
+  {
+    Session session(ctx, std::move(socket), id, true);
+    co_await session.run();
+  }
+  --ctx->busy_sessions;
+}
+
 awaitable<void> accept_devices(Context* ctx, tcp::acceptor* acceptor) {
   for (;;) {
     std::error_code ec;
@@ -345,13 +444,20 @@ awaitable<void> accept_devices(Context* ctx, tcp::acceptor* acceptor) {
       log_warn("accept_failed").kv("error", ec.message());
       continue;
     }
+    socket.set_option(tcp::no_delay(true), ec);
     if (ctx->metrics->connections_open.load() >= static_cast<int64_t>(ctx->options->max_connections)) {
-      log_warn("connection_limit").kv("open", ctx->metrics->connections_open.load());
-      std::error_code ignored;
-      socket.close(ignored);
+      // At the cap: answer in protocol from a small reserve; past it, the socket is closed.
+      if (ctx->busy_sessions < ctx->options->busy_reserve) {
+        asio::co_spawn(acceptor->get_executor(), run_busy_session(ctx, std::move(socket)), asio::detached);
+      } else {
+        log_warn("connection_limit")
+            .kv("open", ctx->metrics->connections_open.load())
+            .kv("busy_answers_in_flight", uint64_t{ctx->busy_sessions});
+        std::error_code ignored;
+        socket.close(ignored);
+      }
       continue;
     }
-    socket.set_option(tcp::no_delay(true), ec);
     asio::co_spawn(acceptor->get_executor(), run_session(ctx, std::move(socket)), asio::detached);
   }
 }

@@ -131,8 +131,14 @@ struct ClientOptions {
   uint32_t io_timeout_ms = 30000;     // per message
   uint32_t backoff_initial_ms = 200;  // reconnect: min(max, initial x 2^attempt) x U[0.5, 1]
   uint32_t backoff_max_ms = 10000;
-  uint32_t max_attempts = 20;      // connection attempts per round before giving up
+  uint32_t max_attempts = 20;      // connection attempts (and transient refusals) per run_round()
   uint32_t max_wait_ms = 3600000;  // longest total RetryLater wait in one run_round()
+  // The app's limits on participate(), which otherwise persists through every transient
+  // condition (see participate()): end it when the server says it drains (demos, tests; by
+  // default the device waits the server's window and comes back), and give up after this long
+  // without an accepted round (0 = never; cancel() always works).
+  bool stop_when_draining = false;
+  uint64_t give_up_after_ms = 0;
   uint64_t seed = 0;               // jitter and upload ids (0: from the OS)
   std::string sdk_version = "edgefl 0.1";
   // Test hook: drop the connection after this many upload chunks of the first attempt (0 = never).
@@ -187,6 +193,11 @@ struct RoundResult {
   double total_seconds = 0;
   uint32_t reconnects = 0;
   uint64_t resumed_at = 0;  // offset an interrupted upload resumed from (0: none)
+  // kServerDraining: when the server asked the device to come back ([after, after + window] ms).
+  uint32_t retry_after_ms = 0;
+  uint32_t retry_window_ms = 0;
+  // kRejected: why, as the server said (wire::RejectReason's name: "norm_too_large", ...).
+  std::string reject_reason;
   MemoryPlan memory;
   // With ClientOptions::heap_probe: the largest heap in use at the sampled points of the round,
   // minus the heap in use when the round started; and the heap one TLS connection took
@@ -212,8 +223,15 @@ class Client {
   // max_attempts, kServerError, kProtocolError, kCancelled; the trainer's and codec's statuses.
   [[nodiscard]] Status run_round(LocalTrainer& trainer, RoundResult* result, std::string* error);
 
-  // Rounds until `rounds` were accepted (0 = no limit) or the server drains. progress() is
-  // called after each round.
+  // Rounds until `rounds` were accepted (0 = no limit), or the server drains and
+  // stop_when_draining is set. progress() is called after each round. Every transient condition
+  // (a reset or refused connection, a server at its connection cap, a closed round, a model
+  // version that moved on, a server that restarts or drains, timeouts, a server storage failure)
+  // leads to backoff with jitter and a new Hello; the call ends only on the app's limits
+  // (rounds, give_up_after_ms: the last transient status; cancel(): kCancelled) or on a
+  // configuration error, with its status: kUnauthorized, kTlsHandshakeFailed (a certificate the
+  // server refuses), kMemoryBudgetExceeded, kInvalidArgument, kProtocolError (the server speaks
+  // something this client does not), and the trainer's or codec's own failures.
   using Progress = std::function<void(const RoundResult&)>;
   [[nodiscard]] Status participate(LocalTrainer& trainer, uint32_t rounds, const Progress& progress,
                                    std::string* error);

@@ -37,6 +37,27 @@ std::string kb(size_t bytes) {
   return text;
 }
 
+// Refusals that say "not now" rather than "never": the round moved on, the upload must restart,
+// the server had a storage failure or is rate limiting. The device says Hello again.
+bool is_transient_refusal(wire::ErrorCode code) {
+  switch (code) {
+    case wire::ErrorCode::kUnknownRound:
+    case wire::ErrorCode::kNonceMismatch:
+    case wire::ErrorCode::kUnknownUpload:
+    case wire::ErrorCode::kOffsetMismatch:
+    case wire::ErrorCode::kDigestMismatch:
+    case wire::ErrorCode::kRateLimited:
+    case wire::ErrorCode::kInternal: return true;
+    default: return false;
+  }
+}
+
+// Statuses of run_round() after which participate() tries again (with backoff).
+bool is_transient_status(Status s) {
+  return s == Status::kConnectionFailed || s == Status::kTimeout || s == Status::kTlsError ||
+         s == Status::kServerError || s == Status::kChecksumMismatch;
+}
+
 RoundOutcome outcome_of(wire::UpdateDisposition d) {
   switch (d) {
     case wire::UpdateDisposition::kAccepted: return RoundOutcome::kAccepted;
@@ -177,9 +198,9 @@ Status Client::connect_with_backoff(RoundResult* result, std::string* error) {
       }
       return s;
     }
-    // An untrusted or expired certificate does not get better by retrying.
-    if (s == Status::kTlsHandshakeFailed && last.find("closed") == std::string::npos &&
-        last.find("timed out") == std::string::npos) {
+    // A handshake TLS itself refused (an untrusted or expired certificate, a bad server name)
+    // does not get better by retrying; a transport that dropped does.
+    if (s == Status::kTlsHandshakeFailed) {
       *error = last;
       return s;
     }
@@ -253,7 +274,21 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       }
       *error = "server: " + e->message;
       connection_->close();
-      return e->code == wire::ErrorCode::kUnauthorized ? Status::kUnauthorized : Status::kServerError;
+      if (e->code == wire::ErrorCode::kUnauthorized) return Status::kUnauthorized;
+      // The server found our messages malformed, too large or out of order: a client/server
+      // mismatch, not a condition that passes.
+      if (!is_transient_refusal(e->code)) return Status::kProtocolError;
+      return Status::kServerError;
+    };
+    // A transient refusal: close, back off, and say Hello again (true); false when the attempts
+    // are used up or the wait was cancelled.
+    auto retry_after_refusal = [&](const wire::Message& m) -> bool {
+      const auto* e = std::get_if<wire::Error>(&m);
+      if (e == nullptr || !is_transient_refusal(e->code)) return false;
+      note(LogLevel::kWarn, "the server answered '" + e->message + "': saying Hello again");
+      connection_->close();
+      if (++failures >= options_.max_attempts) return false;
+      return back_off(failures, result) == Status::kOk;
     };
 
     // 1. Hello.
@@ -268,8 +303,7 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
     wire::Message reply;
     s = exchange(wire::Message{hello}, &reply);
     if (s != Status::kOk) {
-      if (fresh && !options_.insecure_plaintext_for_tests &&
-          (s == Status::kConnectionFailed || s == Status::kTlsError) &&
+      if (fresh && !options_.insecure_plaintext_for_tests && s == Status::kTlsError &&
           ++silent_refusals >= kSilentRefusalsBeforeGivingUp) {
         connection_->close();
         *error = "the server closed " + std::to_string(silent_refusals) +
@@ -286,6 +320,8 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       if (retry->reason == wire::RetryReason::kDraining) {
         connection_->close();
         result->outcome = RoundOutcome::kServerDraining;
+        result->retry_after_ms = retry->retry_after_ms;
+        result->retry_window_ms = retry->retry_window_ms;
         return finish(Status::kOk);
       }
       const double wait =
@@ -298,15 +334,19 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       note(LogLevel::kInfo, "no task (reason " + std::to_string(static_cast<int>(retry->reason)) +
                                 "): retrying in " + std::to_string(static_cast<uint64_t>(wait)) +
                                 " ms, as the server asks");
-      // Long waits release the connection; short ones keep it.
-      if (wait > 5000) connection_->close();
+      // Long waits release the connection; short ones keep it. A busy server closes it anyway.
+      if (wait > 5000 || retry->reason == wire::RetryReason::kServerBusy) connection_->close();
       const auto t0 = Clock::now();
       s = sleep_ms(static_cast<uint64_t>(wait));
       result->wait_seconds += seconds_since(t0);
       if (s != Status::kOk) return finish(s);
       continue;
     }
-    if (std::get_if<wire::TaskOffer>(&reply) == nullptr) return finish(server_error(reply));
+    if (std::get_if<wire::TaskOffer>(&reply) == nullptr) {
+      if (retry_after_refusal(reply)) continue;
+      if (cancelled_.load()) return finish(Status::kCancelled);
+      return finish(server_error(reply));
+    }
     // A copy: `reply` is reused for the messages that follow.
     const wire::TaskOffer offer_message = std::get<wire::TaskOffer>(reply);
     const wire::TaskOffer* offer = &offer_message;
@@ -382,7 +422,11 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
             break;
           }
           const auto* chunk = std::get_if<wire::ModelChunk>(&reply);
-          if (chunk == nullptr) return finish(server_error(reply));
+          if (chunk == nullptr) {
+      if (retry_after_refusal(reply)) continue;
+      if (cancelled_.load()) return finish(Status::kCancelled);
+      return finish(server_error(reply));
+    }
           if (chunk->offset != received || chunk->total_bytes != offer->model_bytes ||
               chunk->model_version != offer->model_version || chunk->data.size() % 4 != 0) {
             *error = "model chunk does not continue the download";
@@ -482,7 +526,11 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       return finish(s);
     }
     const auto* status = std::get_if<wire::UploadStatus>(&reply);
-    if (status == nullptr) return finish(server_error(reply));
+    if (status == nullptr) {
+      if (retry_after_refusal(reply)) continue;
+      if (cancelled_.load()) return finish(Status::kCancelled);
+      return finish(server_error(reply));
+    }
     if (status->offset > p.bytes.size() || status->upload_id != p.upload_id) {
       *error = "the server's upload status does not match this upload";
       connection_->close();
@@ -540,13 +588,22 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       return finish(s);
     }
     const auto* ack = std::get_if<wire::Ack>(&reply);
-    if (ack == nullptr) return finish(server_error(reply));
+    if (ack == nullptr) {
+      if (retry_after_refusal(reply)) continue;
+      if (cancelled_.load()) return finish(Status::kCancelled);
+      return finish(server_error(reply));
+    }
     if (ack->upload_id != p.upload_id || ack->round_id != p.round_id) {
       *error = "the ack is for another upload";
       connection_->close();
       return finish(Status::kProtocolError);
     }
     result->outcome = outcome_of(ack->disposition);
+    if (ack->disposition == wire::UpdateDisposition::kRejected) {
+      result->reject_reason = wire::reject_reason_name(ack->reason);
+      note(LogLevel::kWarn, "round " + std::to_string(p.round_id) + ": the server rejected the update (" +
+                                result->reject_reason + ")");
+    }
     pending_.reset();
     return finish(Status::kOk);
   }
@@ -554,13 +611,43 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
 
 Status Client::participate(LocalTrainer& trainer, uint32_t rounds, const Progress& progress,
                            std::string* error) {
+  std::string local_error;
+  if (error == nullptr) error = &local_error;
   uint32_t accepted = 0;
+  uint32_t transient_failures = 0;
+  auto last_accepted = Clock::now();
   while (rounds == 0 || accepted < rounds) {
     RoundResult result;
-    EDGEFL_RETURN_IF_ERROR(run_round(trainer, &result, error));
-    if (progress) progress(result);
-    if (result.outcome == RoundOutcome::kServerDraining) break;
-    if (result.outcome == RoundOutcome::kAccepted || result.outcome == RoundOutcome::kDuplicate) ++accepted;
+    const Status s = run_round(trainer, &result, error);
+    if (s == Status::kOk) {
+      transient_failures = 0;
+      if (progress) progress(result);
+      if (result.outcome == RoundOutcome::kAccepted || result.outcome == RoundOutcome::kDuplicate) {
+        ++accepted;
+        last_accepted = Clock::now();
+      }
+      if (result.outcome != RoundOutcome::kServerDraining) continue;
+      if (options_.stop_when_draining) break;
+      // The server restarts or shuts down: come back in its window, as it asks.
+      const double wait =
+          result.retry_after_ms + double(result.retry_window_ms) * unit_double(splitmix64_next(&rng_state_));
+      note(LogLevel::kInfo, "the server is draining: back in " + std::to_string(uint64_t(wait)) + " ms");
+      EDGEFL_RETURN_IF_ERROR(sleep_ms(static_cast<uint64_t>(wait)));
+      continue;
+    }
+    if (!is_transient_status(s)) {
+      connection_->close();
+      return s;
+    }
+    const double idle_ms = std::chrono::duration<double, std::milli>(Clock::now() - last_accepted).count();
+    if (options_.give_up_after_ms != 0 && idle_ms >= double(options_.give_up_after_ms)) {
+      *error = "no round accepted in " + std::to_string(options_.give_up_after_ms) + " ms; last: " + *error;
+      connection_->close();
+      return s;
+    }
+    note(LogLevel::kWarn, std::string("round failed (") + status_name(s) + "): " + *error + "; trying again");
+    RoundResult waited;
+    EDGEFL_RETURN_IF_ERROR(back_off(++transient_failures, &waited));
   }
   connection_->close();
   return Status::kOk;

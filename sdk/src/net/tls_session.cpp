@@ -73,6 +73,14 @@ void TlsSession::feed(Span<const uint8_t> ciphertext) {
   incoming_.insert(incoming_.end(), ciphertext.data(), ciphertext.data() + ciphertext.size());
 }
 
+void TlsSession::trim_buffers(size_t bytes) {
+  if (outgoing_.empty() && outgoing_.capacity() > bytes) std::vector<uint8_t>().swap(outgoing_);
+  if (incoming_pos_ == incoming_.size() && incoming_.capacity() > bytes) {
+    std::vector<uint8_t>().swap(incoming_);
+    incoming_pos_ = 0;
+  }
+}
+
 void TlsSession::consume_outgoing(size_t n) {
   if (n >= outgoing_.size()) {
     outgoing_.clear();

@@ -56,6 +56,9 @@ class TlsSession {
   // Ciphertext to send, in order; consume_outgoing(n) after n bytes went out.
   Span<const uint8_t> outgoing() const { return {outgoing_.data(), outgoing_.size()}; }
   void consume_outgoing(size_t n);
+  // Frees the input and output buffers' memory when they are empty and hold more than `bytes`
+  // of capacity (after a large message, so that idle connections stay small).
+  void trim_buffers(size_t bytes);
 
   // One step of the handshake: 0 when complete, kWantRead, or an mbedTLS error (< 0).
   int handshake();

@@ -256,9 +256,12 @@ Status Connection::connect(const std::string& host, uint16_t port, const TlsCred
     }
     s = read_some_raw(&received, remaining_ms(), error);
     if (s != Status::kOk) {
-      // A server that refuses our certificate closes the connection during the handshake.
+      // The transport ended (a reset, a close, a timeout) before TLS said anything: a server at
+      // its connection cap, restarting, or a network fault; transient. A server that refuses our
+      // certificate says so with a TLS alert (the branch above, or a kTlsError on the first read
+      // in TLS 1.3) or with Error{kUnauthorized}.
       if (error) *error = "TLS handshake with " + where + ": " + *error;
-      return s == Status::kConnectionFailed ? Status::kTlsHandshakeFailed : s;
+      return s;
     }
     impl_->tls->feed({received.data(), received.size()});
   }
