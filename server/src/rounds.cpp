@@ -352,6 +352,21 @@ double RoundManager::update_norm_bound() const {
   return options_.update_norm_factor * std::max(1.0, std::sqrt(norm2));
 }
 
+uint32_t RoundManager::steered_window(const std::string& device, int64_t now_ms) {
+  waiting_[device] = now_ms;
+  const double spread = 1000.0 * double(waiting_.size()) / options_.target_checkins_per_s;
+  const uint32_t window = static_cast<uint32_t>(
+      std::clamp<double>(std::max<double>(options_.retry_window_ms, spread), 0, wire::kMaxRetryMs / 2));
+  if (now_ms - waiting_pruned_ms_ >= 1000) {  // forget devices that have not come back
+    waiting_pruned_ms_ = now_ms;
+    const int64_t horizon = int64_t{window} + options_.retry_after_ms + 5000;
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      it = now_ms - it->second > horizon ? waiting_.erase(it) : std::next(it);
+    }
+  }
+  return window;
+}
+
 uint32_t RoundManager::lease_ms() const {
   if (options_.offer_lease_ms != 0) return options_.offer_lease_ms;
   return std::max<uint32_t>(1000, options_.deadline_ms / 2);
@@ -620,7 +635,11 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
   (void)hello;
   auto retry_later = [&](wire::RetryReason reason, uint32_t after_ms) {
     metrics_->retry_later.fetch_add(1);
-    return Reply{wire::Message{wire::RetryLater{after_ms, options_.retry_window_ms, reason}}, false};
+    const uint32_t window = reason == wire::RetryReason::kDraining ? options_.retry_window_ms
+                                                                    : steered_window(device, now_ms);
+    if (reason != wire::RetryReason::kDraining)
+      longest_retry_ms_ = std::max<uint64_t>(longest_retry_ms_, uint64_t{after_ms} + window);
+    return Reply{wire::Message{wire::RetryLater{after_ms, window, reason}}, false};
   };
   if (finished_) return retry_later(wire::RetryReason::kDraining, 60000);
   if (!open_) return retry_later(wire::RetryReason::kNoRound, options_.retry_after_ms);
@@ -654,6 +673,7 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
   }
   round.offered[device] = now_ms + lease_ms();
   expired_offers_.erase(device);
+  waiting_.erase(device);
   metrics_->offers.fetch_add(1);
   log_info("task_offer")
       .kv("round", round.record.round_id)

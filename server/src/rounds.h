@@ -75,7 +75,10 @@ struct RoundOptions {
   double selection_probability = 1.0;         // chance a check-in is offered a task while offers remain
                                               // (random selection, as pace steering; 1 = first come)
   uint32_t retry_after_ms = 1000;             // RetryLater when the round is full: come back in
-  uint32_t retry_window_ms = 2000;            //   [after, after + window] ms
+  uint32_t retry_window_ms = 2000;            //   [after, after + window] ms, the window widened
+  double target_checkins_per_s = 50;          //   so that the devices turned away come back at
+                                              //   about this rate (pace steering, Bonawitz et
+                                              //   al. 2019, "Towards federated learning at scale")
   uint32_t max_chunk_bytes = 64 * 1024;       // model and upload chunks (one frame's data)
   uint32_t max_samples_per_update = 1000000;  // a commit claiming more is rejected
   // Bound on one update's influence: an update whose decoded L2 norm is above the bound is
@@ -120,6 +123,9 @@ class RoundManager {
   // Ends the open round if its deadline passed; retries a round close that failed on I/O (with
   // backoff); reclaims expired offers. Call often (the server: every 100 ms).
   void tick(int64_t now_ms);
+
+  // The longest [after + window] of the RetryLater answers given so far, ms.
+  uint64_t longest_retry_ms() const { return longest_retry_ms_; }
 
   // All `rounds` rounds have ended (never, when rounds == 0).
   bool finished() const { return finished_; }
@@ -195,6 +201,9 @@ class RoundManager {
   bool renew_offer(const std::string& device, int64_t now_ms);
   void reclaim_expired_offers(int64_t now_ms);
   uint32_t lease_ms() const;
+  // The RetryLater window for a device turned away: wide enough that all the devices turned away
+  // recently come back at about target_checkins_per_s.
+  uint32_t steered_window(const std::string& device, int64_t now_ms);
   void evaluate(RoundSummary* summary);
   wire::TaskOffer make_offer(int64_t now_ms) const;
   Reply error_reply(wire::ErrorCode code, const std::string& message, bool close = false);
@@ -239,6 +248,9 @@ class RoundManager {
   std::vector<RoundSummary> history_;
   uint64_t selection_rng_ = 0;
   std::set<std::string> expired_offers_;  // devices whose offer in the open round expired
+  std::map<std::string, int64_t> waiting_;  // devices turned away recently -> when
+  int64_t waiting_pruned_ms_ = 0;
+  uint64_t longest_retry_ms_ = 0;
   std::string abandon_reason_;            // why the closing round is abandoned ("" = no quorum)
   uint32_t open_failures_ = 0;            // failed attempts to open the next round
   int64_t next_open_attempt_ms_ = 0;

@@ -44,6 +44,8 @@ struct Context {
   uint64_t next_connection = 1;
   bool stopping = false;
   uint32_t busy_sessions = 0;                   // handshakes under way only to answer ServerBusy
+  double busy_tokens = 0;                       // busy answers allowed now (refilled per second)
+  Clock::time_point busy_refilled{};
   std::map<std::string, uint32_t> per_device;  // open sessions by device id
 };
 
@@ -447,7 +449,16 @@ awaitable<void> accept_devices(Context* ctx, tcp::acceptor* acceptor) {
     socket.set_option(tcp::no_delay(true), ec);
     if (ctx->metrics->connections_open.load() >= static_cast<int64_t>(ctx->options->max_connections)) {
       // At the cap: answer in protocol from a small reserve; past it, the socket is closed.
-      if (ctx->busy_sessions < ctx->options->busy_reserve) {
+      // Each answer costs a handshake: at most busy_per_second of them, so that an overload of
+      // devices cannot take the CPU from the sessions under way.
+      const auto now = Clock::now();
+      ctx->busy_tokens = std::min<double>(
+          ctx->options->busy_per_second,
+          ctx->busy_tokens + ctx->options->busy_per_second *
+                                 std::chrono::duration<double>(now - ctx->busy_refilled).count());
+      ctx->busy_refilled = now;
+      if (ctx->busy_sessions < ctx->options->busy_reserve && ctx->busy_tokens >= 1) {
+        ctx->busy_tokens -= 1;
         asio::co_spawn(acceptor->get_executor(), run_busy_session(ctx, std::move(socket)), asio::detached);
       } else {
         log_warn("connection_limit")
@@ -713,7 +724,11 @@ int run_server(const ServerOptions& options) {
     rounds.tick(unix_ms_now());
     if (options.progress) print_progress(rounds, &printed);
     if (rounds.finished()) {
-      if (!drain_until) drain_until = Clock::now() + std::chrono::milliseconds(options.drain_ms);
+      // Drain at least as long as the longest come-back time handed out, so that every device
+      // turned away hears "draining" when it returns.
+      if (!drain_until)
+        drain_until = Clock::now() + std::chrono::milliseconds(
+                                         std::max<uint64_t>(options.drain_ms, rounds.longest_retry_ms()));
       if (Clock::now() >= *drain_until) {
         stop("all rounds done");
         return;
@@ -735,6 +750,7 @@ int run_server(const ServerOptions& options) {
       .kv("p99_upload_to_ack_s", metrics.upload_latency_quantile(0.99))
       .kv("peak_rss_kb", peak_rss_kb())
       .kv("handshakes", metrics.handshakes_ok.load())
+      .kv("server_busy", metrics.server_busy.load())
       .kv("handshake_ms_mean", metrics.handshakes_ok.load() ? double(metrics.handshake_us_total.load()) /
                                                                   1e3 / double(metrics.handshakes_ok.load())
                                                             : 0.0);

@@ -34,6 +34,7 @@ struct ServerOptions {
   // At the cap, up to busy_reserve further connections at once are handshaken and answered
   // RetryLater{ServerBusy, busy_retry_after_ms, busy_retry_window_ms}; more are closed.
   uint32_t busy_reserve = 64;
+  double busy_per_second = 50;  // busy answers per second at most; the rest are closed
   uint32_t busy_retry_after_ms = 2000;
   uint32_t busy_retry_window_ms = 8000;
   uint32_t max_connections_per_device = 4;  // more at once: Error{kRateLimited}

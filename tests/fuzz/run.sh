@@ -23,6 +23,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 mkdir -p "$build/artifacts"
 failed=0
+summary=()
 while IFS='|' read -r name binary seeds; do
   [[ -n "$name" ]] || continue
   corpus="$build/corpus/$name"
@@ -34,10 +35,16 @@ while IFS='|' read -r name binary seeds; do
     -artifact_prefix="$build/artifacts/$name-" "$corpus" "$seeds" >"$log" 2>&1 || status=$?
   # The summary: corpus loaded, final coverage, executions and speed.
   grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$log" || true
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  summary+=("$(printf '%-16s %14s executions %10s/s  %s' "$name" "${execs:-?}" "${speed:-?}" \
+    "$( ((status == 0)) && echo ok || echo FAILED)")")
   if ((status != 0)); then
     echo "fuzz: $name FAILED (exit $status); the end of $log:"
     tail -n 40 "$log"
     failed=1
   fi
 done <"$build/fuzz-targets.txt"
+echo "=== fuzz summary (${seconds} s per target)"
+printf '%s\n' "${summary[@]}"
 exit "$failed"
