@@ -635,8 +635,8 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
   (void)hello;
   auto retry_later = [&](wire::RetryReason reason, uint32_t after_ms) {
     metrics_->retry_later.fetch_add(1);
-    const uint32_t window = reason == wire::RetryReason::kDraining ? options_.retry_window_ms
-                                                                    : steered_window(device, now_ms);
+    const uint32_t window =
+        reason == wire::RetryReason::kDraining ? options_.retry_window_ms : steered_window(device, now_ms);
     if (reason != wire::RetryReason::kDraining)
       longest_retry_ms_ = std::max<uint64_t>(longest_retry_ms_, uint64_t{after_ms} + window);
     return Reply{wire::Message{wire::RetryLater{after_ms, window, reason}}, false};

@@ -247,12 +247,12 @@ class RoundManager {
   bool finished_ = false;
   std::vector<RoundSummary> history_;
   uint64_t selection_rng_ = 0;
-  std::set<std::string> expired_offers_;  // devices whose offer in the open round expired
+  std::set<std::string> expired_offers_;    // devices whose offer in the open round expired
   std::map<std::string, int64_t> waiting_;  // devices turned away recently -> when
   int64_t waiting_pruned_ms_ = 0;
   uint64_t longest_retry_ms_ = 0;
-  std::string abandon_reason_;            // why the closing round is abandoned ("" = no quorum)
-  uint32_t open_failures_ = 0;            // failed attempts to open the next round
+  std::string abandon_reason_;  // why the closing round is abandoned ("" = no quorum)
+  uint32_t open_failures_ = 0;  // failed attempts to open the next round
   int64_t next_open_attempt_ms_ = 0;
 
   // Server-side evaluation (optional).

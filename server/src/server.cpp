@@ -32,8 +32,8 @@ using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReadChunkBytes = 16 * 1024;
 constexpr size_t kMaxHttpRequestBytes = 8 * 1024;
-constexpr uint32_t kLingerMs = 1000;            // linger_close(): longest wait for the peer's FIN
-constexpr size_t kMaxLingerBytes = 256 * 1024;  // and the most it reads meanwhile
+constexpr uint32_t kLingerMs = 1000;             // linger_close(): longest wait for the peer's FIN
+constexpr size_t kMaxLingerBytes = 256 * 1024;   // and the most it reads meanwhile
 constexpr size_t kKeptBufferBytes = 128 * 1024;  // buffer capacity a connection keeps between messages
 
 struct Context {
@@ -43,8 +43,8 @@ struct Context {
   const net::TlsCredentials* credentials = nullptr;
   uint64_t next_connection = 1;
   bool stopping = false;
-  uint32_t busy_sessions = 0;                   // handshakes under way only to answer ServerBusy
-  double busy_tokens = 0;                       // busy answers allowed now (refilled per second)
+  uint32_t busy_sessions = 0;  // handshakes under way only to answer ServerBusy
+  double busy_tokens = 0;      // busy answers allowed now (refilled per second)
   Clock::time_point busy_refilled{};
   std::map<std::string, uint32_t> per_device;  // open sessions by device id
 };
@@ -169,7 +169,8 @@ class Session {
       }
       if (header.payload_length > payload_ceiling(*ctx_->options, header.type)) {
         const std::string why = std::string(wire::message_type_name(header.type)) + " of " +
-                                std::to_string(header.payload_length) + " bytes is above this server's limit of " +
+                                std::to_string(header.payload_length) +
+                                " bytes is above this server's limit of " +
                                 std::to_string(payload_ceiling(*ctx_->options, header.type));
         co_await refuse(wire::ErrorCode::kTooLarge, why);
         co_return;

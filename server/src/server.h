@@ -6,8 +6,8 @@
 // Every connection is bounded: a handshake timeout, an idle timeout between frames, frame caps
 // checked before the payload is read (UploadChunk: the offered chunk size), buffers that grow as
 // bytes arrive and shrink between messages, at most max_connections at once (then RetryLater
-// ServerBusy from a small reserve of handshakes), at most max_connections_per_device per device. A device is the subject
-// CN of its client certificate; refused devices are told why (Error kUnauthorized) and logged.
+// ServerBusy from a small reserve of handshakes), at most max_connections_per_device per device. A device is
+// the subject CN of its client certificate; refused devices are told why (Error kUnauthorized) and logged.
 #ifndef EDGEFL_SERVER_SERVER_H_
 #define EDGEFL_SERVER_SERVER_H_
 
@@ -38,9 +38,9 @@ struct ServerOptions {
   uint32_t busy_retry_after_ms = 2000;
   uint32_t busy_retry_window_ms = 8000;
   uint32_t max_connections_per_device = 4;  // more at once: Error{kRateLimited}
-  uint32_t drain_ms = 3000;  // after the last round: answer kDraining this long, then exit
-  std::string summary_file;  // if set: the per-round summary as JSON lines
-  bool progress = false;     // one human-readable line per round on stdout
+  uint32_t drain_ms = 3000;                 // after the last round: answer kDraining this long, then exit
+  std::string summary_file;                 // if set: the per-round summary as JSON lines
+  bool progress = false;                    // one human-readable line per round on stdout
   RoundOptions rounds;
 };
 

@@ -1972,7 +1972,8 @@ TEST_SUITE("e2e.faults") {
     TempDir tmp;
     const Pki pki = make_pki(tmp / "pki", 3);
     ServerProcess server(tmp);
-    START_SERVER(server, server_args(pki, tmp / "state", "fp32", {"--cohort", "1", "--max-connections", "2"}));
+    START_SERVER(server,
+                 server_args(pki, tmp / "state", "fp32", {"--cohort", "1", "--max-connections", "2"}));
     INFO("server log:\n" << server.all_logs());
     auto c1 = device_credentials(pki, "device-0001");
     auto c2 = device_credentials(pki, "device-0002");
@@ -2030,7 +2031,8 @@ TEST_SUITE("e2e.faults") {
     CHECK(std::holds_alternative<wire::TaskOffer>(reply));
   }
 
-  TEST_CASE("an UploadChunk frame above the offered chunk size is refused from its header; buffers do not grow") {
+  TEST_CASE(
+      "an UploadChunk frame above the offered chunk size is refused from its header; buffers do not grow") {
     TempDir tmp;
     const Pki pki = make_pki(tmp / "pki", 1);
     ServerProcess server(tmp);
@@ -2076,8 +2078,8 @@ TEST_SUITE("e2e.faults") {
     REQUIRE(slow_client.init(&error_slow) == Status::kOk);
     SlowTrainer slow(2, 2500, 1);  // round 1 ends at 1.5 s with the fast device alone
     std::vector<RoundResult> results;
-    slow_status = slow_client.participate(slow, 1, [&](const RoundResult& r) { results.push_back(r); },
-                                          &error_slow);
+    slow_status = slow_client.participate(
+        slow, 1, [&](const RoundResult& r) { results.push_back(r); }, &error_slow);
     fast.join();
     CHECK_MESSAGE(fast_status == Status::kOk, error_fast);
     CHECK_MESSAGE(slow_status == Status::kOk, error_slow);
@@ -2094,7 +2096,8 @@ TEST_SUITE("e2e.faults") {
   // its round's ledger (checked by the rebuilt aggregate on restart and by the server's own
   // start-up consistency checks). EDGEFL_CRASH_SECONDS sets the length (default 20 s in CI;
   // tests/server/crash_soak.sh runs it longer for releases).
-  TEST_CASE("random kill -9 of the server while devices participate: nobody gives up, every ack counts once") {
+  TEST_CASE(
+      "random kill -9 of the server while devices participate: nobody gives up, every ack counts once") {
     const char* env = std::getenv("EDGEFL_CRASH_SECONDS");
     const int seconds = env ? std::max(5, std::atoi(env)) : 20;
     constexpr int kDevices = 6;
@@ -2102,9 +2105,9 @@ TEST_SUITE("e2e.faults") {
     const Pki pki = make_pki(tmp / "pki", kDevices);
     const std::string state = tmp / "state";
     const uint16_t port = free_port();
-    std::vector<std::string> args =
-        server_args(pki, state, "fp32", {"--cohort", "3", "--over-selection", "1.4", "--deadline", "4",
-                                         "--min-quorum", "2", "--max-connections", "4"});
+    std::vector<std::string> args = server_args(pki, state, "fp32",
+                                                {"--cohort", "3", "--over-selection", "1.4", "--deadline",
+                                                 "4", "--min-quorum", "2", "--max-connections", "4"});
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i] == "--listen") args[i + 1] = "127.0.0.1:" + std::to_string(port);
     }
@@ -2118,7 +2121,7 @@ TEST_SUITE("e2e.faults") {
     std::vector<std::unique_ptr<Client>> clients;
     for (int d = 0; d < kDevices; ++d) {
       ClientOptions o = persistent_client(pki, net::dev_pki_device_id(uint32_t(d + 1)), port, 100 + d);
-      o.give_up_after_ms = 0;     // only cancel() ends them
+      o.give_up_after_ms = 0;    // only cancel() ends them
       o.error_feedback = false;  // fp32 is exact: each update is synthetic_delta(device) itself
       clients.push_back(std::make_unique<Client>(o));
       std::string error;

@@ -583,6 +583,14 @@ TEST_SUITE("server.rounds.close") {
       fs::remove_all(dir);
       return;
     }
+    struct Unmount {  // also when an assertion ends the test early
+      std::string dir;
+      ~Unmount() {
+        while (::umount2(dir.c_str(), MNT_DETACH) == 0) {
+        }
+        fs::remove_all(dir);
+      }
+    } unmount{dir};
     {
       RoundOptions o;
       o.cohort = 2;
@@ -639,8 +647,6 @@ TEST_SUITE("server.rounds.close") {
       s.reopen();
       CHECK(s.model() == fedavg(v1, ups));
     }
-    ::umount2(dir.c_str(), MNT_DETACH);
-    fs::remove_all(dir);
   }
 }
 

@@ -139,7 +139,7 @@ struct ClientOptions {
   // without an accepted round (0 = never; cancel() always works).
   bool stop_when_draining = false;
   uint64_t give_up_after_ms = 0;
-  uint64_t seed = 0;               // jitter and upload ids (0: from the OS)
+  uint64_t seed = 0;  // jitter and upload ids (0: from the OS)
   std::string sdk_version = "edgefl 0.1";
   // Test hook: drop the connection after this many upload chunks of the first attempt (0 = never).
   uint32_t test_disconnect_after_chunks = 0;

@@ -423,10 +423,10 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
           }
           const auto* chunk = std::get_if<wire::ModelChunk>(&reply);
           if (chunk == nullptr) {
-      if (retry_after_refusal(reply)) continue;
-      if (cancelled_.load()) return finish(Status::kCancelled);
-      return finish(server_error(reply));
-    }
+            if (retry_after_refusal(reply)) continue;
+            if (cancelled_.load()) return finish(Status::kCancelled);
+            return finish(server_error(reply));
+          }
           if (chunk->offset != received || chunk->total_bytes != offer->model_bytes ||
               chunk->model_version != offer->model_version || chunk->data.size() % 4 != 0) {
             *error = "model chunk does not continue the download";
