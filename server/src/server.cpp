@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -710,6 +711,41 @@ int run_server(const ServerOptions& options) {
     http.close(ignored);
     io.stop();
   };
+  // Live revocation of device ids: the deny list is read again on SIGHUP and when its file changes
+  // (checked once a second). A file that does not parse keeps the list in force and says why.
+  struct stat deny_stat {};
+  auto deny_stamp = [&]() {
+    struct stat st {};
+    if (::stat(options.tls.deny_file.c_str(), &st) != 0) st = {};  // gone: a change too
+    return st;
+  };
+  auto same_stamp = [](const struct stat& a, const struct stat& b) {
+    return a.st_ino == b.st_ino && a.st_size == b.st_size && a.st_mtim.tv_sec == b.st_mtim.tv_sec &&
+           a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
+  };
+  const bool live_deny = credentials && !options.tls.deny_file.empty();
+  if (live_deny) deny_stat = deny_stamp();
+  auto reload_deny = [&](const char* trigger) {
+    deny_stat = deny_stamp();
+    std::string e;
+    if (credentials->reload_deny_list(&e) == Status::kOk) {
+      log_info("deny_list_reloaded").kv("trigger", trigger).kv("file", options.tls.deny_file);
+    } else {
+      log_error("deny_list_reload_failed")
+          .kv("trigger", trigger)
+          .kv("error", e)
+          .kv("kept", "the previous list");
+    }
+  };
+  asio::signal_set hangup(io, SIGHUP);
+  std::function<void(std::error_code, int)> on_hangup = [&](std::error_code e, int) {
+    if (e) return;
+    if (live_deny) reload_deny("SIGHUP");
+    hangup.async_wait(on_hangup);
+  };
+  hangup.async_wait(on_hangup);
+  uint32_t ticks = 0;
+
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](std::error_code e, int sig) {
     if (e) return;
@@ -723,6 +759,7 @@ int run_server(const ServerOptions& options) {
   std::function<void(std::error_code)> on_tick = [&](std::error_code e) {
     if (e || ctx.stopping) return;
     rounds.tick(unix_ms_now());
+    if (live_deny && ++ticks % 10 == 0 && !same_stamp(deny_stamp(), deny_stat)) reload_deny("file_changed");
     if (options.progress) print_progress(rounds, &printed);
     if (rounds.finished()) {
       // Drain at least as long as the longest come-back time handed out, so that every device

@@ -295,7 +295,7 @@ struct ParsedCert {
 // Issues, with the PKI's CA, a client certificate whose subject is `subject` verbatim (mbedTLS's
 // string form, e.g. "CN=bad id,O=edgefl"): what issue_device_cert() refuses to make.
 void issue_raw_client_cert(const DevPki& pki, const char* subject, const std::string& cert_path,
-                           const std::string& key_path, bool client_auth_eku = true) {
+                           const std::string& key_path, bool client_auth_eku = true, bool is_ca = false) {
   mbedtls_entropy_context entropy;
   mbedtls_ctr_drbg_context drbg;
   mbedtls_pk_context ca_key, key;
@@ -320,7 +320,7 @@ void issue_raw_client_cert(const DevPki& pki, const char* subject, const std::st
   CHECK(mbedtls_x509write_crt_set_issuer_name(&w, "CN=edgefl development CA,O=edgefl") == 0);
   CHECK(mbedtls_x509write_crt_set_serial_raw(&w, serial, sizeof serial) == 0);
   CHECK(mbedtls_x509write_crt_set_validity(&w, "20200101000000", "20991231235959") == 0);
-  CHECK(mbedtls_x509write_crt_set_basic_constraints(&w, 0, -1) == 0);
+  CHECK(mbedtls_x509write_crt_set_basic_constraints(&w, is_ca ? 1 : 0, -1) == 0);
   CHECK(mbedtls_x509write_crt_set_key_usage(&w, MBEDTLS_X509_KU_DIGITAL_SIGNATURE) == 0);
   mbedtls_asn1_sequence eku;
   memset(&eku, 0, sizeof eku);
@@ -619,6 +619,24 @@ TEST_SUITE("credentials") {
     std::string id, reason;
     CHECK(server->check_peer(&session.link.server.ssl, &id, &reason) == Status::kUnauthorized);
     CHECK_MESSAGE(contains(reason, "clientAuth"), reason);
+  }
+
+  TEST_CASE("check_peer refuses a device certificate that is a CA certificate (basicConstraints CA:TRUE)") {
+    DevPki pki;
+    auto server = load_ok(TlsRole::kServer, pki.server_files());
+    const std::string cert = pki.dir / "ca-device.crt", key = pki.dir / "ca-device.key";
+    issue_raw_client_cert(pki, "CN=device-0007,O=edgefl", cert, key, /*client_auth_eku=*/true,
+                          /*is_ca=*/true);
+    TlsFiles files = pki.device_files("device-0001");
+    files.cert_file = cert;
+    files.key_file = key;
+    auto device = load_ok(TlsRole::kClient, files);
+    Session session(*device, *server);
+    REQUIRE_MESSAGE(session.link.server_ret == 0, session.link.server_failure());  // it chains to the CA
+    std::string id = "stale", reason;
+    CHECK(server->check_peer(&session.link.server.ssl, &id, &reason) == Status::kUnauthorized);
+    CHECK_MESSAGE(contains(reason, "CA:TRUE"), reason);
+    CHECK(id.empty());
   }
 
   TEST_CASE("reload_deny_list swaps in the new list, and keeps the old one when the file is bad") {

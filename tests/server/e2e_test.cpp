@@ -2209,4 +2209,43 @@ TEST_SUITE("e2e.faults") {
     MESSAGE(committed << " committed models checked against their ledgers");
     CHECK(committed >= 2);
   }
+  TEST_CASE("the deny list is live: a file change or SIGHUP revokes a device without a restart") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 3);
+    write_text(tmp / "deny.txt", "# nobody yet\n");
+    ServerProcess server(tmp);
+    START_SERVER(server,
+                 server_args(pki, tmp / "state", "fp32", {"--cohort", "3", "--deny", tmp / "deny.txt"}));
+    INFO("server log:\n" << server.all_logs());
+    auto hello_as = [&](const std::string& id) {
+      auto creds = device_credentials(pki, id);
+      Link link;
+      REQUIRE_MESSAGE(link.connect(server.port(), creds.get()) == Status::kOk, link.error);
+      wire::Message reply;
+      REQUIRE_MESSAGE(link.exchange(wire::Message{make_hello()}, &reply) == Status::kOk, link.error);
+      return reply;
+    };
+    CHECK(std::holds_alternative<wire::TaskOffer>(hello_as("device-0001")));
+    CHECK(std::holds_alternative<wire::TaskOffer>(hello_as("device-0002")));
+    // The file changes: picked up within about a second.
+    write_text(tmp / "deny.txt", "device-0001\n");
+    REQUIRE(server.wait_for_log({"event=deny_list_reloaded", "trigger=file_changed"}, 1, 5000));
+    const wire::Message refused = hello_as("device-0001");
+    const auto* e = std::get_if<wire::Error>(&refused);
+    REQUIRE_MESSAGE(e != nullptr, describe(refused));
+    CHECK(e->code == wire::ErrorCode::kUnauthorized);
+    CHECK(e->message.find("revoked (deny list)") != std::string::npos);
+    // A bad file keeps the list in force.
+    write_text(tmp / "deny.txt", "device 0002 has a space\n");
+    REQUIRE(server.wait_for_log({"event=deny_list_reload_failed"}, 1, 5000));
+    CHECK(std::holds_alternative<wire::Error>(hello_as("device-0001")));
+    CHECK(std::holds_alternative<wire::TaskOffer>(hello_as("device-0002")));
+    // SIGHUP reads it again at once.
+    write_text(tmp / "deny.txt", "device-0002\n");
+    server.signal(SIGHUP);
+    REQUIRE(server.wait_for_log({"event=deny_list_reloaded", "trigger=SIGHUP"}, 1, 5000));
+    CHECK(std::holds_alternative<wire::Error>(hello_as("device-0002")));
+    CHECK(std::holds_alternative<wire::TaskOffer>(hello_as("device-0001")));  // no longer denied
+    CHECK(server.running());
+  }
 }  // TEST_SUITE("e2e.faults")

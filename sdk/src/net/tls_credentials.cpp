@@ -543,6 +543,11 @@ Status TlsCredentials::check_peer(const mbedtls_ssl_context* ssl, std::string* d
     *reason = "client certificate has no clientAuth extended key usage";
     return Status::kUnauthorized;
   }
+  // A CA the device CA signed could issue "devices" of its own: a device is a leaf.
+  if (mbedtls_x509_crt_get_ca_istrue(peer) == 1) {
+    *reason = "the client certificate is a CA certificate (basicConstraints CA:TRUE), not a device";
+    return Status::kUnauthorized;
+  }
   const mbedtls_x509_name* cn = nullptr;
   for (const mbedtls_x509_name* n = &peer->subject; n != nullptr; n = n->next) {
     if (n->oid.p == nullptr || MBEDTLS_OID_CMP(MBEDTLS_OID_AT_CN, &n->oid) != 0) continue;
