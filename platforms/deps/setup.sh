@@ -21,6 +21,7 @@ packages=(
   clang                  # libFuzzer targets and the clang build
   libclang-rt-14-dev     # libFuzzer and the sanitizer runtimes for clang (only recommended by clang)
   python3                # helper scripts in tests
+  openssl                # tests: CRLs (mbedTLS has no CRL writer)
   debian-archive-keyring bzip2 xz-utils  # fetch-mbedtls.sh: Debian 13's keys; unpacking the tarball
 )
 cross_packages=(g++-aarch64-linux-gnu g++-arm-linux-gnueabihf  # ARM Linux (glibc) cross compilers

@@ -29,6 +29,8 @@ const char kUsage[] =
     "  --ca FILE --cert FILE --key FILE   PEM: the device CA, the server certificate and key\n"
     "  --crl FILE              PEM CRL of revoked device certificates\n"
     "  --deny FILE             revoked device ids, one per line\n"
+    "                          (both read again on SIGHUP and when the files change)\n"
+    "  --allow-stale-crl       accept an expired, not yet valid or foreign-signed CRL (a warning)\n"
     "  --idle-timeout S        close a connection idle this long (60); --handshake-timeout S (10)\n"
     "  --max-connections N     (1024); beyond it devices are told to come back (RetryLater ServerBusy)\n"
     "  --max-connections-per-device N   (4)\n"
@@ -116,6 +118,8 @@ int main(int argc, char** argv) {
       o.progress = true;
     } else if (a == "--insecure-plaintext-for-tests") {
       o.insecure_plaintext_for_tests = true;
+    } else if (a == "--allow-stale-crl") {
+      o.tls.allow_stale_crl = true;
     } else if (a == "--eval") {
       o.rounds.eval_data_dir = edgefl::fashion_mnist_dir();
       if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) o.rounds.eval_data_dir = args[++i];

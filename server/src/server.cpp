@@ -711,36 +711,47 @@ int run_server(const ServerOptions& options) {
     http.close(ignored);
     io.stop();
   };
-  // Live revocation of device ids: the deny list is read again on SIGHUP and when its file changes
-  // (checked once a second). A file that does not parse keeps the list in force and says why.
-  struct stat deny_stat {};
-  auto deny_stamp = [&]() {
+  // Live revocation: the CRL and the deny list are read again on SIGHUP and when either file
+  // changes (checked once a second). Files that do not parse or a CRL that fails its checks keep
+  // both lists in force and say why.
+  struct Stamp {
+    ino_t ino = 0;
+    off_t size = -1;
+    timespec mtime{};
+    bool operator==(const Stamp& o) const {
+      return ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
+             mtime.tv_nsec == o.mtime.tv_nsec;
+    }
+  };
+  auto stamp_of = [](const std::string& path) {
+    Stamp out;
     struct stat st {};
-    if (::stat(options.tls.deny_file.c_str(), &st) != 0) st = {};  // gone: a change too
-    return st;
+    if (!path.empty() && ::stat(path.c_str(), &st) == 0) out = Stamp{st.st_ino, st.st_size, st.st_mtim};
+    return out;
   };
-  auto same_stamp = [](const struct stat& a, const struct stat& b) {
-    return a.st_ino == b.st_ino && a.st_size == b.st_size && a.st_mtim.tv_sec == b.st_mtim.tv_sec &&
-           a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
-  };
-  const bool live_deny = credentials && !options.tls.deny_file.empty();
-  if (live_deny) deny_stat = deny_stamp();
-  auto reload_deny = [&](const char* trigger) {
-    deny_stat = deny_stamp();
+  const bool live_revocation =
+      credentials && (!options.tls.deny_file.empty() || !options.tls.crl_file.empty());
+  Stamp deny_stamp = stamp_of(options.tls.deny_file), crl_stamp = stamp_of(options.tls.crl_file);
+  auto reload_revocation = [&](const char* trigger) {
+    deny_stamp = stamp_of(options.tls.deny_file);
+    crl_stamp = stamp_of(options.tls.crl_file);
     std::string e;
-    if (credentials->reload_deny_list(&e) == Status::kOk) {
-      log_info("deny_list_reloaded").kv("trigger", trigger).kv("file", options.tls.deny_file);
+    if (credentials->reload_revocation(&e) == Status::kOk) {
+      log_info("revocation_reloaded")
+          .kv("trigger", trigger)
+          .kv("crl", options.tls.crl_file)
+          .kv("deny", options.tls.deny_file);
     } else {
-      log_error("deny_list_reload_failed")
+      log_error("revocation_reload_failed")
           .kv("trigger", trigger)
           .kv("error", e)
-          .kv("kept", "the previous list");
+          .kv("kept", "the previous lists");
     }
   };
   asio::signal_set hangup(io, SIGHUP);
   std::function<void(std::error_code, int)> on_hangup = [&](std::error_code e, int) {
     if (e) return;
-    if (live_deny) reload_deny("SIGHUP");
+    if (live_revocation) reload_revocation("SIGHUP");
     hangup.async_wait(on_hangup);
   };
   hangup.async_wait(on_hangup);
@@ -759,7 +770,9 @@ int run_server(const ServerOptions& options) {
   std::function<void(std::error_code)> on_tick = [&](std::error_code e) {
     if (e || ctx.stopping) return;
     rounds.tick(unix_ms_now());
-    if (live_deny && ++ticks % 10 == 0 && !same_stamp(deny_stamp(), deny_stat)) reload_deny("file_changed");
+    if (live_revocation && ++ticks % 10 == 0 &&
+        (!(stamp_of(options.tls.deny_file) == deny_stamp) || !(stamp_of(options.tls.crl_file) == crl_stamp)))
+      reload_revocation("file_changed");
     if (options.progress) print_progress(rounds, &printed);
     if (rounds.finished()) {
       // Drain at least as long as the longest come-back time handed out, so that every device

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -340,6 +341,29 @@ void issue_raw_client_cert(const DevPki& pki, const char* subject, const std::st
   mbedtls_entropy_free(&entropy);
 }
 
+// A CRL made by OpenSSL's `ca` command (Debian's openssl; mbedTLS has no CRL writer), signed with
+// `signer`'s CA key, revoking `revoke` (device certificates of `subjects`), valid from `last` to
+// `next` (OpenSSL times, "YYMMDDHHMMSSZ"; "" = now and 30 days on). Written to `out`.
+void make_crl(const DevPki& signer, const DevPki& subjects, std::initializer_list<const char*> revoke,
+              const std::string& last, const std::string& next, const std::string& out) {
+  const std::string db = signer.dir / ("crl-db-" + std::to_string(std::rand()));
+  REQUIRE(fs::create_directories(db));
+  write_text(db + "/index.txt", "");
+  write_text(db + "/crlnumber", "01\n");
+  write_text(db + "/ca.cnf", "[ca]\ndefault_ca=e\n[e]\ndatabase=" + db + "/index.txt\ncrlnumber=" + db +
+                                 "/crlnumber\ndefault_md=sha256\ndefault_crl_days=30\n");
+  const std::string ca =
+      " -batch -config " + db + "/ca.cnf -keyfile " + (signer.dir / "ca.key") + " -cert " + signer.ca() + " ";
+  for (const char* id : revoke) {
+    const std::string cmd = "openssl ca" + ca + "-revoke " + subjects.device_cert(id) + " >/dev/null 2>&1";
+    REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd);
+  }
+  std::string cmd = "openssl ca" + ca + "-gencrl -out " + out;
+  if (!last.empty()) cmd += " -crl_lastupdate " + last + " -crl_nextupdate " + next;
+  cmd += " >/dev/null 2>&1";
+  REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd << " (needs Debian's openssl: platforms/deps/setup.sh)");
+}
+
 mode_t file_mode(const std::string& path) {
   struct stat st;
   REQUIRE(stat(path.c_str(), &st) == 0);
@@ -637,6 +661,89 @@ TEST_SUITE("credentials") {
     CHECK(server->check_peer(&session.link.server.ssl, &id, &reason) == Status::kUnauthorized);
     CHECK_MESSAGE(contains(reason, "CA:TRUE"), reason);
     CHECK(id.empty());
+  }
+
+  TEST_CASE("a CRL refuses its devices at the handshake; reload_revocation puts a new one in force") {
+    DevPki pki(3);
+    make_crl(pki, pki, {"device-0002"}, "", "", pki.dir / "crl.pem");
+    TlsFiles files = pki.server_files();
+    files.crl_file = pki.dir / "crl.pem";
+    auto server = load_ok(TlsRole::kServer, files);
+    auto handshake_ok = [&](const char* id) {
+      auto device = load_ok(TlsRole::kClient, pki.device_files(id));
+      Session session(*device, *server);
+      if (session.link.server_ret != 0) {
+        CHECK_MESSAGE(contains(session.link.server_failure(), "revoked"), session.link.server_failure());
+      }
+      return session.link.server_ret == 0;
+    };
+    CHECK(handshake_ok("device-0001"));
+    CHECK_FALSE(handshake_ok("device-0002"));
+    // A new CRL on disk changes nothing until it is reloaded.
+    make_crl(pki, pki, {"device-0003"}, "", "", pki.dir / "crl.pem");
+    CHECK(handshake_ok("device-0003"));
+    std::string error;
+    REQUIRE_MESSAGE(server->reload_revocation(&error) == Status::kOk, error);
+    CHECK_FALSE(handshake_ok("device-0003"));
+    CHECK(handshake_ok("device-0002"));  // the new CRL no longer lists it
+    CHECK(handshake_ok("device-0001"));
+  }
+
+  TEST_CASE(
+      "an expired CRL, or one signed by another key under the same CA name, is refused unless allowed") {
+    DevPki pki(2);
+    DevPki impostor(2);  // the same CA name, another key
+    make_crl(pki, pki, {"device-0002"}, "200101000000Z", "200102000000Z", pki.dir / "expired.pem");
+    make_crl(impostor, impostor, {"device-0002"}, "", "", pki.dir / "foreign.pem");
+    TlsFiles files = pki.server_files();
+    std::string error;
+    files.crl_file = pki.dir / "expired.pem";
+    CHECK(load_error(TlsRole::kServer, files, &error) != Status::kOk);
+    CHECK_MESSAGE(contains(error, "expired"), error);
+    CHECK(contains(error, "--allow-stale-crl"));
+    files.crl_file = pki.dir / "foreign.pem";
+    CHECK(load_error(TlsRole::kServer, files, &error) != Status::kOk);
+    CHECK_MESSAGE(contains(error, "not signed by a CA in ca_file"), error);
+    files.allow_stale_crl = true;  // the operator says otherwise: warnings
+    auto server = load_ok(TlsRole::kServer, files);
+    REQUIRE(!server->warnings().empty());
+    CHECK(contains(server->warnings().back(), "not signed by a CA"));
+  }
+
+  TEST_CASE("reload_revocation keeps both old lists when the new CRL or deny list is bad") {
+    DevPki pki(3);
+    make_crl(pki, pki, {"device-0002"}, "", "", pki.dir / "crl.pem");
+    write_text(pki.dir / "deny.txt", "device-0003\n");
+    TlsFiles files = pki.server_files();
+    files.crl_file = pki.dir / "crl.pem";
+    files.deny_file = pki.dir / "deny.txt";
+    auto server = load_ok(TlsRole::kServer, files);
+    auto still_in_force = [&] {
+      auto d2 = load_ok(TlsRole::kClient, pki.device_files("device-0002"));
+      Session s2(*d2, *server);
+      CHECK(s2.link.server_ret != 0);  // CRL
+      auto d3 = load_ok(TlsRole::kClient, pki.device_files("device-0003"));
+      Session s3(*d3, *server);
+      REQUIRE(s3.link.server_ret == 0);
+      std::string id, reason;
+      CHECK(server->check_peer(&s3.link.server.ssl, &id, &reason) == Status::kUnauthorized);  // deny list
+    };
+    std::string error;
+    make_crl(pki, pki, {}, "200101000000Z", "200102000000Z", pki.dir / "crl.pem");
+    CHECK(server->reload_revocation(&error) != Status::kOk);
+    CHECK_MESSAGE(contains(error, "expired"), error);
+    still_in_force();
+    write_text(pki.dir / "crl.pem", "-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n");
+    CHECK(server->reload_revocation(&error) != Status::kOk);
+    CHECK_MESSAGE(contains(error, "not a PEM CRL"), error);
+    still_in_force();
+    make_crl(pki, pki, {}, "", "", pki.dir / "crl.pem");  // a good CRL, but a bad deny list
+    write_text(pki.dir / "deny.txt", "not a device id!\n");
+    CHECK(server->reload_revocation(&error) != Status::kOk);
+    still_in_force();
+    fs::remove(pki.dir / "crl.pem");
+    CHECK(server->reload_revocation(&error) != Status::kOk);
+    still_in_force();
   }
 
   TEST_CASE("reload_deny_list swaps in the new list, and keeps the old one when the file is bad") {

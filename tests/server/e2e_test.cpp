@@ -2229,7 +2229,7 @@ TEST_SUITE("e2e.faults") {
     CHECK(std::holds_alternative<wire::TaskOffer>(hello_as("device-0002")));
     // The file changes: picked up within about a second.
     write_text(tmp / "deny.txt", "device-0001\n");
-    REQUIRE(server.wait_for_log({"event=deny_list_reloaded", "trigger=file_changed"}, 1, 5000));
+    REQUIRE(server.wait_for_log({"event=revocation_reloaded", "trigger=file_changed"}, 1, 5000));
     const wire::Message refused = hello_as("device-0001");
     const auto* e = std::get_if<wire::Error>(&refused);
     REQUIRE_MESSAGE(e != nullptr, describe(refused));
@@ -2237,13 +2237,13 @@ TEST_SUITE("e2e.faults") {
     CHECK(e->message.find("revoked (deny list)") != std::string::npos);
     // A bad file keeps the list in force.
     write_text(tmp / "deny.txt", "device 0002 has a space\n");
-    REQUIRE(server.wait_for_log({"event=deny_list_reload_failed"}, 1, 5000));
+    REQUIRE(server.wait_for_log({"event=revocation_reload_failed"}, 1, 5000));
     CHECK(std::holds_alternative<wire::Error>(hello_as("device-0001")));
     CHECK(std::holds_alternative<wire::TaskOffer>(hello_as("device-0002")));
     // SIGHUP reads it again at once.
     write_text(tmp / "deny.txt", "device-0002\n");
     server.signal(SIGHUP);
-    REQUIRE(server.wait_for_log({"event=deny_list_reloaded", "trigger=SIGHUP"}, 1, 5000));
+    REQUIRE(server.wait_for_log({"event=revocation_reloaded", "trigger=SIGHUP"}, 1, 5000));
     CHECK(std::holds_alternative<wire::Error>(hello_as("device-0002")));
     CHECK(std::holds_alternative<wire::TaskOffer>(hello_as("device-0001")));  // no longer denied
     CHECK(server.running());

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <memory>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
@@ -13,6 +14,7 @@
 #include "mbedtls/ecp.h"
 #include "mbedtls/entropy.h"
 #include "mbedtls/error.h"
+#include "mbedtls/md.h"
 #include "mbedtls/oid.h"
 #include "mbedtls/pk.h"
 #include "mbedtls/platform_util.h"
@@ -237,6 +239,7 @@ struct TlsCredentials::Impl {
   mbedtls_x509_crt ca;
   mbedtls_x509_crl crl;
   bool has_crl = false;
+  std::vector<std::unique_ptr<mbedtls_x509_crl, void (*)(mbedtls_x509_crl*)>> crls;  // reloads, newest last
   mbedtls_x509_crt own;
   mbedtls_pk_context key;
   mbedtls_ssl_config conf;
@@ -269,7 +272,67 @@ struct TlsCredentials::Impl {
   Status load_pem(const char* what, const std::string& path, std::string* pem, std::string* error);
   Status check_own_certificate(std::string* error);
   Status configure(std::string* error);
+  // Parses crl_file into *out and checks every CRL in it (issuer and signature against ca, this
+  // and next update): problems are errors, or warnings with allow_stale_crl.
+  Status read_crl(mbedtls_x509_crl* out, std::vector<std::string>* warnings_out, std::string* error);
 };
+
+namespace {
+
+// kOk if `crl` is signed by `ca`'s key (the issuer names match and the signature verifies).
+bool crl_signed_by(const mbedtls_x509_crl& crl, const mbedtls_x509_crt& ca) {
+  if (ca.subject_raw.len != crl.issuer_raw.len ||
+      memcmp(ca.subject_raw.p, crl.issuer_raw.p, crl.issuer_raw.len) != 0) {
+    return false;
+  }
+  const mbedtls_md_info_t* md = mbedtls_md_info_from_type(crl.MBEDTLS_PRIVATE(sig_md));
+  if (md == nullptr) return false;
+  unsigned char hash[MBEDTLS_MD_MAX_SIZE];
+  if (mbedtls_md(md, crl.tbs.p, crl.tbs.len, hash) != 0) return false;
+  return mbedtls_pk_verify_ext(crl.MBEDTLS_PRIVATE(sig_pk), crl.MBEDTLS_PRIVATE(sig_opts),
+                               const_cast<mbedtls_pk_context*>(&ca.pk), crl.MBEDTLS_PRIVATE(sig_md), hash,
+                               mbedtls_md_get_size(md), crl.MBEDTLS_PRIVATE(sig).p,
+                               crl.MBEDTLS_PRIVATE(sig).len) == 0;
+}
+
+}  // namespace
+
+Status TlsCredentials::Impl::read_crl(mbedtls_x509_crl* out, std::vector<std::string>* warnings_out,
+                                      std::string* error) {
+  std::string pem;
+  EDGEFL_RETURN_IF_ERROR(load_pem("crl_file", files.crl_file, &pem, error));
+  const int ret =
+      mbedtls_x509_crl_parse(out, reinterpret_cast<const unsigned char*>(pem.c_str()), pem.size() + 1);
+  if (ret != 0) {
+    return fail(Status::kTlsError, error,
+                "crl_file '" + files.crl_file + "': not a PEM CRL: " + tls_error_text(ret));
+  }
+  std::vector<std::string> problems;
+  for (const mbedtls_x509_crl* c = out; c != nullptr; c = c->next) {
+    bool from_ca = false;
+    for (const mbedtls_x509_crt* a = &ca; a != nullptr && !from_ca; a = a->next)
+      from_ca = crl_signed_by(*c, *a);
+    if (!from_ca)
+      problems.push_back("crl_file '" + files.crl_file + "' holds a CRL not signed by a CA in ca_file");
+    if (mbedtls_x509_time_is_past(&c->next_update)) {
+      problems.push_back("crl_file '" + files.crl_file + "': a CRL expired (nextUpdate " +
+                         time_text(c->next_update) +
+                         "); every handshake of a device of its CA would fail until it is renewed");
+    }
+    if (mbedtls_x509_time_is_future(&c->this_update)) {
+      problems.push_back("crl_file '" + files.crl_file + "': a CRL is not valid yet (thisUpdate " +
+                         time_text(c->this_update) + ")");
+    }
+  }
+  if (problems.empty()) return Status::kOk;
+  if (!files.allow_stale_crl) {
+    std::string text = problems[0];
+    for (size_t i = 1; i < problems.size(); ++i) text += "; " + problems[i];
+    return fail(Status::kInvalidArgument, error, text + " (allow_stale_crl / --allow-stale-crl accepts it)");
+  }
+  warnings_out->insert(warnings_out->end(), problems.begin(), problems.end());
+  return Status::kOk;
+}
 
 Status TlsCredentials::Impl::load_pem(const char* what, const std::string& path, std::string* pem,
                                       std::string* error) {
@@ -318,29 +381,8 @@ Status TlsCredentials::Impl::load(std::string* error) {
 
   // The CRL(s), server only.
   if (!files.crl_file.empty()) {
-    EDGEFL_RETURN_IF_ERROR(load_pem("crl_file", files.crl_file, &pem, error));
-    ret = mbedtls_x509_crl_parse(&crl, reinterpret_cast<const unsigned char*>(pem.c_str()), pem.size() + 1);
-    if (ret != 0) {
-      return fail(Status::kTlsError, error,
-                  "crl_file '" + files.crl_file + "': not a PEM CRL: " + tls_error_text(ret));
-    }
+    EDGEFL_RETURN_IF_ERROR(read_crl(&crl, &warnings, error));
     has_crl = true;
-    for (const mbedtls_x509_crl* c = &crl; c != nullptr; c = c->next) {
-      bool from_ca = false;
-      for (const mbedtls_x509_crt* a = &ca; a != nullptr; a = a->next) {
-        if (a->subject_raw.len == c->issuer_raw.len &&
-            memcmp(a->subject_raw.p, c->issuer_raw.p, c->issuer_raw.len) == 0) {
-          from_ca = true;
-        }
-      }
-      if (!from_ca)
-        warnings.push_back("crl_file '" + files.crl_file + "' holds a CRL not issued by a CA in ca_file");
-      if (mbedtls_x509_time_is_past(&c->next_update)) {
-        warnings.push_back(
-            "crl_file '" + files.crl_file + "': a CRL's nextUpdate (" + time_text(c->next_update) +
-            ") has passed; every handshake of a device of its CA will fail until it is renewed");
-      }
-    }
   }
 
   // Own certificate (chain) and key.
@@ -580,6 +622,34 @@ Status TlsCredentials::check_peer(const mbedtls_ssl_context* ssl, std::string* d
   }
   *device_id = id;
   reason->clear();
+  return Status::kOk;
+}
+
+Status TlsCredentials::reload_revocation(std::string* error) {
+  if (impl_->role != TlsRole::kServer) return fail(Status::kInvalidArgument, error, "a server setting");
+  std::unique_ptr<mbedtls_x509_crl, void (*)(mbedtls_x509_crl*)> crl(nullptr, [](mbedtls_x509_crl* c) {
+    mbedtls_x509_crl_free(c);
+    delete c;
+  });
+  std::vector<std::string> warnings;
+  if (!impl_->files.crl_file.empty()) {
+    crl.reset(new mbedtls_x509_crl);
+    mbedtls_x509_crl_init(crl.get());
+    EDGEFL_RETURN_IF_ERROR(impl_->read_crl(crl.get(), &warnings, error));
+  }
+  std::set<std::string> ids;
+  if (!impl_->files.deny_file.empty())
+    EDGEFL_RETURN_IF_ERROR(load_deny_file(impl_->files.deny_file, &ids, error));
+  // Everything read and checked: put both in force.
+  if (crl) {
+    mbedtls_ssl_conf_ca_chain(&impl_->conf, &impl_->ca, crl.get());
+    impl_->crls.push_back(std::move(crl));
+  }
+  {
+    std::unique_lock<std::shared_mutex> lock(impl_->deny_mutex);
+    impl_->deny.swap(ids);
+  }
+  impl_->warnings.insert(impl_->warnings.end(), warnings.begin(), warnings.end());
   return Status::kOk;
 }
 

@@ -45,6 +45,9 @@ struct TlsFiles {
   std::string cert_file;  // PEM: own certificate, then any intermediates (required)
   std::string key_file;   // PEM: own private key, ECDSA P-256, unencrypted (required)
   std::string crl_file;   // server, optional: PEM CRL(s) issued by the CA ("" = none)
+  // Server: a CRL that is expired (nextUpdate passed), not yet valid, or not signed by a CA in
+  // ca_file is an error at load and at reload, unless this is set (then it is a warning).
+  bool allow_stale_crl = false;
   // Server, optional: revoked device ids, one per line; '#' starts a comment, blank lines are
   // ignored, every other line must be a valid device id ("" = none).
   std::string deny_file;
@@ -115,6 +118,14 @@ class TlsCredentials {
   // list, never a mix). On failure the old list stays and *error says why (kIoError, kTlsError).
   // kOk without doing anything when there is no deny file.
   [[nodiscard]] Status reload_deny_list(std::string* error);
+
+  // Server: re-reads crl_file (checked as at load) and deny_file, and puts both in force for the
+  // handshakes that start afterwards. On any failure both old lists stay in force and *error
+  // says what (unreadable, not a PEM CRL, not signed by the CA, expired, not yet valid, a bad
+  // deny-list line). Must not run while another thread is in a handshake with config(): the
+  // server calls it from its one io thread. Superseded CRLs are kept until destruction (a
+  // handshake step may still hold a pointer), a few kB each.
+  [[nodiscard]] Status reload_revocation(std::string* error);
 
  private:
   struct Impl;
