@@ -22,6 +22,12 @@ constexpr uint64_t kRoundsKept = 64;  // closed rounds remembered for straggler 
 constexpr uint64_t kMaxStoredId = (uint64_t{1} << 63) - 1;  // storage.h: ids are below 2^63
 constexpr int64_t kCloseRetryMaxMs = 10000;                 // backoff cap of a failing round close
 
+// Milliseconds before the next attempt after `failures` failed ones (>= 1) of a round close or
+// open: 0.2 s, doubling, at most kCloseRetryMaxMs.
+int64_t retry_backoff_ms(uint32_t failures) {
+  return std::min<int64_t>(kCloseRetryMaxMs, int64_t{100} << std::min<uint32_t>(failures, 7));
+}
+
 template <size_t N>
 std::string hex(const std::array<uint8_t, N>& bytes) {
   return net::to_hex({bytes.data(), N});
@@ -449,8 +455,7 @@ Status RoundManager::try_close(int64_t now_ms, std::string* error) {
   if (!open_) return s;  // closed, but the next round could not be opened: tick() retries
   // An I/O failure: nothing in memory changed; the same close is tried again later.
   ++open_->close_failures;
-  const int64_t backoff =
-      std::min<int64_t>(kCloseRetryMaxMs, int64_t{100} << std::min<uint32_t>(open_->close_failures, 7));
+  const int64_t backoff = retry_backoff_ms(open_->close_failures);
   open_->next_close_attempt_ms = now_ms + backoff;
   metrics_->close_failures.fetch_add(1);
   log_error("round_close_failed")
@@ -547,8 +552,7 @@ Status RoundManager::open_or_schedule(int64_t now_ms, std::string* error) {
     return s;
   }
   ++open_failures_;
-  const int64_t backoff =
-      std::min<int64_t>(kCloseRetryMaxMs, int64_t{100} << std::min<uint32_t>(open_failures_, 7));
+  const int64_t backoff = retry_backoff_ms(open_failures_);
   next_open_attempt_ms_ = now_ms + backoff;
   log_error("round_open_failed")
       .kv("attempt", uint64_t{open_failures_})

@@ -538,6 +538,30 @@ TEST_SUITE("credentials") {
     }
   }
 
+  TEST_CASE("a client that presents the CA certificate as its own is refused for that, not for key usage") {
+    // What mbedTLS leaves of a chain whose own certificate it could not parse (e.g. ECDSA-SHA1,
+    // tested end to end with OpenSSL in e2e.rejections): the CA in the end-entity place.
+    DevPki pki;
+    auto server = load_ok(TlsRole::kServer, pki.server_files());
+    for (const mbedtls_ssl_protocol_version version :
+         {MBEDTLS_SSL_VERSION_TLS1_3, MBEDTLS_SSL_VERSION_TLS1_2}) {
+      CAPTURE(static_cast<int>(version));
+      RawClient client(pki.ca(), pki.ca(), pki.dir / "ca.key", version);
+      Link link;
+      raw_handshake(&client, *server, &link);
+      CHECK(link.server_ret == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED);
+      const std::string why = link.server_failure();
+      CHECK_MESSAGE(contains(why, "own certificate is missing or unreadable"), why);
+      CHECK_MESSAGE(!contains(why, "key usage"), why);
+      CHECK((link.client_ret != 0 || link.client_sees_refusal()));
+    }
+    // The flag's words stand alone: the others describe the certificate in the leaf's place.
+    const std::string words =
+        edgefl::net::describe_verify_flags(0x01000000u | MBEDTLS_X509_BADCERT_KEY_USAGE);
+    CHECK(contains(words, "SHA-1"));
+    CHECK(!contains(words, "key usage"));
+  }
+
   TEST_CASE("a device certificate cannot serve as the server certificate") {
     DevPki pki;
     TlsFiles files = pki.server_files();

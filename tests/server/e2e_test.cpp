@@ -1273,6 +1273,41 @@ TEST_SUITE("e2e.rejections") {
       }
       good_round("an expired certificate");
 
+      {  // A device certificate signed with ECDSA-SHA1 (made by Debian's openssl; mbedTLS cannot
+         // parse it and skips it): refused with a reason that names its signature algorithm, over
+         // TLS 1.3 and 1.2, whether the device sends the CA after it (OpenSSL's automatic chain)
+         // or only its own certificate.
+        const std::string ext = tmp / "sha1.ext", key = tmp / "sha1.key", csr = tmp / "sha1.csr",
+                          crt = tmp / "sha1.crt";
+        write_text(ext,
+                   "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n");
+        const std::string make = "openssl ecparam -name prime256v1 -genkey -noout -out " + key +
+                                 " && openssl req -new -key " + key + " -subj /CN=device-sha1 -out " + csr +
+                                 " && openssl x509 -req -in " + csr + " -CA " + pki.ca() + " -CAkey " +
+                                 pki.dir + "/ca.key -CAcreateserial -days 30 -sha1 -extfile " + ext +
+                                 " -out " + crt + " >/dev/null 2>&1";
+        REQUIRE_MESSAGE(std::system(make.c_str()) == 0, make << " (needs Debian's openssl)");
+        for (const char* version : {"-tls1_3", "-tls1_2"}) {
+          for (const bool with_chain : {true, false}) {
+            CAPTURE(version);
+            CAPTURE(with_chain);
+            const size_t before = handshakes_failed();
+            const std::string connect =
+                "echo | timeout 10 openssl s_client -connect 127.0.0.1:" + std::to_string(port) + " " +
+                version + " -cert " + crt + " -key " + key +
+                (with_chain ? " -CAfile " + pki.ca() : std::string()) +
+                " -servername localhost -cipher DEFAULT:@SECLEVEL=0 >/dev/null 2>&1";
+            (void)std::system(connect.c_str());  // s_client's exit status depends on its version
+            REQUIRE(server.wait_for_log({"event=tls_handshake_failed"}, before + 1));
+            const std::string why = lines_with(server.log(), {"event=tls_handshake_failed"}).back();
+            CHECK_MESSAGE(why.find("signature algorithm") != std::string::npos, why);
+            CHECK_MESSAGE(why.find("SHA-1") != std::string::npos, why);
+            CHECK_MESSAGE(why.find("key usage") == std::string::npos, why);  // the old, wrong reason
+          }
+        }
+      }
+      good_round("an ECDSA-SHA1 certificate");
+
       {  // A revoked device (deny list): the handshake completes, then Error kUnauthorized.
         const auto revoked = device_credentials(pki, "device-0003");
         Link link;
@@ -2246,6 +2281,61 @@ TEST_SUITE("e2e.faults") {
     REQUIRE(server.wait_for_log({"event=revocation_reloaded", "trigger=SIGHUP"}, 1, 5000));
     CHECK(std::holds_alternative<wire::Error>(hello_as("device-0002")));
     CHECK(std::holds_alternative<wire::TaskOffer>(hello_as("device-0001")));  // no longer denied
+    CHECK(server.running());
+  }
+
+  TEST_CASE("the CRL is live: a new CRL revokes a device without a restart; a stale one is refused") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 3);
+    // CRLs made by Debian's openssl `ca` (mbedTLS has no CRL writer), signed with the e2e CA's key.
+    write_text(tmp / "index.txt", "");
+    write_text(tmp / "crlnumber", "01\n");
+    write_text(tmp / "ca.cnf", "[ca]\ndefault_ca=e\n[e]\ndatabase=" + tmp / "index.txt" + "\ncrlnumber=" +
+                                   tmp / "crlnumber" + "\ndefault_md=sha256\ndefault_crl_days=30\n");
+    const std::string ca = "openssl ca -batch -config " + tmp / "ca.cnf" + " -keyfile " + pki.dir +
+                           "/ca.key -cert " + pki.ca() + " ";
+    auto run = [](const std::string& cmd) {
+      REQUIRE_MESSAGE(std::system((cmd + " >/dev/null 2>&1").c_str()) == 0,
+                      cmd << " (needs Debian's openssl)");
+    };
+    // Written beside the live file and renamed over it, as an operator's tooling would.
+    auto publish_crl = [&](const std::string& extra) {
+      run(ca + "-gencrl -out " + tmp / "next.pem" + extra);
+      REQUIRE(std::rename((tmp / "next.pem").c_str(), (tmp / "crl.pem").c_str()) == 0);
+    };
+    publish_crl("");  // revokes nobody
+    ServerProcess server(tmp);
+    START_SERVER(server,
+                 server_args(pki, tmp / "state", "fp32", {"--cohort", "3", "--crl", tmp / "crl.pem"}));
+    INFO("server log:\n" << server.all_logs());
+    // True when the device completes the handshake and gets an answer to its Hello.
+    auto admitted = [&](const std::string& id) {
+      auto creds = device_credentials(pki, id);
+      Link link;
+      if (link.connect(server.port(), creds.get()) != Status::kOk) return false;
+      wire::Message reply;
+      if (link.exchange(wire::Message{make_hello()}, &reply) != Status::kOk) return false;
+      return std::holds_alternative<wire::TaskOffer>(reply);
+    };
+    CHECK(admitted("device-0001"));
+    CHECK(admitted("device-0002"));
+    // A new CRL revoking device-0002: picked up within about a second of the file change.
+    run(ca + "-revoke " + pki.cert("device-0002"));
+    const size_t refused_before = lines_with(server.log(), {"event=tls_handshake_failed"}).size();
+    publish_crl("");
+    REQUIRE(server.wait_for_log({"event=revocation_reloaded", "trigger=file_changed"}, 1, 5000));
+    CHECK_FALSE(admitted("device-0002"));
+    REQUIRE(server.wait_for_log({"event=tls_handshake_failed"}, refused_before + 1));
+    const std::string why = lines_with(server.log(), {"event=tls_handshake_failed"}).back();
+    CHECK_MESSAGE(why.find("revoked") != std::string::npos, why);
+    CHECK(admitted("device-0001"));
+    // An expired CRL is refused at reload with its reason; the CRL in force stays in force.
+    publish_crl(" -crl_lastupdate 200101000000Z -crl_nextupdate 200102000000Z");
+    REQUIRE(server.wait_for_log({"event=revocation_reload_failed"}, 1, 5000));
+    CHECK(lines_with(server.log(), {"event=revocation_reload_failed"}).back().find("expired") !=
+          std::string::npos);
+    CHECK_FALSE(admitted("device-0002"));
+    CHECK(admitted("device-0003"));
     CHECK(server.running());
   }
 }  // TEST_SUITE("e2e.faults")

@@ -120,6 +120,34 @@ Status load_deny_file(const std::string& path, std::set<std::string>* ids, std::
   return parse_deny_list(path, text, ids, error);
 }
 
+// A verify flag of edgefl's own, above mbedTLS's (MBEDTLS_X509_BADCRL_BAD_KEY = 0x80000 is the
+// highest): the peer's own certificate is missing from the place mbedTLS verifies. mbedTLS skips a
+// certificate whose signature algorithm it cannot parse (ssl_tls13_generic.c and ssl_tls.c
+// ignore MBEDTLS_ERR_X509_UNKNOWN_SIG_ALG: "maybe a prior certificate was already trusted"), so a
+// device certificate signed with ECDSA-SHA1 leaves an empty entry, or the CA certificate that
+// followed it in the chain, in the end-entity place; mbedTLS's own flags then describe the CA
+// ("key usage") or nothing real.
+constexpr uint32_t kBadCertUnusableLeaf = 0x01000000u;
+constexpr const char* kUnusableLeafWords =
+    "the peer's own certificate is missing or unreadable, and what is in its place is the CA certificate "
+    "itself or nothing: a certificate whose signature algorithm is not supported (only ECDSA with SHA-256 "
+    "or SHA-384; SHA-1, RSA, Ed25519 and others are refused) is skipped";
+
+// mbedtls_ssl_conf_verify() callback, `trusted` = the mbedtls_x509_crt chain of ca_file: called
+// for each certificate of the verified chain, depth 0 being the peer's own. Flags the unusable
+// leaf described above; never fails the call itself.
+int flag_unusable_leaf(void* trusted, mbedtls_x509_crt* crt, int depth, uint32_t* flags) {
+  if (depth != 0) return 0;
+  bool unusable = crt->raw.len == 0;
+  for (const mbedtls_x509_crt* ca = static_cast<const mbedtls_x509_crt*>(trusted); !unusable && ca != nullptr;
+       ca = ca->next) {
+    unusable =
+        ca->raw.len == crt->raw.len && ca->raw.len != 0 && memcmp(ca->raw.p, crt->raw.p, ca->raw.len) == 0;
+  }
+  if (unusable) *flags |= kBadCertUnusableLeaf;
+  return 0;
+}
+
 struct VerifyFlagName {
   uint32_t flag;
   const char* words;
@@ -491,6 +519,7 @@ Status TlsCredentials::Impl::configure(std::string* error) {
   mbedtls_ssl_conf_sig_algs(&conf, kSigAlgs);
   mbedtls_ssl_conf_cert_profile(&conf, &kP256Only);
   mbedtls_ssl_conf_authmode(&conf, MBEDTLS_SSL_VERIFY_REQUIRED);
+  mbedtls_ssl_conf_verify(&conf, flag_unusable_leaf, &ca);
   mbedtls_ssl_conf_tls13_key_exchange_modes(&conf, MBEDTLS_SSL_TLS1_3_KEY_EXCHANGE_MODE_EPHEMERAL);
   mbedtls_ssl_conf_rng(&conf, mbedtls_ctr_drbg_random, &drbg);
   mbedtls_ssl_conf_ca_chain(&conf, &ca, has_crl ? &crl : nullptr);
@@ -665,8 +694,10 @@ Status TlsCredentials::reload_deny_list(std::string* error) {
 }
 
 std::string describe_verify_flags(uint32_t flags) {
+  // The other flags of an unusable leaf describe whatever took its place: leave them out.
+  if ((flags & kBadCertUnusableLeaf) != 0 && flags != 0xffffffffu) return kUnusableLeafWords;
   std::string text;
-  uint32_t known = 0;
+  uint32_t known = kBadCertUnusableLeaf;
   for (const VerifyFlagName& f : kVerifyFlagNames) {
     known |= f.flag;
     if ((flags & f.flag) == 0) continue;
@@ -686,6 +717,11 @@ std::string describe_tls_failure(int mbedtls_ret, const mbedtls_ssl_context* ssl
   std::string text = mbedtls_ret == 0 ? std::string("no error") : tls_error_text(mbedtls_ret);
   if (mbedtls_ret == MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE) {
     text += "; the peer refused the handshake (its log says why)";
+  }
+  if (mbedtls_ret == MBEDTLS_ERR_X509_UNKNOWN_SIG_ALG + MBEDTLS_ERR_OID_NOT_FOUND) {
+    text +=
+        "; the peer's certificate has a signature algorithm this build does not support (only ECDSA "
+        "with SHA-256 or SHA-384; SHA-1, RSA, Ed25519 and others are refused)";
   }
   if (ssl != nullptr) {
     const uint32_t flags = mbedtls_ssl_get_verify_result(ssl);

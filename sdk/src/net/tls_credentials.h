@@ -140,7 +140,9 @@ class TlsCredentials {
 std::string describe_tls_failure(int mbedtls_ret, const mbedtls_ssl_context* ssl);
 
 // The verify flags (MBEDTLS_X509_BADCERT_*, MBEDTLS_X509_BADCRL_*) in words, comma-separated
-// ("not trusted by the CA", "certificate expired", ...); "" for 0.
+// ("not trusted by the CA", "certificate expired", ...); "" for 0. Credentials loaded here also
+// flag a peer whose own certificate mbedTLS skipped as unreadable (e.g. signed with SHA-1): that
+// reason is then the only one given, since the others describe the certificate left in its place.
 std::string describe_verify_flags(uint32_t flags);
 
 }  // namespace net
