@@ -21,15 +21,15 @@ target_compile_definitions(edgefl_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECA
 target_link_libraries(edgefl_asio INTERFACE Threads::Threads)
 add_library(edgefl::asio ALIAS edgefl_asio)
 
-# Sources appear as their parts land; each is optional until the client needs it.
-set(edgefl_net_sources "")
-foreach(source digest.cpp tls_credentials.cpp certs.cpp tls_session.cpp tls_stream.cpp frame_io.cpp client.cpp
-               local_trainer.cpp)
-  if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/src/net/${source})
-    list(APPEND edgefl_net_sources ${CMAKE_CURRENT_LIST_DIR}/src/net/${source})
-  endif()
-endforeach()
-add_library(edgefl_net STATIC ${edgefl_net_sources})
+add_library(edgefl_net STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/digest.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_credentials.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/certs.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_session.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/tls_stream.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/client.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/net/local_trainer.cpp
+)
 add_library(edgefl::net ALIAS edgefl_net)
 set_target_properties(edgefl_net PROPERTIES EXPORT_NAME net OUTPUT_NAME edgefl_net CXX_EXTENSIONS OFF
                                             LINKER_LANGUAGE CXX)

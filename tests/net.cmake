@@ -4,20 +4,10 @@
 #                              in-memory mutual-TLS handshakes that must pass or fail, device ids,
 #                              deny list, load errors, certificate fields, file modes
 #
-# One executable, edgefl_net_tests; add sources to edgefl_net_test_sources (a test file may be
-# listed before it exists: only the files present are built) and, for a new doctest suite, its
-# name to edgefl_net_suites. Built when edgefl_net exists (EDGEFL_BUILD_NET=ON, hosted).
+# One executable, edgefl_net_tests; add sources to it and, for a new doctest suite, its name to
+# edgefl_net_suites. Built when edgefl_net exists (EDGEFL_BUILD_NET=ON, hosted).
 if(TARGET edgefl_net)
-  set(edgefl_net_test_sources
-    net/credentials_test.cpp)
-  set(edgefl_net_test_files "")
-  foreach(source IN LISTS edgefl_net_test_sources)
-    if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/${source})
-      list(APPEND edgefl_net_test_files ${CMAKE_CURRENT_LIST_DIR}/${source})
-    endif()
-  endforeach()
-
-  add_executable(edgefl_net_tests ${CMAKE_CURRENT_LIST_DIR}/main.cpp ${edgefl_net_test_files})
+  add_executable(edgefl_net_tests ${CMAKE_CURRENT_LIST_DIR}/main.cpp ${CMAKE_CURRENT_LIST_DIR}/net/credentials_test.cpp)
   target_compile_features(edgefl_net_tests PRIVATE cxx_std_17)
   set_target_properties(edgefl_net_tests PROPERTIES CXX_EXTENSIONS OFF)
   target_include_directories(edgefl_net_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR})

@@ -4,6 +4,7 @@
 #include "sim.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "json_writer.h"
 #include "npy.h"
 #include "report.h"
+#include "round/seeds.h"
 
 namespace edgefl {
 namespace cli {
@@ -206,7 +208,7 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
 
     // Downlink: the global model through the downlink codec; every client trains from it.
     size_t down_size = 0;
-    Status s = encode(downlink, {global.data(), n}, derive_seed(c.seed, round, 0, 2),
+    Status s = encode(downlink, {global.data(), n}, downlink_seed(round_seed(c.seed, round)),
                       {down_workspace.data(), down_workspace.size()},
                       {down_encoded.data(), down_encoded.size()}, &down_size);
     if (s == Status::kOk) s = decode({down_encoded.data(), down_size}, {received.data(), n});
@@ -221,7 +223,7 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
     std::condition_variable add_turn;
     size_t next_to_add = 0;
     bool aborted = false;
-    const uint64_t round_codec_seed = derive_seed(c.seed, round, 0, 3);
+    const uint64_t seed_of_round = round_seed(c.seed, round);  // round/seeds.h, as the server does
     auto work = [&](Worker& w) {
       for (;;) {
         const size_t slot = next_client.fetch_add(1);
@@ -237,17 +239,16 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
                       idx.size()};
         Clock::time_point t0 = Clock::now();
         o.status = w.trainer.set_data(view);
+        char device_id[32];
+        const int id_len = snprintf(device_id, sizeof device_id, "sim-%u", unsigned(client));
+        const DeviceSeeds seeds = device_seeds(seed_of_round, device_id, size_t(id_len), codec);
         if (o.status == Status::kOk) {
-          w.trainer.set_seed(derive_seed(c.seed, round, client, 4));
+          w.trainer.set_seed(seeds.training);
           o.status = w.trainer.fit({received.data(), n}, {w.delta.data(), n}, &o.fit);
         }
         o.train_s = seconds_since(t0);
         o.stage = "train";
-        // Random-k needs the round's shared seed (same indices for every client); other codecs
-        // get their own seed per client, so that stochastic rounding errors are independent.
-        const uint64_t codec_seed = codec.sparsifier == SparsifierKind::kRandomK
-                                        ? round_codec_seed
-                                        : derive_seed(c.seed, round, client, 5);
+        const uint64_t codec_seed = seeds.codec;
         if (o.status == Status::kOk) {
           t0 = Clock::now();
           Span<uint8_t> ws{w.codec_workspace.data(), w.codec_workspace.size()};
@@ -262,7 +263,7 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
             slot == 0 && o.status == Status::kOk) {
           // The raw update of the first client (before compression), for `edgefl bench`.
           std::vector<float> raw(n);
-          w.trainer.set_seed(derive_seed(c.seed, round, client, 4));
+          w.trainer.set_seed(seeds.training);
           if (w.trainer.fit({received.data(), n}, {raw.data(), n}, &o.fit) == Status::kOk) {
             std::string e;
             if (!c.save_update_path.empty() && !write_npy_f32_file(c.save_update_path, raw.data(), n, &e)) {

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "model_files.h"
 #include "net/digest.h"
+#include "round/seeds.h"
 #include "safetensors.h"
 
 namespace edgefl::server {
@@ -281,12 +282,12 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
   Status s = storage_->for_each_update(
       open->round_id,
       [&](const UpdateRecord& u) -> Status {
-        EncodedInfo info;
-        Status st = inspect({u.payload.data(), u.payload.size()}, &info);
-        if (st != Status::kOk) return st;
-        decode_workspace_.resize(std::max(decode_workspace_.size(), decode_workspace_size(info)));
-        st = aggregate_.add_encoded({u.payload.data(), u.payload.size()}, static_cast<double>(u.sample_count),
-                                    {decode_workspace_.data(), decode_workspace_.size()});
+        // As commit() counted it: decoded into scratch_, then added (the same bits).
+        std::string why;
+        if (decode_update({u.payload.data(), u.payload.size()}, nullptr, &why) != wire::RejectReason::kNone) {
+          return Status::kCorruptPayload;
+        }
+        const Status st = aggregate_.add_dense({scratch_.data(), n_}, static_cast<double>(u.sample_count));
         if (st != Status::kOk) return st;
         round.offered[u.device_id] = std::numeric_limits<int64_t>::max();
         round.contributed.insert(u.device_id);
@@ -613,7 +614,61 @@ Reply RoundManager::ack(uint64_t round, const wire::UploadId& id, wire::UpdateDi
   return Reply{wire::Message{a}, false};
 }
 
-wire::TaskOffer RoundManager::make_offer(int64_t now_ms) const {
+wire::RejectReason RoundManager::decode_update(Span<const uint8_t> bytes, const uint64_t* codec_seed,
+                                               std::string* why) {
+  // The header alone first (no pass over the payload): dimension, seed, workspace.
+  EncodedInfo info;
+  Status s = read_header(bytes, &info);
+  if (s == Status::kOk && info.n != n_) s = Status::kDimensionMismatch;
+  if (s != Status::kOk) {
+    *why = status_name(s);
+    return wire::RejectReason::kInvalidEncoding;
+  }
+  if (codec_seed != nullptr && info.seed != *codec_seed) {
+    *why = "the encoding's seed is not the codec seed of this device's offer (round/seeds.h)";
+    return wire::RejectReason::kInvalidEncoding;
+  }
+  // One pass: checksum, every index and value region, and the values into scratch_.
+  decode_workspace_.resize(std::max(decode_workspace_.size(), decode_workspace_size(info)));
+  s = decode(bytes, {scratch_.data(), n_}, {decode_workspace_.data(), decode_workspace_.size()});
+  if (s != Status::kOk) {
+    *why = status_name(s);
+    return wire::RejectReason::kInvalidEncoding;
+  }
+  return wire::RejectReason::kNone;
+}
+
+wire::RejectReason RoundManager::check_influence(double norm_bound, double* norm, std::string* why) const {
+  // Finite, global + update finite (so the weighted mean of accepted updates, added to the model,
+  // stays finite as well), and within the round's L2 norm bound.
+  double norm2 = 0;
+  for (size_t i = 0; i < n_; ++i) {
+    const float v = scratch_[i];
+    if (!std::isfinite(v)) {
+      *why = "coordinate " + std::to_string(i) + " is not finite";
+      return wire::RejectReason::kNonFinite;
+    }
+    norm2 += double(v) * double(v);
+    if (!std::isfinite(global_[i] + v)) {
+      *why = "the model plus this update is not finite at coordinate " + std::to_string(i);
+      return wire::RejectReason::kModelOverflow;
+    }
+  }
+  *norm = std::sqrt(norm2);
+  if (!(*norm <= norm_bound)) {
+    char text[128];
+    std::snprintf(text, sizeof text, "L2 norm %.6g above the bound %.6g", *norm, norm_bound);
+    *why = text;
+    return wire::RejectReason::kNormTooLarge;
+  }
+  return wire::RejectReason::kNone;
+}
+
+DeviceSeeds RoundManager::seeds_of(const std::string& device, uint64_t round_id) const {
+  return device_seeds(round_seed(options_.seed, round_id), device.data(), device.size(), codec_);
+}
+
+wire::TaskOffer RoundManager::make_offer(const std::string& device, int64_t now_ms) const {
   wire::TaskOffer offer;
   offer.round_id = open_->record.round_id;
   offer.round_nonce = open_->record.nonce;
@@ -625,10 +680,11 @@ wire::TaskOffer RoundManager::make_offer(int64_t now_ms) const {
   format_model_spec(spec_, spec_text, sizeof spec_text);
   offer.model_spec = spec_text;
   offer.training = options_.training;
-  offer.training.seed = options_.seed * 1000003u + open_->record.round_id;
+  const DeviceSeeds seeds = seeds_of(device, open_->record.round_id);  // round/seeds.h
+  offer.training.seed = seeds.training;
   offer.uplink_codec = options_.uplink_codec;
   offer.downlink_codec = "";
-  offer.codec_seed = options_.seed ^ (open_->record.round_id * 0x9E3779B97F4A7C15ull);
+  offer.codec_seed = seeds.codec;
   offer.deadline_ms = static_cast<uint32_t>(std::max<int64_t>(1, open_->record.deadline_unix_ms - now_ms));
   offer.max_upload_bytes = max_upload_bytes_;
   offer.max_chunk_bytes = options_.max_chunk_bytes;
@@ -683,7 +739,7 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
       .kv("round", round.record.round_id)
       .kv("device", device)
       .kv("again", already_offered ? 1 : 0);
-  return Reply{wire::Message{make_offer(now_ms)}, false};
+  return Reply{wire::Message{make_offer(device, now_ms)}, false};
 }
 
 Reply RoundManager::model_request(const std::string& device, const wire::ModelRequest& request,
@@ -892,36 +948,15 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
                                                         " above the limit of " +
                                                         std::to_string(options_.max_samples_per_update));
   }
-  // 3. The whole encoding decodes at the model's dimension (so adding it later cannot fail).
-  EncodedInfo info;
-  Status s = inspect({upload.bytes.data(), upload.bytes.size()}, &info);
-  if (s == Status::kOk && info.n != n_) s = Status::kDimensionMismatch;
-  if (s == Status::kOk) {
-    decode_workspace_.resize(std::max(decode_workspace_.size(), decode_workspace_size(info)));
-    s = decode({upload.bytes.data(), upload.bytes.size()}, {scratch_.data(), n_},
-               {decode_workspace_.data(), decode_workspace_.size()});
-  }
-  if (s != Status::kOk) return reject(wire::RejectReason::kInvalidEncoding, status_name(s));
-  // 4. Bounded influence: finite, within the round's L2 norm bound, and global + update finite
-  // (so the weighted mean of accepted updates, added to the model, stays finite as well).
-  double norm2 = 0;
-  for (size_t i = 0; i < n_; ++i) {
-    const float v = scratch_[i];
-    if (!std::isfinite(v)) {
-      return reject(wire::RejectReason::kNonFinite, "coordinate " + std::to_string(i) + " is not finite");
-    }
-    norm2 += double(v) * double(v);
-    if (!std::isfinite(global_[i] + v)) {
-      return reject(wire::RejectReason::kModelOverflow,
-                    "the model plus this update is not finite at coordinate " + std::to_string(i));
-    }
-  }
-  const double norm = std::sqrt(norm2);
-  if (!(norm <= round.norm_bound)) {
-    char why[128];
-    std::snprintf(why, sizeof why, "L2 norm %.6g above the bound %.6g", norm, round.norm_bound);
-    return reject(wire::RejectReason::kNormTooLarge, why);
-  }
+  // 3. This device's encoding at the model's dimension, decoded once into scratch_.
+  std::string why;
+  const uint64_t codec_seed = seeds_of(device, round.record.round_id).codec;
+  wire::RejectReason reason = decode_update({upload.bytes.data(), upload.bytes.size()}, &codec_seed, &why);
+  if (reason != wire::RejectReason::kNone) return reject(reason, why);
+  // 4. Bounded influence.
+  double norm = 0;
+  reason = check_influence(round.norm_bound, &norm, &why);
+  if (reason != wire::RejectReason::kNone) return reject(reason, why);
   // 5. Durable, then counted, then acked.
   UpdateRecord record;
   record.round_id = round.record.round_id;
@@ -943,9 +978,8 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
     metrics_->updates_duplicate.fetch_add(1);
     return ack(round.record.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
   }
-  s = aggregate_.add_encoded({record.payload.data(), record.payload.size()}, double(commit.sample_count),
-                             {decode_workspace_.data(), decode_workspace_.size()});
-  if (s != Status::kOk) {  // cannot happen after the decode check; the ledger still has it for a restart
+  const Status s = aggregate_.add_dense({scratch_.data(), n_}, double(commit.sample_count));
+  if (s != Status::kOk) {  // cannot happen after the checks; the ledger still has it for a restart
     fatal("aggregate add", status_name(s));
     return error_reply(wire::ErrorCode::kInternal, "server failed to aggregate the update", true);
   }

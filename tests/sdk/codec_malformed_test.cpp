@@ -83,6 +83,16 @@ Outcome run_all(const std::vector<uint8_t>& bytes, size_t n = kN) {
     CHECK(edgefl_test::all_finite(acc));
   }
   CHECK(o.add_status == o.decode_status);
+  // verify() agrees with decode() (it does not know n: a dimension mismatch is decode's alone),
+  // and read_header() accepts whatever decodes.
+  EncodedInfo verified, header;
+  const Status verify_status = edgefl::verify(in, {}, &verified);
+  if (o.decode_status != Status::kDimensionMismatch) CHECK(verify_status == o.decode_status);
+  if (o.decode_status == Status::kOk) {
+    CHECK(edgefl::read_header(in, &header) == Status::kOk);
+    CHECK(header.checksum == verified.checksum);
+    CHECK(header.n == n);
+  }
 
   std::vector<double> acc_d(n + 1);
   for (size_t i = 0; i <= n; ++i) acc_d[i] = 0.25 * static_cast<double>(i) - 7.0;
@@ -133,6 +143,25 @@ TEST_SUITE("codec.malformed") {
       const Outcome o = run_all(valid_encoding(text));
       CHECK(o.inspect_status == Status::kOk);
       CHECK(o.decode_status == Status::kOk);
+    }
+  }
+
+  TEST_CASE("verify() with its workspace accepts valid encodings of every family, sketches included") {
+    for (const char* spec :
+         {"fp32", "q4", "hq4", "qsgd", "topk:0.1+q4", "sparq:0.1", "randk:0.1+q8", "skc", "cs"}) {
+      CAPTURE(spec);
+      const std::vector<uint8_t> bytes = valid_encoding(spec);
+      EncodedInfo info;
+      REQUIRE(edgefl::read_header({bytes.data(), bytes.size()}, &info) == Status::kOk);
+      std::vector<uint8_t> workspace(edgefl::decode_workspace_size(info));
+      EncodedInfo verified;
+      CHECK(edgefl::verify({bytes.data(), bytes.size()}, {workspace.data(), workspace.size()}, &verified) ==
+            Status::kOk);
+      CHECK(verified.n == kN);
+      std::vector<uint8_t> corrupt = bytes;
+      corrupt.back() ^= 0x40;  // the checksum catches it
+      CHECK(edgefl::verify({corrupt.data(), corrupt.size()}, {workspace.data(), workspace.size()}, nullptr) ==
+            Status::kChecksumMismatch);
     }
   }
 

@@ -177,7 +177,7 @@ struct Server {
     REQUIRE(parse_codec_spec(codec, &spec) == Status::kOk);
     std::vector<uint8_t> ws(workspace_size(spec, u.values.size())), out(encoded_bound(spec, u.values.size()));
     size_t written = 0;
-    REQUIRE(encode(spec, {u.values.data(), u.values.size()}, 1, {ws.data(), ws.size()},
+    REQUIRE(encode(spec, {u.values.data(), u.values.size()}, offer.codec_seed, {ws.data(), ws.size()},
                    {out.data(), out.size()}, &written) == Status::kOk);
     out.resize(written);
     return upload_bytes(offer, u.device, out, u.samples);
@@ -344,6 +344,7 @@ TEST_SUITE("server.rounds.influence") {
     nan.device = "nan";
     nan.values[7] = 0;
     std::vector<uint8_t> bytes;
+    const wire::TaskOffer nan_offer = s.offer("nan");
     {  // fp32 with a NaN: the encoder refuses NaN, so the bytes are patched after encoding
       CodecSpec spec;
       REQUIRE(parse_codec_spec("fp32", &spec) == Status::kOk);
@@ -351,8 +352,8 @@ TEST_SUITE("server.rounds.influence") {
       bytes.resize(encoded_bound(spec, nan.values.size()));
       size_t written = 0;
       nan.values[7] = 1.2345f;
-      REQUIRE(encode(spec, {nan.values.data(), nan.values.size()}, 1, {ws.data(), ws.size()},
-                     {bytes.data(), bytes.size()}, &written) == Status::kOk);
+      REQUIRE(encode(spec, {nan.values.data(), nan.values.size()}, nan_offer.codec_seed,
+                     {ws.data(), ws.size()}, {bytes.data(), bytes.size()}, &written) == Status::kOk);
       bytes.resize(written);
     }
     // With the checksum intact the codec's own checks refuse a patched payload: the reason is
@@ -362,7 +363,7 @@ TEST_SUITE("server.rounds.influence") {
     for (size_t i = 0; i + 4 <= bytes.size(); ++i) {
       if (std::memcmp(bytes.data() + i, &target, 4) == 0) std::memcpy(bytes.data() + i, &bits, 4);
     }
-    const wire::Message m = s.upload_bytes(s.offer("nan"), "nan", bytes, 1);
+    const wire::Message m = s.upload_bytes(nan_offer, "nan", bytes, 1);
     CHECK(disposition(m) == wire::UpdateDisposition::kRejected);
     CHECK((reject_reason(m) == wire::RejectReason::kInvalidEncoding ||
            reject_reason(m) == wire::RejectReason::kNonFinite));
@@ -733,6 +734,73 @@ TEST_SUITE("server.rounds.ids") {
       CHECK(std::get<wire::Error>(r.message).code == wire::ErrorCode::kUnknownRound);
       CHECK_FALSE(r.close);
     }
+    fs::remove_all(dir);
+  }
+}
+
+TEST_SUITE("server.rounds.seeds") {
+  TEST_CASE("each device of a round gets its own codec and training seeds, stable across a restart") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 3;
+    o.uplink_codec = "q4";
+    Server s(dir, o);
+    REQUIRE(s.open() == Status::kOk);
+    const wire::TaskOffer a = s.offer("device-a"), b = s.offer("device-b");
+    CHECK(a.round_id == b.round_id);
+    CHECK(a.codec_seed != b.codec_seed);  // the defect: one codec seed for the whole round
+    CHECK(a.training.seed != b.training.seed);
+    CodecSpec q4;
+    REQUIRE(parse_codec_spec("q4", &q4) == Status::kOk);
+    const DeviceSeeds expected = device_seeds(round_seed(o.seed, a.round_id), "device-a", 8, q4);
+    CHECK(a.codec_seed == expected.codec);
+    CHECK(a.training.seed == expected.training);
+    CHECK(s.offer("device-a").codec_seed == a.codec_seed);  // offered again: the same seeds
+    s.reopen();
+    CHECK(s.offer("device-a").codec_seed == a.codec_seed);  // and after a restart
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE("random-k and Count Sketch rounds share one codec seed; training seeds stay per device") {
+    for (const char* codec : {"randk:0.1+fp32", "cs"}) {
+      CAPTURE(codec);
+      const std::string dir = make_temp_dir();
+      RoundOptions o;
+      o.cohort = 3;
+      o.uplink_codec = codec;
+      Server s(dir, o);
+      REQUIRE(s.open() == Status::kOk);
+      const wire::TaskOffer a = s.offer("device-a"), b = s.offer("device-b");
+      CHECK(a.codec_seed == b.codec_seed);
+      CHECK(a.training.seed != b.training.seed);
+      fs::remove_all(dir);
+    }
+  }
+
+  TEST_CASE("an update encoded with another seed than its offer's is rejected before its ack") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 2;
+    Server s(dir, o);
+    REQUIRE(s.open() == Status::kOk);
+    const Update u = honest("device-a", 1, 10);
+    wire::TaskOffer offer = s.offer("device-a");
+    wire::TaskOffer other = offer;
+    other.codec_seed = s.offer("device-b").codec_seed;  // device-b's seed, device-a's round
+    CodecSpec spec;
+    REQUIRE(parse_codec_spec("fp32", &spec) == Status::kOk);
+    std::vector<uint8_t> ws(workspace_size(spec, u.values.size())),
+        bytes(encoded_bound(spec, u.values.size()));
+    size_t written = 0;
+    REQUIRE(encode(spec, {u.values.data(), u.values.size()}, other.codec_seed, {ws.data(), ws.size()},
+                   {bytes.data(), bytes.size()}, &written) == Status::kOk);
+    bytes.resize(written);
+    const wire::Message m = s.upload_bytes(offer, "device-a", bytes, u.samples);
+    CHECK(disposition(m) == wire::UpdateDisposition::kRejected);
+    CHECK(reject_reason(m) == wire::RejectReason::kInvalidEncoding);
+    CHECK(s.metrics.updates_accepted.load() == 0);
+    // The same update under its own seed is accepted.
+    CHECK(disposition(s.upload(offer, u)) == wire::UpdateDisposition::kAccepted);
     fs::remove_all(dir);
   }
 }

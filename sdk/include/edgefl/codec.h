@@ -217,6 +217,18 @@ size_t decode_workspace_size(const EncodedInfo& info);
 [[nodiscard]] Status decode(Span<const uint8_t> bytes, Span<float> out, Span<uint8_t> workspace);
 [[nodiscard]] Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulator,
                                 Span<uint8_t> workspace);
+
+// The header's fields, checked for consistency (magic, version, ids, parameter ranges, sizes
+// against bytes.size()) but neither the checksum nor the payload: enough to size the workspace
+// and to refuse an encoding of the wrong dimension or seed before any pass over the payload.
+// decode(), decode_add() and verify() check everything again. Never reads outside `bytes`.
+[[nodiscard]] Status read_header(Span<const uint8_t> bytes, EncodedInfo* info);
+
+// Everything decode() checks (header, checksum, every index in range and sorted, every value
+// region well formed, sketch tables consistent), without writing any output: no n-float
+// buffer. verify() succeeds exactly when decode() with the same workspace would. `workspace`
+// must hold decode_workspace_size() bytes; `*info` (optional) receives the header's fields.
+[[nodiscard]] Status verify(Span<const uint8_t> bytes, Span<uint8_t> workspace, EncodedInfo* info);
 [[nodiscard]] Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator,
                                 Span<uint8_t> workspace);
 

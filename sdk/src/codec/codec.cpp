@@ -320,11 +320,16 @@ Status decode_count_sketch(const EncodedInfo& h, const uint8_t* cells, Span<uint
   return Status::kOk;
 }
 
+// Any dimension (verify()).
+constexpr size_t kAnyDimension = ~size_t{0};
+
 template <typename Sink>
-Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> workspace, Sink&& sink) {
+Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> workspace, Sink&& sink,
+                   EncodedInfo* info = nullptr) {
   EncodedInfo h;
   EDGEFL_RETURN_IF_ERROR(inspect(bytes, &h));
-  if (h.n != expected_n) return Status::kDimensionMismatch;
+  if (expected_n != kAnyDimension && h.n != expected_n) return Status::kDimensionMismatch;
+  if (info != nullptr) *info = h;
   if (h.values == ValueCoderKind::kSkCompress) {
     return decode_skc(h, bytes.data() + h.header_bytes, workspace, sink);
   }
@@ -419,9 +424,9 @@ class BatchSink {
 };
 
 Status decode_batched(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> workspace,
-                      const DecodeConsumer& consumer) {
+                      const DecodeConsumer& consumer, EncodedInfo* info = nullptr) {
   BatchSink sink(consumer);
-  const Status status = decode_with(bytes, expected_n, workspace, sink);
+  const Status status = decode_with(bytes, expected_n, workspace, sink, info);
   if (status == Status::kOk) sink.flush();
   return status;
 }
@@ -819,6 +824,24 @@ Status decode(Span<const uint8_t> bytes, Span<float> out, Span<uint8_t> workspac
 
 Status decode_add(Span<const uint8_t> bytes, float weight, Span<float> accumulator, Span<uint8_t> workspace) {
   return decode_add_to(bytes, weight, accumulator, workspace);
+}
+
+Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
+  if (info == nullptr || (bytes.size() > 0 && bytes.data() == nullptr)) return Status::kInvalidArgument;
+  return format::read_header(bytes, info);
+}
+
+Status verify(Span<const uint8_t> bytes, Span<uint8_t> workspace, EncodedInfo* info) {
+  if (bytes.size() > 0 && bytes.data() == nullptr) return Status::kInvalidArgument;
+  // The payload decoders validate as they go; a consumer that keeps nothing turns decode into
+  // verify (the same instantiation as decode: no flash for a second copy of the decoders).
+  const DecodeConsumer discard = {
+      nullptr,
+      [](void*) {},
+      [](void*, const uint32_t*, const float*, uint32_t) {},
+      [](void*, size_t, const float*, uint32_t) {},
+  };
+  return decode_batched(bytes, kAnyDimension, workspace, discard, info);
 }
 
 Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator,
