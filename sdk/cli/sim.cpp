@@ -27,6 +27,7 @@
 #include "npy.h"
 #include "report.h"
 #include "round/seeds.h"
+#include "round/update_steps.h"
 
 namespace edgefl {
 namespace cli {
@@ -147,7 +148,8 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
   init_parameters(model, c.seed, {global.data(), n});
   std::vector<uint8_t> agg_memory(StreamingAggregator::storage_bytes(n));
   StreamingAggregator aggregator;
-  std::vector<uint8_t> decode_scratch;  // decode workspace of the sketch codecs, grown once
+  std::vector<uint8_t> decode_scratch;   // decode workspace of the sketch codecs, grown once
+  std::vector<float> server_decoded(n);  // the update being checked and added
   if (aggregator.init({agg_memory.data(), agg_memory.size()}, n) != Status::kOk)
     return fail("aggregator init");
   std::vector<uint8_t> opt_memory(ServerOptimizer::state_bytes(opt_spec.kind, n));
@@ -251,13 +253,16 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
         const uint64_t codec_seed = seeds.codec;
         if (o.status == Status::kOk) {
           t0 = Clock::now();
+          // The device's steps, as edgefl::Client runs them (round/update_steps.h).
           Span<uint8_t> ws{w.codec_workspace.data(), w.codec_workspace.size()};
-          Span<uint8_t> out{w.encoded.data(), w.encoded.size()};
-          o.status = use_ef
-                         ? feedback[client].encode(codec, {w.delta.data(), n}, codec_seed, ws, out, &o.bytes)
-                         : encode(codec, {w.delta.data(), n}, codec_seed, ws, out, &o.bytes);
-          o.encode_s = seconds_since(t0);
+          o.status = encode_update(codec, use_ef ? &feedback[client] : nullptr, {w.delta.data(), n},
+                                   codec_seed, ws, {w.encoded.data(), w.encoded.size()}, &o.bytes);
           o.stage = "encode";
+          if (o.status == Status::kOk) {
+            o.status = verify_update({w.encoded.data(), o.bytes}, n, codec_seed, ws);
+            o.stage = "verify";
+          }
+          o.encode_s = seconds_since(t0);
         }
         if ((!c.save_update_path.empty() || c.capture_update != nullptr) && round == c.capture_round &&
             slot == 0 && o.status == Status::kOk) {
@@ -277,14 +282,20 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
         add_turn.wait(lock, [&] { return next_to_add == slot || aborted; });
         if (o.status == Status::kOk && !aborted) {
           const Clock::time_point t1 = Clock::now();
-          // Sketch codecs (skc, cs) need decode scratch; it is reused under the add lock.
+          // The server's steps, as edgefl-server runs them (no norm bound here): the header, one
+          // decode pass into server_decoded, the checks, then add_dense. Sketch codecs (skc, cs)
+          // need decode scratch; it is reused under the add lock.
           EncodedInfo info;
-          if (inspect({w.encoded.data(), o.bytes}, &info) == Status::kOk &&
+          if (read_header({w.encoded.data(), o.bytes}, &info) == Status::kOk &&
               decode_workspace_size(info) > decode_scratch.size()) {
             decode_scratch.resize(decode_workspace_size(info));
           }
-          o.status = aggregator.add_encoded({w.encoded.data(), o.bytes}, double(o.fit.samples),
-                                            {decode_scratch.data(), decode_scratch.size()});
+          const UpdateCheck check =
+              check_update({w.encoded.data(), o.bytes}, &codec_seed, {global.data(), n}, HUGE_VAL,
+                           {server_decoded.data(), n}, {decode_scratch.data(), decode_scratch.size()});
+          o.status = check.verdict == UpdateVerdict::kAccepted
+                         ? aggregator.add_dense({server_decoded.data(), n}, double(o.fit.samples))
+                         : (check.status != Status::kOk ? check.status : Status::kNonFiniteInput);
           o.decode_s = seconds_since(t1);
           o.stage = "aggregate";
         }

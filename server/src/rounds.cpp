@@ -23,6 +23,38 @@ constexpr uint64_t kRoundsKept = 64;  // closed rounds remembered for straggler 
 constexpr uint64_t kMaxStoredId = (uint64_t{1} << 63) - 1;  // storage.h: ids are below 2^63
 constexpr int64_t kCloseRetryMaxMs = 10000;                 // backoff cap of a failing round close
 
+wire::RejectReason reject_reason_of(const UpdateCheck& check) {
+  switch (check.verdict) {
+    case UpdateVerdict::kAccepted: return wire::RejectReason::kNone;
+    case UpdateVerdict::kInvalidEncoding: return wire::RejectReason::kInvalidEncoding;
+    case UpdateVerdict::kNonFinite: return wire::RejectReason::kNonFinite;
+    case UpdateVerdict::kModelOverflow: return wire::RejectReason::kModelOverflow;
+    case UpdateVerdict::kNormTooLarge: return wire::RejectReason::kNormTooLarge;
+  }
+  return wire::RejectReason::kInvalidEncoding;
+}
+
+// The detail of a rejection, for the log.
+std::string describe_check(const UpdateCheck& check, double norm_bound) {
+  char text[160];
+  switch (check.verdict) {
+    case UpdateVerdict::kInvalidEncoding:
+      if (check.status == Status::kInvalidArgument) {
+        return "the encoding's seed is not the codec seed of this device's offer (round/seeds.h)";
+      }
+      return status_name(check.status);
+    case UpdateVerdict::kNonFinite:
+      return "coordinate " + std::to_string(check.coordinate) + " is not finite";
+    case UpdateVerdict::kModelOverflow:
+      return "the model plus this update is not finite at coordinate " + std::to_string(check.coordinate);
+    case UpdateVerdict::kNormTooLarge:
+      std::snprintf(text, sizeof text, "L2 norm %.6g above the bound %.6g", check.norm, norm_bound);
+      return text;
+    case UpdateVerdict::kAccepted: break;
+  }
+  return "accepted";
+}
+
 // Milliseconds before the next attempt after `failures` failed ones (>= 1) of a round close or
 // open: 0.2 s, doubling, at most kCloseRetryMaxMs.
 int64_t retry_backoff_ms(uint32_t failures) {
@@ -282,11 +314,11 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
   Status s = storage_->for_each_update(
       open->round_id,
       [&](const UpdateRecord& u) -> Status {
-        // As commit() counted it: decoded into scratch_, then added (the same bits).
-        std::string why;
-        if (decode_update({u.payload.data(), u.payload.size()}, nullptr, &why) != wire::RejectReason::kNone) {
-          return Status::kCorruptPayload;
-        }
+        // As commit() counted it: decoded into scratch_, then added (the same bits). No seed or
+        // norm check: the update was accepted under the rules of its day.
+        const UpdateCheck check = check_upload({u.payload.data(), u.payload.size()}, nullptr, HUGE_VAL);
+        if (check.status != Status::kOk) return check.status;
+        if (check.verdict != UpdateVerdict::kAccepted) return Status::kCorruptPayload;
         const Status st = aggregate_.add_dense({scratch_.data(), n_}, static_cast<double>(u.sample_count));
         if (st != Status::kOk) return st;
         round.offered[u.device_id] = std::numeric_limits<int64_t>::max();
@@ -614,54 +646,14 @@ Reply RoundManager::ack(uint64_t round, const wire::UploadId& id, wire::UpdateDi
   return Reply{wire::Message{a}, false};
 }
 
-wire::RejectReason RoundManager::decode_update(Span<const uint8_t> bytes, const uint64_t* codec_seed,
-                                               std::string* why) {
-  // The header alone first (no pass over the payload): dimension, seed, workspace.
+UpdateCheck RoundManager::check_upload(Span<const uint8_t> bytes, const uint64_t* codec_seed,
+                                       double norm_bound) {
   EncodedInfo info;
-  Status s = read_header(bytes, &info);
-  if (s == Status::kOk && info.n != n_) s = Status::kDimensionMismatch;
-  if (s != Status::kOk) {
-    *why = status_name(s);
-    return wire::RejectReason::kInvalidEncoding;
+  if (read_header(bytes, &info) == Status::kOk) {
+    decode_workspace_.resize(std::max(decode_workspace_.size(), decode_workspace_size(info)));
   }
-  if (codec_seed != nullptr && info.seed != *codec_seed) {
-    *why = "the encoding's seed is not the codec seed of this device's offer (round/seeds.h)";
-    return wire::RejectReason::kInvalidEncoding;
-  }
-  // One pass: checksum, every index and value region, and the values into scratch_.
-  decode_workspace_.resize(std::max(decode_workspace_.size(), decode_workspace_size(info)));
-  s = decode(bytes, {scratch_.data(), n_}, {decode_workspace_.data(), decode_workspace_.size()});
-  if (s != Status::kOk) {
-    *why = status_name(s);
-    return wire::RejectReason::kInvalidEncoding;
-  }
-  return wire::RejectReason::kNone;
-}
-
-wire::RejectReason RoundManager::check_influence(double norm_bound, double* norm, std::string* why) const {
-  // Finite, global + update finite (so the weighted mean of accepted updates, added to the model,
-  // stays finite as well), and within the round's L2 norm bound.
-  double norm2 = 0;
-  for (size_t i = 0; i < n_; ++i) {
-    const float v = scratch_[i];
-    if (!std::isfinite(v)) {
-      *why = "coordinate " + std::to_string(i) + " is not finite";
-      return wire::RejectReason::kNonFinite;
-    }
-    norm2 += double(v) * double(v);
-    if (!std::isfinite(global_[i] + v)) {
-      *why = "the model plus this update is not finite at coordinate " + std::to_string(i);
-      return wire::RejectReason::kModelOverflow;
-    }
-  }
-  *norm = std::sqrt(norm2);
-  if (!(*norm <= norm_bound)) {
-    char text[128];
-    std::snprintf(text, sizeof text, "L2 norm %.6g above the bound %.6g", *norm, norm_bound);
-    *why = text;
-    return wire::RejectReason::kNormTooLarge;
-  }
-  return wire::RejectReason::kNone;
+  return check_update(bytes, codec_seed, {global_.data(), n_}, norm_bound, {scratch_.data(), n_},
+                      {decode_workspace_.data(), decode_workspace_.size()});
 }
 
 DeviceSeeds RoundManager::seeds_of(const std::string& device, uint64_t round_id) const {
@@ -948,15 +940,14 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
                                                         " above the limit of " +
                                                         std::to_string(options_.max_samples_per_update));
   }
-  // 3. This device's encoding at the model's dimension, decoded once into scratch_.
-  std::string why;
+  // 3. This device's encoding (its seed) at the model's dimension, decoded once into scratch_;
+  // 4. bounded influence (round/update_steps.h).
   const uint64_t codec_seed = seeds_of(device, round.record.round_id).codec;
-  wire::RejectReason reason = decode_update({upload.bytes.data(), upload.bytes.size()}, &codec_seed, &why);
-  if (reason != wire::RejectReason::kNone) return reject(reason, why);
-  // 4. Bounded influence.
-  double norm = 0;
-  reason = check_influence(round.norm_bound, &norm, &why);
-  if (reason != wire::RejectReason::kNone) return reject(reason, why);
+  const UpdateCheck check =
+      check_upload({upload.bytes.data(), upload.bytes.size()}, &codec_seed, round.norm_bound);
+  if (check.verdict != UpdateVerdict::kAccepted)
+    return reject(reject_reason_of(check), describe_check(check, round.norm_bound));
+  const double norm = check.norm;
   // 5. Durable, then counted, then acked.
   UpdateRecord record;
   record.round_id = round.record.round_id;

@@ -59,6 +59,7 @@
 #include "edgefl/wire.h"
 #include "metrics.h"
 #include "round/seeds.h"
+#include "round/update_steps.h"
 #include "storage.h"
 
 namespace edgefl::server {
@@ -207,11 +208,8 @@ class RoundManager {
   uint32_t steered_window(const std::string& device, int64_t now_ms);
   void evaluate(RoundSummary* summary);
   wire::TaskOffer make_offer(const std::string& device, int64_t now_ms) const;
-  // Decodes an upload into scratch_: the header first (dimension; the seed when `codec_seed` is
-  // given), then checksum, structure and values in one pass. kNone, or why not in `*why`.
-  wire::RejectReason decode_update(Span<const uint8_t> bytes, const uint64_t* codec_seed, std::string* why);
-  // The bounded-influence checks of the update in scratch_; `*norm` receives its L2 norm.
-  wire::RejectReason check_influence(double norm_bound, double* norm, std::string* why) const;
+  // check_update() (round/update_steps.h) of an upload into scratch_, growing the decode workspace.
+  UpdateCheck check_upload(Span<const uint8_t> bytes, const uint64_t* codec_seed, double norm_bound);
   // `device`'s training and codec seeds in round `round_id` (round/seeds.h).
   DeviceSeeds seeds_of(const std::string& device, uint64_t round_id) const;
   Reply error_reply(wire::ErrorCode code, const std::string& message, bool close = false);

@@ -243,6 +243,7 @@ class Client {
 
  private:
   struct Pending;
+  struct Attempt;  // one run_round(): its phases and state (client.cpp)
   Status connect_with_backoff(RoundResult* result, std::string* error);
   Status back_off(uint32_t attempt, RoundResult* result);
   void note(LogLevel level, const std::string& message) const;

@@ -12,6 +12,7 @@
 #include "net/digest.h"
 #include "net/tls_credentials.h"
 #include "net/tls_stream.h"
+#include "round/update_steps.h"
 
 namespace edgefl {
 namespace {
@@ -211,29 +212,28 @@ Status Client::connect_with_backoff(RoundResult* result, std::string* error) {
   return Status::kConnectionFailed;
 }
 
-Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string* error) {
-  std::string local_error;
-  if (error == nullptr) error = &local_error;
-  *result = RoundResult{};
-  const auto started = Clock::now();
-  const uint64_t sent0 = connection_->frame_bytes_sent(), received0 = connection_->frame_bytes_received();
-  const size_t heap_base = options_.heap_probe ? options_.heap_probe() : 0;
-  auto sample_heap = [&] {
-    if (!options_.heap_probe) return;
-    const size_t now = options_.heap_probe();
-    if (now > heap_base) result->heap_peak_bytes = std::max(result->heap_peak_bytes, now - heap_base);
-  };
-  auto finish = [&](Status s) {
-    sample_heap();
-    result->total_seconds = seconds_since(started);
-    result->wire_bytes_up = connection_->frame_bytes_sent() - sent0;
-    result->wire_bytes_down = connection_->frame_bytes_received() - received0;
-    return s;
-  };
-  if (!options_.insecure_plaintext_for_tests && !credentials_) {
-    *error = "call init() first";
-    return Status::kInvalidArgument;
-  }
+// One run_round(): the state it carries across reconnects and its phases. A phase returns kNext
+// (go on), kAgain (say Hello again: a lost connection or a transient refusal, after backoff) or
+// kDone (the round ends with `status`).
+struct Client::Attempt {
+  enum class Step : uint8_t { kNext, kAgain, kDone };
+
+  Attempt(Client& client, RoundResult* round_result, std::string* error_text)
+      : c(client),
+        result(round_result),
+        error(error_text),
+        started(Clock::now()),
+        sent0(client.connection_->frame_bytes_sent()),
+        received0(client.connection_->frame_bytes_received()),
+        heap_base(client.options_.heap_probe ? client.options_.heap_probe() : 0) {}
+
+  Client& c;
+  RoundResult* result;
+  std::string* error;
+  const Clock::time_point started;
+  const uint64_t sent0, received0;
+  const size_t heap_base;
+  Status status = Status::kOk;  // the round's status once a phase says kDone
   double waited_ms = 0;
   uint32_t failures = 0;
   // TLS 1.3 clients finish their handshake before the server has checked the client certificate:
@@ -241,371 +241,409 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
   // handshake "succeeded". Fresh connections that die before the server answers Hello, several
   // times in a row, are therefore reported as a refused handshake, not retried for ever.
   uint32_t silent_refusals = 0;
-  constexpr uint32_t kSilentRefusalsBeforeGivingUp = 3;
+  static constexpr uint32_t kSilentRefusalsBeforeGivingUp = 3;
+  bool fresh = false;  // this pass opened a new connection
   bool drop_injected = false;
-  for (;;) {
-    if (cancelled_.load()) return finish(Status::kCancelled);
-    const bool fresh = !connection_->is_open();
-    Status s = connect_with_backoff(result, error);
-    if (s != Status::kOk) return finish(s);
+  wire::Message reply;  // the last message from the server
+
+  void sample_heap() {
+    if (!c.options_.heap_probe) return;
+    const size_t now = c.options_.heap_probe();
+    if (now > heap_base) result->heap_peak_bytes = std::max(result->heap_peak_bytes, now - heap_base);
+  }
+  Step done(Status s) {
+    status = s;
+    return Step::kDone;
+  }
+  Status finish() {
     sample_heap();
-
-    // Any failure below with a dropped connection goes round this loop again (resume).
-    auto retry_or_fail = [&](Status st) -> bool {
-      if (st == Status::kCancelled) return false;
-      if (st != Status::kConnectionFailed && st != Status::kTimeout && st != Status::kTlsError) return false;
-      note(LogLevel::kWarn, std::string("connection lost (") + status_name(st) + "): " + *error);
-      connection_->close();
-      if (++failures >= options_.max_attempts) return false;
-      return back_off(failures, result) == Status::kOk;
-    };
-    auto exchange = [&](const wire::Message& out, wire::Message* in) -> Status {
-      Status st = connection_->send(out, options_.io_timeout_ms, error);
-      if (st == Status::kOk) st = connection_->receive(in, options_.io_timeout_ms, error);
-      return st;
-    };
-    auto server_error = [&](const wire::Message& m) -> Status {
-      const auto* e = std::get_if<wire::Error>(&m);
-      if (e == nullptr) {
-        *error =
-            std::string("unexpected ") + wire::message_type_name(wire::message_type(m)) + " from the server";
-        connection_->close();
-        return Status::kProtocolError;
-      }
-      *error = "server: " + e->message;
-      connection_->close();
-      if (e->code == wire::ErrorCode::kUnauthorized) return Status::kUnauthorized;
-      // The server found our messages malformed, too large or out of order: a client/server
-      // mismatch, not a condition that passes.
-      if (!is_transient_refusal(e->code)) return Status::kProtocolError;
-      return Status::kServerError;
-    };
-    // A transient refusal: close, back off, and say Hello again (true); false when the attempts
-    // are used up or the wait was cancelled.
-    auto retry_after_refusal = [&](const wire::Message& m) -> bool {
-      const auto* e = std::get_if<wire::Error>(&m);
-      if (e == nullptr || !is_transient_refusal(e->code)) return false;
-      note(LogLevel::kWarn, "the server answered '" + e->message + "': saying Hello again");
-      connection_->close();
-      if (++failures >= options_.max_attempts) return false;
-      return back_off(failures, result) == Status::kOk;
-    };
-
-    // 1. Hello.
-    wire::Hello hello;
-    hello.sdk_version = options_.sdk_version;
-    hello.supported_sparsifiers = wire::kKnownSparsifierBits;
-    hello.supported_value_coders = wire::kKnownValueCoderBits;
-    hello.supported_index_codings = wire::kKnownIndexCodingBits;
-    hello.memory_budget_bytes =
-        std::clamp<uint64_t>(options_.memory_budget_bytes, 1, wire::kMaxMemoryBudgetBytes);
-    hello.cpu_cores = static_cast<uint16_t>(std::min(std::thread::hardware_concurrency(), 1024u));
-    wire::Message reply;
-    s = exchange(wire::Message{hello}, &reply);
-    if (s != Status::kOk) {
-      if (fresh && !options_.insecure_plaintext_for_tests && s == Status::kTlsError &&
-          ++silent_refusals >= kSilentRefusalsBeforeGivingUp) {
-        connection_->close();
-        *error = "the server closed " + std::to_string(silent_refusals) +
-                 " fresh TLS connections before answering Hello: it refuses this device's certificate "
-                 "(expired, revoked, or from another CA); last error: " +
-                 *error;
-        return finish(Status::kTlsHandshakeFailed);
-      }
-      if (retry_or_fail(s)) continue;
-      return finish(s);
+    result->total_seconds = seconds_since(started);
+    result->wire_bytes_up = c.connection_->frame_bytes_sent() - sent0;
+    result->wire_bytes_down = c.connection_->frame_bytes_received() - received0;
+    return status;
+  }
+  Status exchange(const wire::Message& out) {
+    Status st = c.connection_->send(out, c.options_.io_timeout_ms, error);
+    if (st == Status::kOk) st = c.connection_->receive(&reply, c.options_.io_timeout_ms, error);
+    return st;
+  }
+  // A dropped connection: back off and resume with a new Hello, within max_attempts.
+  Step connection_lost(Status st) {
+    if (st == Status::kCancelled) return done(st);
+    if (st != Status::kConnectionFailed && st != Status::kTimeout && st != Status::kTlsError) return done(st);
+    c.note(LogLevel::kWarn, std::string("connection lost (") + status_name(st) + "): " + *error);
+    c.connection_->close();
+    if (++failures >= c.options_.max_attempts) return done(st);
+    return c.back_off(failures, result) == Status::kOk ? Step::kAgain : done(st);
+  }
+  // `reply` is not the message the phase expected: a transient refusal says Hello again after
+  // backoff; anything else ends the round with the server's reason.
+  Step refused() {
+    const auto* e = std::get_if<wire::Error>(&reply);
+    if (e != nullptr && is_transient_refusal(e->code)) {
+      c.note(LogLevel::kWarn, "the server answered '" + e->message + "': saying Hello again");
+      c.connection_->close();
+      if (++failures < c.options_.max_attempts && c.back_off(failures, result) == Status::kOk)
+        return Step::kAgain;
     }
-    silent_refusals = 0;
-    if (const auto* retry = std::get_if<wire::RetryLater>(&reply)) {
-      if (retry->reason == wire::RetryReason::kDraining) {
-        connection_->close();
-        result->outcome = RoundOutcome::kServerDraining;
-        result->retry_after_ms = retry->retry_after_ms;
-        result->retry_window_ms = retry->retry_window_ms;
-        return finish(Status::kOk);
-      }
-      const double wait =
-          retry->retry_after_ms + double(retry->retry_window_ms) * unit_double(splitmix64_next(&rng_state_));
-      if (waited_ms + wait > options_.max_wait_ms) {
-        *error = "no task within " + std::to_string(options_.max_wait_ms) + " ms";
-        return finish(Status::kTimeout);
-      }
-      waited_ms += wait;
-      note(LogLevel::kInfo, "no task (reason " + std::to_string(static_cast<int>(retry->reason)) +
+    if (c.cancelled_.load()) return done(Status::kCancelled);
+    c.connection_->close();
+    if (e == nullptr) {
+      *error = std::string("unexpected ") + wire::message_type_name(wire::message_type(reply)) +
+               " from the server";
+      return done(Status::kProtocolError);
+    }
+    *error = "server: " + e->message;
+    if (e->code == wire::ErrorCode::kUnauthorized) return done(Status::kUnauthorized);
+    // The server found our messages malformed, too large or out of order: a client/server
+    // mismatch, not a condition that passes.
+    return done(is_transient_refusal(e->code) ? Status::kServerError : Status::kProtocolError);
+  }
+  Step fail(const std::string& what, Status s) {
+    *error = what;
+    c.connection_->close();
+    return done(s);
+  }
+
+  Step say_hello(wire::TaskOffer* offer);
+  Step check_task(const wire::TaskOffer& offer, const RoundTask& task, const LocalTrainer& trainer,
+                  CodecSpec* codec);
+  Step download_model(const wire::TaskOffer& offer);
+  Step compute_update(LocalTrainer& trainer, const wire::TaskOffer& offer, const RoundTask& task,
+                      const CodecSpec& codec);
+  Step upload_update(const wire::TaskOffer& offer);
+  Step commit_update();
+};
+
+namespace {
+
+RoundTask task_of(const wire::TaskOffer& offer) {
+  RoundTask task;
+  task.round_id = offer.round_id;
+  task.model_version = offer.model_version;
+  task.model_spec = offer.model_spec;
+  task.parameter_count = offer.parameter_count;
+  task.training.batch_size = offer.training.batch_size;
+  task.training.local_epochs = offer.training.local_epochs;
+  task.training.max_steps = offer.training.max_steps;
+  task.training.learning_rate = offer.training.learning_rate;
+  task.training.momentum = offer.training.momentum;
+  task.training.weight_decay = offer.training.weight_decay;
+  task.training.prox_mu = offer.training.prox_mu;
+  task.training.seed = offer.training.seed;
+  task.codec = offer.uplink_codec;
+  task.codec_seed = offer.codec_seed;
+  task.deadline_ms = offer.deadline_ms;
+  return task;
+}
+
+}  // namespace
+
+// 1. Hello, until the server offers a task (waiting as it asks) or says it drains.
+Client::Attempt::Step Client::Attempt::say_hello(wire::TaskOffer* offer) {
+  wire::Hello hello;
+  hello.sdk_version = c.options_.sdk_version;
+  hello.supported_sparsifiers = wire::kKnownSparsifierBits;
+  hello.supported_value_coders = wire::kKnownValueCoderBits;
+  hello.supported_index_codings = wire::kKnownIndexCodingBits;
+  hello.memory_budget_bytes =
+      std::clamp<uint64_t>(c.options_.memory_budget_bytes, 1, wire::kMaxMemoryBudgetBytes);
+  hello.cpu_cores = static_cast<uint16_t>(std::min(std::thread::hardware_concurrency(), 1024u));
+  const Status s = exchange(wire::Message{hello});
+  if (s != Status::kOk) {
+    if (fresh && !c.options_.insecure_plaintext_for_tests && s == Status::kTlsError &&
+        ++silent_refusals >= kSilentRefusalsBeforeGivingUp) {
+      return fail("the server closed " + std::to_string(silent_refusals) +
+                      " fresh TLS connections before answering Hello: it refuses this device's certificate "
+                      "(expired, revoked, or from another CA); last error: " +
+                      *error,
+                  Status::kTlsHandshakeFailed);
+    }
+    return connection_lost(s);
+  }
+  silent_refusals = 0;
+  if (const auto* retry = std::get_if<wire::RetryLater>(&reply)) {
+    if (retry->reason == wire::RetryReason::kDraining) {
+      c.connection_->close();
+      result->outcome = RoundOutcome::kServerDraining;
+      result->retry_after_ms = retry->retry_after_ms;
+      result->retry_window_ms = retry->retry_window_ms;
+      return done(Status::kOk);
+    }
+    const double wait =
+        retry->retry_after_ms + double(retry->retry_window_ms) * unit_double(splitmix64_next(&c.rng_state_));
+    if (waited_ms + wait > c.options_.max_wait_ms) {
+      *error = "no task within " + std::to_string(c.options_.max_wait_ms) + " ms";
+      return done(Status::kTimeout);
+    }
+    waited_ms += wait;
+    c.note(LogLevel::kInfo, "no task (reason " + std::to_string(static_cast<int>(retry->reason)) +
                                 "): retrying in " + std::to_string(static_cast<uint64_t>(wait)) +
                                 " ms, as the server asks");
-      // Long waits release the connection; short ones keep it. A busy server closes it anyway.
-      if (wait > 5000 || retry->reason == wire::RetryReason::kServerBusy) connection_->close();
-      const auto t0 = Clock::now();
-      s = sleep_ms(static_cast<uint64_t>(wait));
-      result->wait_seconds += seconds_since(t0);
-      if (s != Status::kOk) return finish(s);
-      continue;
-    }
-    if (std::get_if<wire::TaskOffer>(&reply) == nullptr) {
-      if (retry_after_refusal(reply)) continue;
-      if (cancelled_.load()) return finish(Status::kCancelled);
-      return finish(server_error(reply));
-    }
-    // A copy: `reply` is reused for the messages that follow.
-    const wire::TaskOffer offer_message = std::get<wire::TaskOffer>(reply);
-    const wire::TaskOffer* offer = &offer_message;
+    // Long waits release the connection; short ones keep it. A busy server closes it anyway.
+    if (wait > 5000 || retry->reason == wire::RetryReason::kServerBusy) c.connection_->close();
+    const auto t0 = Clock::now();
+    const Status slept = c.sleep_ms(static_cast<uint64_t>(wait));
+    result->wait_seconds += seconds_since(t0);
+    return slept == Status::kOk ? Step::kAgain : done(slept);
+  }
+  const auto* task_offer = std::get_if<wire::TaskOffer>(&reply);
+  if (task_offer == nullptr) return refused();
+  *offer = *task_offer;
+  return Step::kNext;
+}
 
-    RoundTask task;
-    task.round_id = offer->round_id;
-    task.model_version = offer->model_version;
-    task.model_spec = offer->model_spec;
-    task.parameter_count = offer->parameter_count;
-    task.training.batch_size = offer->training.batch_size;
-    task.training.local_epochs = offer->training.local_epochs;
-    task.training.max_steps = offer->training.max_steps;
-    task.training.learning_rate = offer->training.learning_rate;
-    task.training.momentum = offer->training.momentum;
-    task.training.weight_decay = offer->training.weight_decay;
-    task.training.prox_mu = offer->training.prox_mu;
-    task.training.seed = offer->training.seed;
-    task.codec = offer->uplink_codec;
-    task.codec_seed = offer->codec_seed;
-    task.deadline_ms = offer->deadline_ms;
-    result->round_id = task.round_id;
-    result->model_version = task.model_version;
-    result->codec = task.codec;
-    const size_t n = task.parameter_count;
+// 2. The task fits: the memory budget, the codecs.
+Client::Attempt::Step Client::Attempt::check_task(const wire::TaskOffer& offer, const RoundTask& task,
+                                                  const LocalTrainer& trainer, CodecSpec* codec) {
+  result->memory = c.plan_memory(task, trainer);
+  if (result->memory.total() > c.options_.memory_budget_bytes) {
+    return fail("round " + std::to_string(task.round_id) + " needs " + result->memory.describe() +
+                    ", above the memory budget of " + kb(c.options_.memory_budget_bytes),
+                Status::kMemoryBudgetExceeded);
+  }
+  if (!offer.downlink_codec.empty()) {
+    return fail("downlink codec '" + offer.downlink_codec + "' is not supported by this client",
+                Status::kProtocolError);
+  }
+  if (parse_codec_spec(task.codec.c_str(), codec) != Status::kOk) {
+    return fail("the server's codec '" + task.codec + "' does not parse", Status::kProtocolError);
+  }
+  return Step::kNext;
+}
 
-    if (pending_ && (pending_->round_id != offer->round_id || pending_->nonce != offer->round_nonce)) {
-      pending_.reset();  // the round it was for has ended
+// 3. The model, in chunks, unless this version is here already. Straight into the model (no second
+// copy): the cached model is stale anyway, so it is invalidated first and trusted again only when
+// the SHA-256 of the whole download matches.
+Client::Attempt::Step Client::Attempt::download_model(const wire::TaskOffer& offer) {
+  const size_t n = offer.parameter_count;
+  if (c.model_version_ == offer.model_version && c.model_.size() == n) return Step::kNext;
+  if (offer.model_bytes != uint64_t{4} * n) {
+    return fail("model size does not match the parameter count", Status::kProtocolError);
+  }
+  c.model_version_ = ~0ull;
+  c.model_.resize(n);
+  net::Sha256 hash;
+  uint64_t received = 0;
+  while (received < offer.model_bytes) {
+    wire::ModelRequest request;
+    request.round_id = offer.round_id;
+    request.model_version = offer.model_version;
+    request.offset = received;
+    request.max_length = std::min<uint32_t>(offer.max_chunk_bytes, wire::kMaxChunkBytes) & ~3u;
+    if (request.max_length == 0) request.max_length = 4;
+    const Status s = exchange(wire::Message{request});
+    if (s != Status::kOk) return connection_lost(s);
+    const auto* chunk = std::get_if<wire::ModelChunk>(&reply);
+    if (chunk == nullptr) return refused();
+    if (chunk->offset != received || chunk->total_bytes != offer.model_bytes ||
+        chunk->model_version != offer.model_version || chunk->data.size() % 4 != 0) {
+      return fail("model chunk does not continue the download", Status::kProtocolError);
     }
-    if (!pending_) {
-      // 2. Memory: refuse up front rather than fail half-way.
-      result->memory = plan_memory(task, trainer);
-      if (result->memory.total() > options_.memory_budget_bytes) {
-        *error = "round " + std::to_string(task.round_id) + " needs " + result->memory.describe() +
-                 ", above the memory budget of " + kb(options_.memory_budget_bytes);
-        connection_->close();
-        return finish(Status::kMemoryBudgetExceeded);
-      }
-      if (!offer->downlink_codec.empty()) {
-        *error = "downlink codec '" + offer->downlink_codec + "' is not supported by this client";
-        connection_->close();
-        return finish(Status::kProtocolError);
-      }
-      CodecSpec codec;
-      if (parse_codec_spec(task.codec.c_str(), &codec) != Status::kOk) {
-        *error = "the server's codec '" + task.codec + "' does not parse";
-        connection_->close();
-        return finish(Status::kProtocolError);
-      }
-      // 3. The model, in chunks, unless this version is here already.
-      if (model_version_ != offer->model_version || model_.size() != n) {
-        if (offer->model_bytes != uint64_t{4} * n) {
-          *error = "model size does not match the parameter count";
-          connection_->close();
-          return finish(Status::kProtocolError);
-        }
-        // Straight into the model (no second copy): the cached model is stale anyway, so it is
-        // invalidated first and trusted again only when the SHA-256 of the whole download matches.
-        model_version_ = ~0ull;
-        model_.resize(n);
-        net::Sha256 hash;
-        uint64_t received = 0;
-        bool dropped = false;
-        while (received < offer->model_bytes) {
-          wire::ModelRequest request;
-          request.round_id = offer->round_id;
-          request.model_version = offer->model_version;
-          request.offset = received;
-          request.max_length = std::min<uint32_t>(offer->max_chunk_bytes, wire::kMaxChunkBytes) & ~3u;
-          if (request.max_length == 0) request.max_length = 4;
-          s = exchange(wire::Message{request}, &reply);
-          if (s != Status::kOk) {
-            dropped = true;
-            break;
-          }
-          const auto* chunk = std::get_if<wire::ModelChunk>(&reply);
-          if (chunk == nullptr) {
-            if (retry_after_refusal(reply)) continue;
-            if (cancelled_.load()) return finish(Status::kCancelled);
-            return finish(server_error(reply));
-          }
-          if (chunk->offset != received || chunk->total_bytes != offer->model_bytes ||
-              chunk->model_version != offer->model_version || chunk->data.size() % 4 != 0) {
-            *error = "model chunk does not continue the download";
-            connection_->close();
-            return finish(Status::kProtocolError);
-          }
-          hash.update({chunk->data.data(), chunk->data.size()});
-          const uint8_t* b = chunk->data.data();
-          for (size_t i = 0; i < chunk->data.size() / 4; ++i, b += 4) {
-            const uint32_t bits =
-                uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
-            std::memcpy(&model_[received / 4 + i], &bits, 4);
-          }
-          received += chunk->data.size();
-          result->model_bytes += chunk->data.size();
-        }
-        if (dropped) {
-          if (retry_or_fail(s)) continue;
-          return finish(s);
-        }
-        reply = wire::Message{};  // release the last chunk's data
-        const net::Sha256Digest digest = hash.finish();
-        if (std::memcmp(digest.data(), offer->model_digest.data(), digest.size()) != 0) {
-          *error = "the downloaded model does not match the offer's SHA-256";
-          connection_->close();
-          return finish(Status::kChecksumMismatch);
-        }
-        model_version_ = offer->model_version;
-        sample_heap();
-      }
-      // 4. Train. The connection is released meanwhile (training may take longer than timeouts).
-      connection_->close();
-      EDGEFL_RETURN_IF_ERROR(trainer.prepare(task));
-      delta_.assign(n, 0.0f);
-      auto t0 = Clock::now();
-      auto p = std::make_unique<Pending>();
-      s = trainer.fit({model_.data(), n}, {delta_.data(), n}, &p->samples, &p->loss);
-      result->train_seconds = seconds_since(t0);
-      sample_heap();
-      if (s != Status::kOk) {
-        *error = std::string("training failed: ") + status_name(s);
-        return finish(s);
-      }
-      // 5. Encode (with error feedback where the codec needs it).
-      t0 = Clock::now();
-      workspace_.resize(workspace_size(codec, n));
-      p->bytes.resize(encoded_bound(codec, n));
-      size_t written = 0;
-      if (options_.error_feedback && needs_error_feedback(codec)) {
-        if (feedback_.size() != n || feedback_codec_ != task.codec) {
-          residual_memory_.assign(ErrorFeedback::storage_bytes(n, options_.residual_precision), 0);
-          EDGEFL_RETURN_IF_ERROR(feedback_.init({residual_memory_.data(), residual_memory_.size()}, n,
-                                                options_.residual_precision));
-          feedback_codec_ = task.codec;
-        }
-        s = feedback_.encode(codec, {delta_.data(), n}, task.codec_seed,
-                             {workspace_.data(), workspace_.size()}, {p->bytes.data(), p->bytes.size()},
-                             &written);
-      } else {
-        s = encode(codec, {delta_.data(), n}, task.codec_seed, {workspace_.data(), workspace_.size()},
-                   {p->bytes.data(), p->bytes.size()}, &written);
-      }
-      result->encode_seconds = seconds_since(t0);
-      sample_heap();
-      if (s != Status::kOk) {
-        *error = std::string("encoding failed: ") + status_name(s);
-        return finish(s);
-      }
-      p->bytes.resize(written);
-      const net::Sha256Digest digest = net::sha256({p->bytes.data(), p->bytes.size()});
-      std::memcpy(p->digest.data(), digest.data(), digest.size());
-      p->round_id = offer->round_id;
-      p->nonce = offer->round_nonce;
-      for (size_t i = 0; i < p->upload_id.size(); i += 8) {
-        const uint64_t r = splitmix64_next(&rng_state_);
-        std::memcpy(p->upload_id.data() + i, &r, std::min<size_t>(8, p->upload_id.size() - i));
-      }
-      if (std::all_of(p->upload_id.begin(), p->upload_id.end(), [](uint8_t b) { return b == 0; }))
-        p->upload_id[0] = 1;
-      pending_ = std::move(p);
-      continue;  // reconnect, Hello again (the same offer), then upload
+    hash.update({chunk->data.data(), chunk->data.size()});
+    const uint8_t* b = chunk->data.data();
+    for (size_t i = 0; i < chunk->data.size() / 4; ++i, b += 4) {
+      const uint32_t bits =
+          uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
+      std::memcpy(&c.model_[received / 4 + i], &bits, 4);
     }
+    received += chunk->data.size();
+    result->model_bytes += chunk->data.size();
+  }
+  reply = wire::Message{};  // release the last chunk's data
+  const net::Sha256Digest digest = hash.finish();
+  if (std::memcmp(digest.data(), offer.model_digest.data(), digest.size()) != 0) {
+    return fail("the downloaded model does not match the offer's SHA-256", Status::kChecksumMismatch);
+  }
+  c.model_version_ = offer.model_version;
+  sample_heap();
+  return Step::kNext;
+}
 
-    // 6. Upload from the offset the server holds, then commit.
-    Pending& p = *pending_;
-    result->update_bytes = p.bytes.size();
-    result->samples = p.samples;
-    result->train_loss = p.loss;
-    wire::UploadStart start;
-    start.round_id = p.round_id;
-    start.round_nonce = p.nonce;
-    start.upload_id = p.upload_id;
-    start.total_bytes = p.bytes.size();
-    s = exchange(wire::Message{start}, &reply);
-    if (s != Status::kOk) {
-      if (retry_or_fail(s)) continue;
-      return finish(s);
+// 4. Train, encode (error feedback where the codec needs it) and verify the encoding
+// (round/update_steps.h), into a pending upload. The connection is released meanwhile: training
+// may take longer than the server's timeouts.
+Client::Attempt::Step Client::Attempt::compute_update(LocalTrainer& trainer, const wire::TaskOffer& offer,
+                                                      const RoundTask& task, const CodecSpec& codec) {
+  const size_t n = task.parameter_count;
+  c.connection_->close();
+  Status s = trainer.prepare(task);
+  if (s != Status::kOk) return done(s);
+  c.delta_.assign(n, 0.0f);
+  auto t0 = Clock::now();
+  auto p = std::make_unique<Pending>();
+  s = trainer.fit({c.model_.data(), n}, {c.delta_.data(), n}, &p->samples, &p->loss);
+  result->train_seconds = seconds_since(t0);
+  sample_heap();
+  if (s != Status::kOk) {
+    *error = std::string("training failed: ") + status_name(s);
+    return done(s);
+  }
+  t0 = Clock::now();
+  c.workspace_.resize(workspace_size(codec, n));
+  p->bytes.resize(encoded_bound(codec, n));
+  ErrorFeedback* feedback = nullptr;
+  if (c.options_.error_feedback && needs_error_feedback(codec)) {
+    if (c.feedback_.size() != n || c.feedback_codec_ != task.codec) {
+      c.residual_memory_.assign(ErrorFeedback::storage_bytes(n, c.options_.residual_precision), 0);
+      s = c.feedback_.init({c.residual_memory_.data(), c.residual_memory_.size()}, n,
+                           c.options_.residual_precision);
+      if (s != Status::kOk) return done(s);
+      c.feedback_codec_ = task.codec;
     }
-    const auto* status = std::get_if<wire::UploadStatus>(&reply);
-    if (status == nullptr) {
-      if (retry_after_refusal(reply)) continue;
-      if (cancelled_.load()) return finish(Status::kCancelled);
-      return finish(server_error(reply));
+    feedback = &c.feedback_;
+  }
+  const Span<uint8_t> workspace{c.workspace_.data(), c.workspace_.size()};
+  size_t written = 0;
+  s = encode_update(codec, feedback, {c.delta_.data(), n}, task.codec_seed, workspace,
+                    {p->bytes.data(), p->bytes.size()}, &written);
+  if (s == Status::kOk) s = verify_update({p->bytes.data(), written}, n, task.codec_seed, workspace);
+  result->encode_seconds = seconds_since(t0);
+  sample_heap();
+  if (s != Status::kOk) {
+    *error = std::string("encoding failed: ") + status_name(s);
+    return done(s);
+  }
+  p->bytes.resize(written);
+  const net::Sha256Digest digest = net::sha256({p->bytes.data(), p->bytes.size()});
+  std::memcpy(p->digest.data(), digest.data(), digest.size());
+  p->round_id = offer.round_id;
+  p->nonce = offer.round_nonce;
+  for (size_t i = 0; i < p->upload_id.size(); i += 8) {
+    const uint64_t r = splitmix64_next(&c.rng_state_);
+    std::memcpy(p->upload_id.data() + i, &r, std::min<size_t>(8, p->upload_id.size() - i));
+  }
+  if (std::all_of(p->upload_id.begin(), p->upload_id.end(), [](uint8_t b) { return b == 0; }))
+    p->upload_id[0] = 1;
+  c.pending_ = std::move(p);
+  return Step::kNext;
+}
+
+// 5. The pending upload, from the offset the server holds.
+Client::Attempt::Step Client::Attempt::upload_update(const wire::TaskOffer& offer) {
+  Pending& p = *c.pending_;
+  result->update_bytes = p.bytes.size();
+  result->samples = p.samples;
+  result->train_loss = p.loss;
+  wire::UploadStart start;
+  start.round_id = p.round_id;
+  start.round_nonce = p.nonce;
+  start.upload_id = p.upload_id;
+  start.total_bytes = p.bytes.size();
+  Status s = exchange(wire::Message{start});
+  if (s != Status::kOk) return connection_lost(s);
+  const auto* status_message = std::get_if<wire::UploadStatus>(&reply);
+  if (status_message == nullptr) return refused();
+  if (status_message->offset > p.bytes.size() || status_message->upload_id != p.upload_id) {
+    return fail("the server's upload status does not match this upload", Status::kProtocolError);
+  }
+  if (status_message->offset > 0 && status_message->offset < p.bytes.size()) {
+    result->resumed_at = status_message->offset;
+  }
+  const uint32_t chunk_bytes = std::max<uint32_t>(
+      1, std::min({c.options_.upload_chunk_bytes, offer.max_chunk_bytes, wire::kMaxChunkBytes}));
+  uint64_t offset = status_message->offset;
+  while (offset < p.bytes.size()) {
+    if (c.options_.test_disconnect_after_chunks != 0 && !drop_injected &&
+        c.chunks_sent_total_ >= c.options_.test_disconnect_after_chunks) {
+      drop_injected = true;  // the test hook: the network "fails" here, once
+      c.connection_->close();
+      *error = "test: connection dropped mid-upload";
+      return connection_lost(Status::kConnectionFailed);
     }
-    if (status->offset > p.bytes.size() || status->upload_id != p.upload_id) {
-      *error = "the server's upload status does not match this upload";
-      connection_->close();
-      return finish(Status::kProtocolError);
-    }
-    if (status->offset > 0 && status->offset < p.bytes.size()) result->resumed_at = status->offset;
-    const uint32_t chunk_bytes = std::max<uint32_t>(
-        1, std::min({options_.upload_chunk_bytes, offer->max_chunk_bytes, wire::kMaxChunkBytes}));
-    uint64_t offset = status->offset;
-    bool dropped = false;
-    while (offset < p.bytes.size()) {
-      if (options_.test_disconnect_after_chunks != 0 && !drop_injected &&
-          chunks_sent_total_ >= options_.test_disconnect_after_chunks) {
-        drop_injected = true;  // the test hook: the network "fails" here, once
-        connection_->close();
-        s = Status::kConnectionFailed;
-        *error = "test: connection dropped mid-upload";
-        dropped = true;
-        break;
-      }
-      wire::UploadChunk chunk;
-      chunk.round_id = p.round_id;
-      chunk.upload_id = p.upload_id;
-      chunk.offset = offset;
-      chunk.total_bytes = p.bytes.size();
-      const size_t len = std::min<uint64_t>(chunk_bytes, p.bytes.size() - offset);
-      chunk.data.assign(p.bytes.begin() + static_cast<ptrdiff_t>(offset),
-                        p.bytes.begin() + static_cast<ptrdiff_t>(offset + len));
-      s = connection_->send(wire::Message{std::move(chunk)}, options_.io_timeout_ms, error);
-      if (s != Status::kOk) {
-        dropped = true;
-        break;
-      }
-      ++chunks_sent_total_;
-      offset += len;
-      result->uploaded_bytes += len;
-    }
-    if (dropped) {
-      if (retry_or_fail(s)) continue;
-      return finish(s);
-    }
-    sample_heap();
-    wire::Commit commit;
-    commit.round_id = p.round_id;
-    commit.round_nonce = p.nonce;
-    commit.upload_id = p.upload_id;
-    commit.total_bytes = p.bytes.size();
-    commit.sample_count = std::max<uint32_t>(p.samples, 1);
-    commit.metrics.push_back(wire::Metric{"train_loss", std::isfinite(p.loss) ? double(p.loss) : 0.0});
-    commit.metrics.push_back(wire::Metric{"train_seconds", result->train_seconds});
-    commit.digest = p.digest;
-    s = exchange(wire::Message{commit}, &reply);
-    if (s != Status::kOk) {
-      if (retry_or_fail(s)) continue;
-      return finish(s);
-    }
-    const auto* ack = std::get_if<wire::Ack>(&reply);
-    if (ack == nullptr) {
-      if (retry_after_refusal(reply)) continue;
-      if (cancelled_.load()) return finish(Status::kCancelled);
-      return finish(server_error(reply));
-    }
-    if (ack->upload_id != p.upload_id || ack->round_id != p.round_id) {
-      *error = "the ack is for another upload";
-      connection_->close();
-      return finish(Status::kProtocolError);
-    }
-    result->outcome = outcome_of(ack->disposition);
-    if (ack->disposition == wire::UpdateDisposition::kRejected) {
-      result->reject_reason = wire::reject_reason_name(ack->reason);
-      note(LogLevel::kWarn, "round " + std::to_string(p.round_id) + ": the server rejected the update (" +
+    wire::UploadChunk chunk;
+    chunk.round_id = p.round_id;
+    chunk.upload_id = p.upload_id;
+    chunk.offset = offset;
+    chunk.total_bytes = p.bytes.size();
+    const size_t len = std::min<uint64_t>(chunk_bytes, p.bytes.size() - offset);
+    chunk.data.assign(p.bytes.begin() + static_cast<ptrdiff_t>(offset),
+                      p.bytes.begin() + static_cast<ptrdiff_t>(offset + len));
+    s = c.connection_->send(wire::Message{std::move(chunk)}, c.options_.io_timeout_ms, error);
+    if (s != Status::kOk) return connection_lost(s);
+    ++c.chunks_sent_total_;
+    offset += len;
+    result->uploaded_bytes += len;
+  }
+  sample_heap();
+  return Step::kNext;
+}
+
+// 6. Commit, and the server's ack.
+Client::Attempt::Step Client::Attempt::commit_update() {
+  Pending& p = *c.pending_;
+  wire::Commit commit;
+  commit.round_id = p.round_id;
+  commit.round_nonce = p.nonce;
+  commit.upload_id = p.upload_id;
+  commit.total_bytes = p.bytes.size();
+  commit.sample_count = std::max<uint32_t>(p.samples, 1);
+  commit.metrics.push_back(wire::Metric{"train_loss", std::isfinite(p.loss) ? double(p.loss) : 0.0});
+  commit.metrics.push_back(wire::Metric{"train_seconds", result->train_seconds});
+  commit.digest = p.digest;
+  const Status s = exchange(wire::Message{commit});
+  if (s != Status::kOk) return connection_lost(s);
+  const auto* ack = std::get_if<wire::Ack>(&reply);
+  if (ack == nullptr) return refused();
+  if (ack->upload_id != p.upload_id || ack->round_id != p.round_id) {
+    return fail("the ack is for another upload", Status::kProtocolError);
+  }
+  result->outcome = outcome_of(ack->disposition);
+  if (ack->disposition == wire::UpdateDisposition::kRejected) {
+    result->reject_reason = wire::reject_reason_name(ack->reason);
+    c.note(LogLevel::kWarn, "round " + std::to_string(p.round_id) + ": the server rejected the update (" +
                                 result->reject_reason + ")");
+  }
+  c.pending_.reset();
+  return done(Status::kOk);
+}
+
+Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string* error) {
+  std::string local_error;
+  if (error == nullptr) error = &local_error;
+  *result = RoundResult{};
+  if (!options_.insecure_plaintext_for_tests && !credentials_) {
+    *error = "call init() first";
+    return Status::kInvalidArgument;
+  }
+  using Step = Attempt::Step;
+  Attempt a(*this, result, error);
+  // Each pass: connect, Hello, then what the round still needs. A pass that trains ends with
+  // kAgain: the device reconnects, says Hello (the same offer) and uploads.
+  for (;;) {
+    if (cancelled_.load()) {
+      a.done(Status::kCancelled);
+      return a.finish();
     }
-    pending_.reset();
-    return finish(Status::kOk);
+    a.fresh = !connection_->is_open();
+    const Status connected = connect_with_backoff(result, error);
+    if (connected != Status::kOk) {
+      a.done(connected);
+      return a.finish();
+    }
+    a.sample_heap();
+    wire::TaskOffer offer;
+    Step step = a.say_hello(&offer);
+    if (step == Step::kNext) {
+      const RoundTask task = task_of(offer);
+      result->round_id = task.round_id;
+      result->model_version = task.model_version;
+      result->codec = task.codec;
+      if (pending_ && (pending_->round_id != offer.round_id || pending_->nonce != offer.round_nonce)) {
+        pending_.reset();  // the round it was for has ended
+      }
+      if (!pending_) {
+        CodecSpec codec;
+        step = a.check_task(offer, task, trainer, &codec);
+        if (step == Step::kNext) step = a.download_model(offer);
+        if (step == Step::kNext) step = a.compute_update(trainer, offer, task, codec);
+        if (step == Step::kNext) step = Step::kAgain;  // reconnect, Hello again, then upload
+      } else {
+        step = a.upload_update(offer);
+        if (step == Step::kNext) step = a.commit_update();
+      }
+    }
+    if (step == Step::kDone) return a.finish();
   }
 }
 
