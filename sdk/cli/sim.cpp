@@ -93,333 +93,423 @@ std::string format_bytes(double b) {
   return o.str();
 }
 
-}  // namespace
+// One simulation: its configuration parsed, the server's state, the clients' residuals and the
+// worker threads' buffers; run() plays the rounds. Every step that touches an update is the
+// product's (round/seeds.h, round/update_steps.h).
+class Simulation {
+ public:
+  Simulation(const SimConfig& config, std::vector<RoundRecord>* records, std::ostream& err)
+      : c_(config), records_(records), err_(err) {}
 
-int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream& err) {
-  records->clear();
-  auto fail = [&](const std::string& what) {
-    err << "edgefl sim: " << what << "\n";
+  int run() {
+    records_->clear();
+    std::string error = parse();
+    if (error.empty()) error = load_data();
+    if (error.empty()) error = allocate();
+    if (error.empty()) error = open_outputs();
+    if (!error.empty()) return fail(error);
+    RoundRecord total;
+    for (size_t round = 1; round <= c_.rounds; ++round) {
+      error = run_round(round, &total);
+      if (!error.empty()) return fail(error);
+    }
+    return 0;
+  }
+
+ private:
+  int fail(const std::string& what) {
+    err_ << "edgefl sim: " << what << "\n";
     return 1;
-  };
-  ModelSpec model;
-  if (parse_model_spec(c.model.c_str(), &model) != Status::kOk)
-    return fail("invalid --model '" + c.model + "'");
-  CodecSpec codec, downlink;
-  if (parse_codec_spec(c.codec.c_str(), &codec) != Status::kOk)
-    return fail("invalid --codec '" + c.codec + "'");
-  if (parse_codec_spec(c.downlink.c_str(), &downlink) != Status::kOk) {
-    return fail("invalid --downlink '" + c.downlink + "'");
-  }
-  ServerOptimizerSpec opt_spec;
-  if (parse_server_optimizer_spec(c.server_optimizer.c_str(), &opt_spec) != Status::kOk) {
-    return fail("invalid --server-opt '" + c.server_optimizer + "'");
-  }
-  PartitionSpec partition_spec;
-  std::string error;
-  if (!parse_partition_spec(c.partition, &partition_spec, &error)) return fail("--partition: " + error);
-  if (c.clients == 0 || c.per_round == 0 || c.per_round > c.clients) {
-    return fail("need 1 <= --per-round <= --clients");
-  }
-  bool use_ef = false;
-  ResidualPrecision ef_precision = ResidualPrecision::kFp32;
-  if (c.error_feedback == "auto") {
-    use_ef = needs_error_feedback(codec);
-  } else if (c.error_feedback == "fp32" || c.error_feedback == "bf16") {
-    use_ef = true;
-    ef_precision = c.error_feedback == "bf16" ? ResidualPrecision::kBf16 : ResidualPrecision::kFp32;
-  } else if (c.error_feedback != "none") {
-    return fail("--ef must be none, fp32, bf16 or auto");
   }
 
-  // Data.
-  Dataset train_set, test_set;
-  if (!load_fashion_mnist(c.data_dir, true, &train_set, &error)) return fail(error);
-  if (!load_fashion_mnist(c.data_dir, false, &test_set, &error)) return fail(error);
-  if (train_set.dim() != input_dim(model))
-    return fail("the model's input size does not match the data (784)");
-  const std::vector<std::vector<uint32_t>> parts =
-      partition(train_set.labels, c.clients, partition_spec, c.seed, &error);
-  if (parts.size() != c.clients) return fail("partition: " + error);
-  const size_t eval_count = c.eval_samples == 0 ? test_set.count : std::min(c.eval_samples, test_set.count);
-
-  // Model, server state.
-  const size_t n = parameter_count(model);
-  std::vector<float> global(n), received(n), mean_delta(n);
-  init_parameters(model, c.seed, {global.data(), n});
-  std::vector<uint8_t> agg_memory(StreamingAggregator::storage_bytes(n));
-  StreamingAggregator aggregator;
-  std::vector<uint8_t> decode_scratch;   // decode workspace of the sketch codecs, grown once
-  std::vector<float> server_decoded(n);  // the update being checked and added
-  if (aggregator.init({agg_memory.data(), agg_memory.size()}, n) != Status::kOk)
-    return fail("aggregator init");
-  std::vector<uint8_t> opt_memory(ServerOptimizer::state_bytes(opt_spec.kind, n));
-  ServerOptimizer optimizer;
-  if (optimizer.init(opt_spec, {opt_memory.data(), opt_memory.size()}, n) != Status::kOk) {
-    return fail("server optimizer init");
-  }
-  std::vector<uint8_t> down_workspace(workspace_size(downlink, n)), down_encoded(encoded_bound(downlink, n));
-
-  // Per-client error-feedback residuals, carried across rounds.
-  const size_t ef_bytes = use_ef ? ErrorFeedback::storage_bytes(n, ef_precision) : 0;
-  std::vector<uint8_t> ef_memory(ef_bytes * c.clients);
-  std::vector<ErrorFeedback> feedback(use_ef ? c.clients : 0);
-  for (size_t i = 0; i < feedback.size(); ++i) {
-    if (feedback[i].init({ef_memory.data() + i * ef_bytes, ef_bytes}, n, ef_precision) != Status::kOk) {
-      return fail("error feedback init");
+  std::string parse() {
+    if (parse_model_spec(c_.model.c_str(), &model_) != Status::kOk)
+      return "invalid --model '" + c_.model + "'";
+    if (parse_codec_spec(c_.codec.c_str(), &codec_) != Status::kOk)
+      return "invalid --codec '" + c_.codec + "'";
+    if (parse_codec_spec(c_.downlink.c_str(), &downlink_) != Status::kOk) {
+      return "invalid --downlink '" + c_.downlink + "'";
     }
-  }
-
-  // Workers.
-  const size_t threads = std::max<size_t>(1, c.threads ? c.threads : std::thread::hardware_concurrency());
-  const size_t workers_n = std::min(threads, c.per_round);
-  std::vector<std::unique_ptr<Worker>> workers;
-  const size_t trainer_bytes = SgdTrainer::workspace_bytes(model, c.train);
-  if (trainer_bytes == 0) return fail("invalid training configuration");
-  for (size_t t = 0; t < std::max(workers_n, threads); ++t) {
-    auto w = std::make_unique<Worker>();
-    w->trainer_memory.resize(trainer_bytes);
-    if (w->trainer.init(model, c.train, {w->trainer_memory.data(), trainer_bytes}) != Status::kOk) {
-      return fail("trainer init");
+    if (parse_server_optimizer_spec(c_.server_optimizer.c_str(), &optimizer_spec_) != Status::kOk) {
+      return "invalid --server-opt '" + c_.server_optimizer + "'";
     }
-    w->delta.resize(n);
-    w->codec_workspace.resize(workspace_size(codec, n));
-    w->encoded.resize(encoded_bound(codec, n));
-    workers.push_back(std::move(w));
+    std::string error;
+    if (!parse_partition_spec(c_.partition, &partition_spec_, &error)) return "--partition: " + error;
+    if (c_.clients == 0 || c_.per_round == 0 || c_.per_round > c_.clients)
+      return "need 1 <= --per-round <= --clients";
+    if (c_.error_feedback == "auto") {
+      use_ef_ = needs_error_feedback(codec_);
+    } else if (c_.error_feedback == "fp32" || c_.error_feedback == "bf16") {
+      use_ef_ = true;
+      ef_precision_ = c_.error_feedback == "bf16" ? ResidualPrecision::kBf16 : ResidualPrecision::kFp32;
+    } else if (c_.error_feedback != "none") {
+      return "--ef must be none, fp32, bf16 or auto";
+    }
+    return "";
   }
 
-  std::ofstream json;
-  if (!c.json_path.empty()) {
-    json.open(c.json_path);
-    if (!json) return fail("cannot write " + c.json_path);
-  }
-  if (!c.quiet) {
-    err << "edgefl sim: " << c.model << " (" << n << " parameters), " << c.clients << " clients ("
-        << c.partition << "), " << c.per_round << " per round, codec " << c.codec
-        << (use_ef ? " + error feedback" : "") << ", downlink " << c.downlink << ", " << threads
-        << " threads\n";
+  std::string load_data() {
+    std::string error;
+    if (!load_fashion_mnist(c_.data_dir, true, &train_set_, &error)) return error;
+    if (!load_fashion_mnist(c_.data_dir, false, &test_set_, &error)) return error;
+    if (train_set_.dim() != input_dim(model_)) return "the model's input size does not match the data (784)";
+    parts_ = partition(train_set_.labels, c_.clients, partition_spec_, c_.seed, &error);
+    if (parts_.size() != c_.clients) return "partition: " + error;
+    eval_count_ = c_.eval_samples == 0 ? test_set_.count : std::min(c_.eval_samples, test_set_.count);
+    return "";
   }
 
-  const double up_bps = c.uplink_mbps * 1e6, down_bps = c.downlink_mbps * 1e6;
-  RoundRecord total;
-  for (size_t round = 1; round <= c.rounds; ++round) {
+  // The model and the server's state, the clients' residuals, the workers.
+  std::string allocate() {
+    n_ = parameter_count(model_);
+    global_.resize(n_);
+    received_.resize(n_);
+    mean_delta_.resize(n_);
+    server_decoded_.resize(n_);
+    init_parameters(model_, c_.seed, {global_.data(), n_});
+    aggregator_memory_.resize(StreamingAggregator::storage_bytes(n_));
+    if (aggregator_.init({aggregator_memory_.data(), aggregator_memory_.size()}, n_) != Status::kOk) {
+      return "aggregator init";
+    }
+    optimizer_memory_.resize(ServerOptimizer::state_bytes(optimizer_spec_.kind, n_));
+    if (optimizer_.init(optimizer_spec_, {optimizer_memory_.data(), optimizer_memory_.size()}, n_) !=
+        Status::kOk) {
+      return "server optimizer init";
+    }
+    down_workspace_.resize(workspace_size(downlink_, n_));
+    down_encoded_.resize(encoded_bound(downlink_, n_));
+    // Per-client error-feedback residuals, carried across rounds.
+    const size_t ef_bytes = use_ef_ ? ErrorFeedback::storage_bytes(n_, ef_precision_) : 0;
+    ef_memory_.resize(ef_bytes * c_.clients);
+    feedback_ = std::vector<ErrorFeedback>(use_ef_ ? c_.clients : 0);
+    for (size_t i = 0; i < feedback_.size(); ++i) {
+      if (feedback_[i].init({ef_memory_.data() + i * ef_bytes, ef_bytes}, n_, ef_precision_) != Status::kOk) {
+        return "error feedback init";
+      }
+    }
+    threads_ = std::max<size_t>(1, c_.threads ? c_.threads : std::thread::hardware_concurrency());
+    workers_n_ = std::min(threads_, c_.per_round);
+    const size_t trainer_bytes = SgdTrainer::workspace_bytes(model_, c_.train);
+    if (trainer_bytes == 0) return "invalid training configuration";
+    for (size_t t = 0; t < std::max(workers_n_, threads_); ++t) {
+      auto w = std::make_unique<Worker>();
+      w->trainer_memory.resize(trainer_bytes);
+      if (w->trainer.init(model_, c_.train, {w->trainer_memory.data(), trainer_bytes}) != Status::kOk) {
+        return "trainer init";
+      }
+      w->delta.resize(n_);
+      w->codec_workspace.resize(workspace_size(codec_, n_));
+      w->encoded.resize(encoded_bound(codec_, n_));
+      workers_.push_back(std::move(w));
+    }
+    return "";
+  }
+
+  std::string open_outputs() {
+    if (!c_.json_path.empty()) {
+      json_.open(c_.json_path);
+      if (!json_) return "cannot write " + c_.json_path;
+    }
+    if (!c_.quiet) {
+      err_ << "edgefl sim: " << c_.model << " (" << n_ << " parameters), " << c_.clients << " clients ("
+           << c_.partition << "), " << c_.per_round << " per round, codec " << c_.codec
+           << (use_ef_ ? " + error feedback" : "") << ", downlink " << c_.downlink << ", " << threads_
+           << " threads\n";
+    }
+    return "";
+  }
+
+  std::string run_round(size_t round, RoundRecord* total) {
     const Clock::time_point round_start = Clock::now();
     RoundRecord rec;
     rec.round = round;
     const std::vector<uint32_t> selected =
-        select_clients(c.clients, c.per_round, derive_seed(c.seed, round, 0, 1));
-
+        select_clients(c_.clients, c_.per_round, derive_seed(c_.seed, round, 0, 1));
     // Downlink: the global model through the downlink codec; every client trains from it.
     size_t down_size = 0;
-    Status s = encode(downlink, {global.data(), n}, downlink_seed(round_seed(c.seed, round)),
-                      {down_workspace.data(), down_workspace.size()},
-                      {down_encoded.data(), down_encoded.size()}, &down_size);
-    if (s == Status::kOk) s = decode({down_encoded.data(), down_size}, {received.data(), n});
-    if (s != Status::kOk) return fail(std::string("downlink codec: ") + status_name(s));
-
-    // Clients in parallel; their updates are added to the aggregate in selection order as soon
-    // as each is ready (streaming, deterministic whatever the thread timing).
-    aggregator.reset();
+    Status s = encode(downlink_, {global_.data(), n_}, downlink_seed(round_seed(c_.seed, round)),
+                      {down_workspace_.data(), down_workspace_.size()},
+                      {down_encoded_.data(), down_encoded_.size()}, &down_size);
+    if (s == Status::kOk) s = decode({down_encoded_.data(), down_size}, {received_.data(), n_});
+    if (s != Status::kOk) return std::string("downlink codec: ") + status_name(s);
     std::vector<ClientOutcome> outcomes(selected.size());
+    std::string error = run_clients(round, selected, &outcomes);
+    if (!error.empty()) return error;
+    // Server: mean delta, then the server optimizer.
+    const Clock::time_point t_server = Clock::now();
+    s = aggregator_.mean({mean_delta_.data(), n_});
+    if (s == Status::kOk) s = optimizer_.apply({global_.data(), n_}, {mean_delta_.data(), n_});
+    if (s != Status::kOk) return std::string("server update: ") + status_name(s);
+    account(outcomes, down_size, seconds_since(t_server), &rec, total);
+    error = evaluate(round, &rec);
+    if (!error.empty()) return error;
+    rec.wall_s = seconds_since(round_start);
+    records_->push_back(rec);
+    write_json(rec);
+    print_progress(rec);
+    return "";
+  }
+
+  // Clients in parallel; their updates are added to the aggregate in selection order as soon as
+  // each is ready (streaming, deterministic whatever the thread timing).
+  std::string run_clients(size_t round, const std::vector<uint32_t>& selected,
+                          std::vector<ClientOutcome>* outcomes) {
+    aggregator_.reset();
+    RoundShared shared(round, round_seed(c_.seed, round), selected, *outcomes);
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < workers_n_; ++t)
+      pool.emplace_back([&, t] { serve_clients(*workers_[t], shared); });
+    serve_clients(*workers_[0], shared);
+    for (std::thread& t : pool) t.join();
+    for (const ClientOutcome& o : *outcomes) {
+      if (o.status != Status::kOk) return std::string(o.stage) + ": " + status_name(o.status);
+    }
+    return "";
+  }
+
+  // What the workers of one round share.
+  struct RoundShared {
+    RoundShared(size_t round_number, uint64_t round_seed_value, const std::vector<uint32_t>& chosen,
+                std::vector<ClientOutcome>& results)
+        : round(round_number), seed(round_seed_value), selected(chosen), outcomes(results) {}
+    size_t round;
+    uint64_t seed;  // round/seeds.h, as the server does
+    const std::vector<uint32_t>& selected;
+    std::vector<ClientOutcome>& outcomes;
     std::atomic<size_t> next_client{0};
     std::mutex add_mutex;
     std::condition_variable add_turn;
     size_t next_to_add = 0;
     bool aborted = false;
-    const uint64_t seed_of_round = round_seed(c.seed, round);  // round/seeds.h, as the server does
-    auto work = [&](Worker& w) {
-      for (;;) {
-        const size_t slot = next_client.fetch_add(1);
-        if (slot >= selected.size()) return;
-        const uint32_t client = selected[slot];
-        ClientOutcome& o = outcomes[slot];
-        const std::vector<uint32_t>& idx = parts[client];
-        DataView view{train_set.inputs.data(),
-                      train_set.labels.data(),
-                      train_set.count,
-                      train_set.dim(),
-                      idx.data(),
-                      idx.size()};
-        Clock::time_point t0 = Clock::now();
-        o.status = w.trainer.set_data(view);
-        char device_id[32];
-        const int id_len = snprintf(device_id, sizeof device_id, "sim-%u", unsigned(client));
-        const DeviceSeeds seeds = device_seeds(seed_of_round, device_id, size_t(id_len), codec);
-        if (o.status == Status::kOk) {
-          w.trainer.set_seed(seeds.training);
-          o.status = w.trainer.fit({received.data(), n}, {w.delta.data(), n}, &o.fit);
-        }
-        o.train_s = seconds_since(t0);
-        o.stage = "train";
-        const uint64_t codec_seed = seeds.codec;
-        if (o.status == Status::kOk) {
-          t0 = Clock::now();
-          // The device's steps, as edgefl::Client runs them (round/update_steps.h).
-          Span<uint8_t> ws{w.codec_workspace.data(), w.codec_workspace.size()};
-          o.status = encode_update(codec, use_ef ? &feedback[client] : nullptr, {w.delta.data(), n},
-                                   codec_seed, ws, {w.encoded.data(), w.encoded.size()}, &o.bytes);
-          o.stage = "encode";
-          if (o.status == Status::kOk) {
-            o.status = verify_update({w.encoded.data(), o.bytes}, n, codec_seed, ws);
-            o.stage = "verify";
-          }
-          o.encode_s = seconds_since(t0);
-        }
-        if ((!c.save_update_path.empty() || c.capture_update != nullptr) && round == c.capture_round &&
-            slot == 0 && o.status == Status::kOk) {
-          // The raw update of the first client (before compression), for `edgefl bench`.
-          std::vector<float> raw(n);
-          w.trainer.set_seed(seeds.training);
-          if (w.trainer.fit({received.data(), n}, {raw.data(), n}, &o.fit) == Status::kOk) {
-            std::string e;
-            if (!c.save_update_path.empty() && !write_npy_f32_file(c.save_update_path, raw.data(), n, &e)) {
-              o.status = Status::kInvalidArgument;
-              o.stage = "--save-update";
-            }
-            if (c.capture_update != nullptr) *c.capture_update = raw;
-          }
-        }
-        std::unique_lock<std::mutex> lock(add_mutex);
-        add_turn.wait(lock, [&] { return next_to_add == slot || aborted; });
-        if (o.status == Status::kOk && !aborted) {
-          const Clock::time_point t1 = Clock::now();
-          // The server's steps, as edgefl-server runs them (no norm bound here): the header, one
-          // decode pass into server_decoded, the checks, then add_dense. Sketch codecs (skc, cs)
-          // need decode scratch; it is reused under the add lock.
-          EncodedInfo info;
-          if (read_header({w.encoded.data(), o.bytes}, &info) == Status::kOk &&
-              decode_workspace_size(info) > decode_scratch.size()) {
-            decode_scratch.resize(decode_workspace_size(info));
-          }
-          const UpdateCheck check =
-              check_update({w.encoded.data(), o.bytes}, &codec_seed, {global.data(), n}, HUGE_VAL,
-                           {server_decoded.data(), n}, {decode_scratch.data(), decode_scratch.size()});
-          o.status = check.verdict == UpdateVerdict::kAccepted
-                         ? aggregator.add_dense({server_decoded.data(), n}, double(o.fit.samples))
-                         : (check.status != Status::kOk ? check.status : Status::kNonFiniteInput);
-          o.decode_s = seconds_since(t1);
-          o.stage = "aggregate";
-        }
-        if (o.status != Status::kOk) aborted = true;
-        ++next_to_add;
-        add_turn.notify_all();
-      }
-    };
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < workers_n; ++t) pool.emplace_back(work, std::ref(*workers[t]));
-    work(*workers[0]);
-    for (std::thread& t : pool) t.join();
-    for (const ClientOutcome& o : outcomes) {
-      if (o.status != Status::kOk) return fail(std::string(o.stage) + ": " + status_name(o.status));
-    }
+  };
 
-    // Server: mean delta, then the server optimizer.
-    const Clock::time_point t_server = Clock::now();
-    s = aggregator.mean({mean_delta.data(), n});
-    if (s == Status::kOk) s = optimizer.apply({global.data(), n}, {mean_delta.data(), n});
-    if (s != Status::kOk) return fail(std::string("server update: ") + status_name(s));
-    const double server_s = seconds_since(t_server);
-
-    // Round accounting and the link model: the round lasts as long as its slowest client.
-    double slowest = 0, loss_sum = 0, acc_sum = 0;
-    for (const ClientOutcome& o : outcomes) {
-      rec.uplink_bytes += o.bytes;
-      rec.downlink_bytes += down_size;
-      rec.train_s += o.train_s;
-      rec.encode_s += o.encode_s;
-      rec.decode_s += o.decode_s;
-      rec.samples += o.fit.samples;
-      loss_sum += double(o.fit.loss) * o.fit.samples;
-      acc_sum += double(o.fit.accuracy) * o.fit.samples;
-      const double client_s = c.rtt_ms / 1e3 + double(down_size) * 8 / down_bps +
-                              (o.train_s + o.encode_s) * c.compute_scale + double(o.bytes) * 8 / up_bps;
-      slowest = std::max(slowest, client_s);
-    }
-    rec.train_loss = rec.samples ? loss_sum / double(rec.samples) : 0;
-    rec.train_acc = rec.samples ? acc_sum / double(rec.samples) : 0;
-    rec.round_sim_s = slowest + rec.decode_s + server_s;  // the server decodes the updates one by one
-    total.cum_uplink_bytes += rec.uplink_bytes;
-    total.cum_downlink_bytes += rec.downlink_bytes;
-    total.sim_time_s += rec.round_sim_s;
-    rec.cum_uplink_bytes = total.cum_uplink_bytes;
-    rec.cum_downlink_bytes = total.cum_downlink_bytes;
-    rec.sim_time_s = total.sim_time_s;
-
-    // Evaluation on the test set, split over the workers.
-    if (round % std::max<size_t>(1, c.eval_every) == 0 || round == c.rounds) {
-      std::vector<uint32_t> all(eval_count);
-      for (size_t i = 0; i < eval_count; ++i) all[i] = uint32_t(i);
-      const size_t chunks = std::min(threads, eval_count);
-      std::vector<double> loss(chunks), acc(chunks);
-      std::vector<Status> st(chunks, Status::kOk);
-      std::vector<std::thread> eval_pool;
-      auto eval_chunk = [&](size_t t) {
-        const size_t lo = eval_count * t / chunks, hi = eval_count * (t + 1) / chunks;
-        DataView v{test_set.inputs.data(), test_set.labels.data(), test_set.count,
-                   test_set.dim(),         all.data() + lo,        hi - lo};
-        float l = 0, a = 0;
-        st[t] = workers[t]->trainer.evaluate({global.data(), n}, v, &l, &a);
-        loss[t] = double(l) * double(hi - lo);
-        acc[t] = nearbyint(double(a) * double(hi - lo));  // correct predictions: an exact count
-      };
-      for (size_t t = 1; t < chunks; ++t) eval_pool.emplace_back(eval_chunk, t);
-      eval_chunk(0);
-      for (std::thread& t : eval_pool) t.join();
-      double l = 0, a = 0;
-      for (size_t t = 0; t < chunks; ++t) {
-        if (st[t] != Status::kOk) return fail(std::string("evaluate: ") + status_name(st[t]));
-        l += loss[t];
-        a += acc[t];
-      }
-      rec.evaluated = true;
-      rec.test_loss = l / double(eval_count);
-      rec.test_acc = a / double(eval_count);
-    } else if (!records->empty()) {
-      rec.test_acc = records->back().test_acc;
-      rec.test_loss = records->back().test_loss;
-    }
-    rec.wall_s = seconds_since(round_start);
-    records->push_back(rec);
-
-    if (json.is_open()) {
-      JsonObjectWriter j;
-      j.add_uint("round", rec.round)
-          .add_string("codec", c.codec)
-          .add_number("test_acc", rec.evaluated || rec.test_acc > 0 ? rec.test_acc : NAN,
-                      6)  // null before any
-          .add_number("test_loss", rec.evaluated || rec.test_acc > 0 ? rec.test_loss : NAN, 6)
-          .add_bool("evaluated", rec.evaluated)
-          .add_number("train_loss", rec.train_loss, 6)
-          .add_uint("uplink_bytes", rec.uplink_bytes)
-          .add_uint("downlink_bytes", rec.downlink_bytes)
-          .add_uint("cum_uplink_bytes", rec.cum_uplink_bytes)
-          .add_uint("cum_downlink_bytes", rec.cum_downlink_bytes)
-          .add_number("train_s", rec.train_s, 6)
-          .add_number("encode_s", rec.encode_s, 6)
-          .add_number("decode_s", rec.decode_s, 6)
-          .add_number("wall_s", rec.wall_s, 6)
-          .add_number("round_sim_s", rec.round_sim_s, 6)
-          .add_number("sim_time_s", rec.sim_time_s, 6)
-          .add_uint("samples", rec.samples);
-      json << j.str() << "\n";
-    }
-    if (!c.quiet) {
-      std::ostringstream acc;  // "-" until the first evaluation
-      if (rec.evaluated || rec.test_acc > 0) {
-        acc << std::fixed << std::setprecision(4) << rec.test_acc << "  loss " << std::setprecision(3)
-            << rec.test_loss;
-      } else {
-        acc << "  -     loss   -  ";
-      }
-      err << std::fixed << "round " << std::setw(3) << round << "/" << c.rounds << "  acc " << acc.str()
-          << "  up " << format_bytes(double(rec.uplink_bytes)) << "  down "
-          << format_bytes(double(rec.downlink_bytes)) << "  train " << std::setprecision(2) << rec.train_s
-          << "s enc " << std::setprecision(3) << rec.encode_s << "s dec " << rec.decode_s << "s  wall "
-          << std::setprecision(2) << rec.wall_s << "s  sim " << std::setprecision(1) << rec.sim_time_s
-          << "s\n"
-          << std::defaultfloat;
+  void serve_clients(Worker& w, RoundShared& r) {
+    for (;;) {
+      const size_t slot = r.next_client.fetch_add(1);
+      if (slot >= r.selected.size()) return;
+      const uint32_t client = r.selected[slot];
+      ClientOutcome& o = r.outcomes[slot];
+      char device_id[32];
+      const int id_len = snprintf(device_id, sizeof device_id, "sim-%u", unsigned(client));
+      const DeviceSeeds seeds = device_seeds(r.seed, device_id, size_t(id_len), codec_);
+      train_and_encode(w, client, seeds, &o);
+      if (slot == 0 && r.round == c_.capture_round && o.status == Status::kOk)
+        capture_update(w, client, seeds, &o);
+      std::unique_lock<std::mutex> lock(r.add_mutex);
+      r.add_turn.wait(lock, [&] { return r.next_to_add == slot || r.aborted; });
+      if (o.status == Status::kOk && !r.aborted) check_and_add(w, seeds.codec, &o);
+      if (o.status != Status::kOk) r.aborted = true;
+      ++r.next_to_add;
+      r.add_turn.notify_all();
     }
   }
-  return 0;
+
+  // The device's steps, as edgefl::Client runs them (round/update_steps.h).
+  void train_and_encode(Worker& w, uint32_t client, const DeviceSeeds& seeds, ClientOutcome* o) {
+    const std::vector<uint32_t>& idx = parts_[client];
+    DataView view{train_set_.inputs.data(),
+                  train_set_.labels.data(),
+                  train_set_.count,
+                  train_set_.dim(),
+                  idx.data(),
+                  idx.size()};
+    Clock::time_point t0 = Clock::now();
+    o->status = w.trainer.set_data(view);
+    if (o->status == Status::kOk) {
+      w.trainer.set_seed(seeds.training);
+      o->status = w.trainer.fit({received_.data(), n_}, {w.delta.data(), n_}, &o->fit);
+    }
+    o->train_s = seconds_since(t0);
+    o->stage = "train";
+    if (o->status != Status::kOk) return;
+    t0 = Clock::now();
+    const Span<uint8_t> ws{w.codec_workspace.data(), w.codec_workspace.size()};
+    o->status = encode_update(codec_, use_ef_ ? &feedback_[client] : nullptr, {w.delta.data(), n_},
+                              seeds.codec, ws, {w.encoded.data(), w.encoded.size()}, &o->bytes);
+    o->stage = "encode";
+    if (o->status == Status::kOk) {
+      o->status = verify_update({w.encoded.data(), o->bytes}, n_, seeds.codec, ws);
+      o->stage = "verify";
+    }
+    o->encode_s = seconds_since(t0);
+  }
+
+  // The raw update of the first client (before compression), for `edgefl bench`.
+  void capture_update(Worker& w, uint32_t, const DeviceSeeds& seeds, ClientOutcome* o) {
+    if (c_.save_update_path.empty() && c_.capture_update == nullptr) return;
+    std::vector<float> raw(n_);
+    w.trainer.set_seed(seeds.training);
+    if (w.trainer.fit({received_.data(), n_}, {raw.data(), n_}, &o->fit) != Status::kOk) return;
+    std::string e;
+    if (!c_.save_update_path.empty() && !write_npy_f32_file(c_.save_update_path, raw.data(), n_, &e)) {
+      o->status = Status::kInvalidArgument;
+      o->stage = "--save-update";
+    }
+    if (c_.capture_update != nullptr) *c_.capture_update = raw;
+  }
+
+  // The server's steps, as edgefl-server runs them (no norm bound here): the header, one decode
+  // pass into server_decoded_, the checks, then add_dense. Called under the add lock: the decode
+  // scratch of the sketch codecs (skc, cs) is shared.
+  void check_and_add(Worker& w, uint64_t codec_seed, ClientOutcome* o) {
+    const Clock::time_point t1 = Clock::now();
+    EncodedInfo info;
+    if (read_header({w.encoded.data(), o->bytes}, &info) == Status::kOk &&
+        decode_workspace_size(info) > decode_scratch_.size()) {
+      decode_scratch_.resize(decode_workspace_size(info));
+    }
+    const UpdateCheck check =
+        check_update({w.encoded.data(), o->bytes}, &codec_seed, {global_.data(), n_}, HUGE_VAL,
+                     {server_decoded_.data(), n_}, {decode_scratch_.data(), decode_scratch_.size()});
+    o->status = check.verdict == UpdateVerdict::kAccepted
+                    ? aggregator_.add_dense({server_decoded_.data(), n_}, double(o->fit.samples))
+                    : (check.status != Status::kOk ? check.status : Status::kNonFiniteInput);
+    o->decode_s = seconds_since(t1);
+    o->stage = "aggregate";
+  }
+
+  // Round accounting and the link model: the round lasts as long as its slowest client, then
+  // the server decodes the updates one by one and steps the model.
+  void account(const std::vector<ClientOutcome>& outcomes, size_t down_size, double server_s,
+               RoundRecord* rec, RoundRecord* total) const {
+    const double up_bps = c_.uplink_mbps * 1e6, down_bps = c_.downlink_mbps * 1e6;
+    double slowest = 0, loss_sum = 0, acc_sum = 0;
+    for (const ClientOutcome& o : outcomes) {
+      rec->uplink_bytes += o.bytes;
+      rec->downlink_bytes += down_size;
+      rec->train_s += o.train_s;
+      rec->encode_s += o.encode_s;
+      rec->decode_s += o.decode_s;
+      rec->samples += o.fit.samples;
+      loss_sum += double(o.fit.loss) * o.fit.samples;
+      acc_sum += double(o.fit.accuracy) * o.fit.samples;
+      const double client_s = c_.rtt_ms / 1e3 + double(down_size) * 8 / down_bps +
+                              (o.train_s + o.encode_s) * c_.compute_scale + double(o.bytes) * 8 / up_bps;
+      slowest = std::max(slowest, client_s);
+    }
+    rec->train_loss = rec->samples ? loss_sum / double(rec->samples) : 0;
+    rec->train_acc = rec->samples ? acc_sum / double(rec->samples) : 0;
+    rec->round_sim_s = slowest + rec->decode_s + server_s;
+    total->cum_uplink_bytes += rec->uplink_bytes;
+    total->cum_downlink_bytes += rec->downlink_bytes;
+    total->sim_time_s += rec->round_sim_s;
+    rec->cum_uplink_bytes = total->cum_uplink_bytes;
+    rec->cum_downlink_bytes = total->cum_downlink_bytes;
+    rec->sim_time_s = total->sim_time_s;
+  }
+
+  // Evaluation on the test set, split over the workers (every eval_every rounds and the last).
+  std::string evaluate(size_t round, RoundRecord* rec) {
+    if (round % std::max<size_t>(1, c_.eval_every) != 0 && round != c_.rounds) {
+      if (!records_->empty()) {
+        rec->test_acc = records_->back().test_acc;
+        rec->test_loss = records_->back().test_loss;
+      }
+      return "";
+    }
+    std::vector<uint32_t> all(eval_count_);
+    for (size_t i = 0; i < eval_count_; ++i) all[i] = uint32_t(i);
+    const size_t chunks = std::min(threads_, eval_count_);
+    std::vector<double> loss(chunks), acc(chunks);
+    std::vector<Status> st(chunks, Status::kOk);
+    auto eval_chunk = [&](size_t t) {
+      const size_t lo = eval_count_ * t / chunks, hi = eval_count_ * (t + 1) / chunks;
+      DataView v{test_set_.inputs.data(), test_set_.labels.data(), test_set_.count,
+                 test_set_.dim(),         all.data() + lo,         hi - lo};
+      float l = 0, a = 0;
+      st[t] = workers_[t]->trainer.evaluate({global_.data(), n_}, v, &l, &a);
+      loss[t] = double(l) * double(hi - lo);
+      acc[t] = nearbyint(double(a) * double(hi - lo));  // correct predictions: an exact count
+    };
+    std::vector<std::thread> eval_pool;
+    for (size_t t = 1; t < chunks; ++t) eval_pool.emplace_back(eval_chunk, t);
+    eval_chunk(0);
+    for (std::thread& t : eval_pool) t.join();
+    double l = 0, a = 0;
+    for (size_t t = 0; t < chunks; ++t) {
+      if (st[t] != Status::kOk) return std::string("evaluate: ") + status_name(st[t]);
+      l += loss[t];
+      a += acc[t];
+    }
+    rec->evaluated = true;
+    rec->test_loss = l / double(eval_count_);
+    rec->test_acc = a / double(eval_count_);
+    return "";
+  }
+
+  void write_json(const RoundRecord& rec) {
+    if (!json_.is_open()) return;
+    const bool any = rec.evaluated || rec.test_acc > 0;  // null before any evaluation
+    JsonObjectWriter j;
+    j.add_uint("round", rec.round)
+        .add_string("codec", c_.codec)
+        .add_number("test_acc", any ? rec.test_acc : NAN, 6)
+        .add_number("test_loss", any ? rec.test_loss : NAN, 6)
+        .add_bool("evaluated", rec.evaluated)
+        .add_number("train_loss", rec.train_loss, 6)
+        .add_uint("uplink_bytes", rec.uplink_bytes)
+        .add_uint("downlink_bytes", rec.downlink_bytes)
+        .add_uint("cum_uplink_bytes", rec.cum_uplink_bytes)
+        .add_uint("cum_downlink_bytes", rec.cum_downlink_bytes)
+        .add_number("train_s", rec.train_s, 6)
+        .add_number("encode_s", rec.encode_s, 6)
+        .add_number("decode_s", rec.decode_s, 6)
+        .add_number("wall_s", rec.wall_s, 6)
+        .add_number("round_sim_s", rec.round_sim_s, 6)
+        .add_number("sim_time_s", rec.sim_time_s, 6)
+        .add_uint("samples", rec.samples);
+    json_ << j.str() << "\n";
+  }
+
+  void print_progress(const RoundRecord& rec) {
+    if (c_.quiet) return;
+    std::ostringstream acc;  // "-" until the first evaluation
+    if (rec.evaluated || rec.test_acc > 0) {
+      acc << std::fixed << std::setprecision(4) << rec.test_acc << "  loss " << std::setprecision(3)
+          << rec.test_loss;
+    } else {
+      acc << "  -     loss   -  ";
+    }
+    err_ << std::fixed << "round " << std::setw(3) << rec.round << "/" << c_.rounds << "  acc " << acc.str()
+         << "  up " << format_bytes(double(rec.uplink_bytes)) << "  down "
+         << format_bytes(double(rec.downlink_bytes)) << "  train " << std::setprecision(2) << rec.train_s
+         << "s enc " << std::setprecision(3) << rec.encode_s << "s dec " << rec.decode_s << "s  wall "
+         << std::setprecision(2) << rec.wall_s << "s  sim " << std::setprecision(1) << rec.sim_time_s << "s\n"
+         << std::defaultfloat;
+  }
+
+  const SimConfig& c_;
+  std::vector<RoundRecord>* records_;
+  std::ostream& err_;
+  ModelSpec model_{};
+  CodecSpec codec_{}, downlink_{};
+  ServerOptimizerSpec optimizer_spec_{};
+  PartitionSpec partition_spec_{};
+  bool use_ef_ = false;
+  ResidualPrecision ef_precision_ = ResidualPrecision::kFp32;
+  Dataset train_set_, test_set_;
+  std::vector<std::vector<uint32_t>> parts_;
+  size_t eval_count_ = 0;
+  size_t n_ = 0;
+  std::vector<float> global_, received_, mean_delta_;
+  std::vector<float> server_decoded_;    // the update being checked and added
+  std::vector<uint8_t> decode_scratch_;  // decode workspace of the sketch codecs, grown once
+  std::vector<uint8_t> aggregator_memory_;
+  StreamingAggregator aggregator_;
+  std::vector<uint8_t> optimizer_memory_;
+  ServerOptimizer optimizer_;
+  std::vector<uint8_t> down_workspace_, down_encoded_;
+  std::vector<uint8_t> ef_memory_;
+  std::vector<ErrorFeedback> feedback_;
+  size_t threads_ = 1, workers_n_ = 1;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::ofstream json_;
+};
+
+}  // namespace
+
+int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream& err) {
+  return Simulation(c, records, err).run();
 }
 
 int run_compare(const SimConfig& base, const std::vector<std::string>& codecs, const std::string& report_dir,
