@@ -458,6 +458,313 @@ Status decode_add_to(Span<const uint8_t> bytes, T weight, Span<T> accumulator, S
   return decode_batched(bytes, accumulator.size(), workspace, consumer);
 }
 
+// The parts of an encode() workspace (layout_for), each 64-byte aligned; null when unused.
+struct EncodeScratch {
+  uint32_t* histogram = nullptr;
+  float* sample = nullptr;
+  float* candidates = nullptr;
+  float* group = nullptr;
+  float* hadamard = nullptr;
+  uint8_t* sketch = nullptr;
+  uint8_t* entropy = nullptr;
+};
+
+EncodeScratch carve_workspace(const WorkspaceLayout& layout, uint8_t* workspace) {
+  uint8_t* cursor = layout.total() ? align64(workspace) : nullptr;
+  auto take = [&](size_t bytes) -> uint8_t* {
+    if (bytes == 0) return nullptr;
+    uint8_t* p = cursor;
+    cursor = align64(cursor + bytes);
+    return p;
+  };
+  EncodeScratch s;
+  s.histogram = reinterpret_cast<uint32_t*>(take(layout.histogram));
+  s.sample = reinterpret_cast<float*>(take(layout.sample));
+  s.candidates = reinterpret_cast<float*>(take(layout.candidates));
+  s.group = reinterpret_cast<float*>(take(layout.group));
+  s.hadamard = reinterpret_cast<float*>(take(layout.hadamard));
+  s.sketch = take(layout.sketch);
+  s.entropy = take(layout.entropy);
+  return s;
+}
+
+// The header fields every encoding of `spec` starts with.
+EncodedInfo header_for(const CodecSpec& spec, const values::Params& p, size_t n, uint64_t seed) {
+  EncodedInfo h;
+  h.version = format::kFormatVersion;
+  h.sparsifier = spec.sparsifier;
+  h.values = spec.values;
+  h.n = uint32_t(n);
+  h.bits = p.bits;
+  h.block = p.block;
+  h.levels = p.levels;
+  h.stochastic = spec.values == ValueCoderKind::kQsgd || spec.values == ValueCoderKind::kTernGrad ||
+                 (spec.values == ValueCoderKind::kUniform && spec.stochastic);
+  h.shared_scale = p.shared;
+  h.randk_unscaled = spec.randk_unscaled;
+  h.sign_magnitude = spec.sign_magnitude;
+  h.param = p.shared ? p.step : spec.sparsifier == SparsifierKind::kThreshold ? spec.threshold : 0.0f;
+  h.seed = seed;
+  h.contributions = 1;
+  return h;
+}
+
+// Shared-scale codes must fit in +-(2^(bits-1)-1) steps: refuse (or, with `clip`, saturate)
+// rather than clip silently. Random-k sends values scaled by n / k.
+Status check_shared_scale_range(const CodecSpec& spec, const values::Params& p, const float* x, size_t n,
+                                const Kernels& kern) {
+  const uint32_t max_bits = kern.max_abs_bits(x, n);
+  if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
+  // The same float operations as the encoder: (x * n/k) * (1 / step), then floor(t + u) with
+  // u < 1, so t <= limit guarantees |code| <= limit.
+  const float scale = spec.sparsifier == SparsifierKind::kRandomK && !spec.randk_unscaled
+                          ? float(double(n) / double(target_k(spec, n)))
+                          : 1.0f;
+  const float limit = float((1u << (p.bits - 1)) - 1);
+  if (!spec.clip && (bits_float(max_bits) * scale) * (1.0f / p.step) > limit) return Status::kValueOutOfRange;
+  return Status::kOk;
+}
+
+// Count Sketch (cs): stochastic integer codes of x / step added into rows x cols int32 cells,
+// written in place in the payload.
+Status encode_count_sketch(const CodecSpec& spec, const float* x, size_t n, uint64_t seed,
+                           const Kernels& kern, uint8_t* payload, EncodedInfo* h) {
+  const uint32_t max_bits = n > 0 ? kern.max_abs_bits(x, n) : 0;
+  if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
+  // Codes must fit in int32 (and so must every cell: checked as they are added).
+  if (double(bits_float(max_bits)) / double(spec.shared_step) >= 2147483647.0)
+    return Status::kValueOutOfRange;
+  const unsigned rows = spec.sketch_rows;
+  const uint32_t cols = cs_columns(spec, n);
+  h->nnz = uint32_t(cs_heavy_hitters(spec, n));
+  h->bits = 32;
+  h->block = cols;
+  h->levels = rows;
+  h->param = spec.shared_step;
+  h->stochastic = true;
+  h->shared_scale = false;
+  h->index_coding = IndexCoding::kNone;
+  h->value_bytes = size_t(rows) * cols * 4;
+  memset(payload, 0, h->value_bytes);
+  count_sketch::RowHash hashes[count_sketch::kMaxRows];
+  for (unsigned r = 0; r < rows; ++r) hashes[r] = count_sketch::row_hash(seed, r);
+  const uint32_t round_key = derive_key(seed, kPurposeRounding);
+  for (size_t i = 0; i < n; ++i) {
+    if (x[i] == 0.0f) continue;
+    const double t = double(x[i]) / double(spec.shared_step);
+    const double floor_t = double(int64_t(t) - (double(int64_t(t)) > t ? 1 : 0));
+    const int64_t code =
+        int64_t(floor_t) + (double(unit_float(hash32(round_key, uint32_t(i)))) < t - floor_t ? 1 : 0);
+    if (code == 0) continue;
+    for (unsigned r = 0; r < rows; ++r) {
+      uint8_t* cell = payload + 4 * (size_t(r) * cols + hashes[r].column(uint32_t(i), cols));
+      const int64_t sum = int64_t(int32_t(load_le32(cell))) + int64_t(hashes[r].sign(uint32_t(i))) * code;
+      if (sum > 2147483647 || sum < -2147483647) return Status::kValueOutOfRange;
+      store_le32(cell, uint32_t(int32_t(sum)));
+    }
+  }
+  return Status::kOk;
+}
+
+// Approximate top-k: the threshold and ties of the k largest magnitudes, found among candidates
+// bracketed by a seeded sample. False when the sample's bracket missed (then the caller selects
+// over the whole vector).
+Status approx_top_k(const CodecSpec& spec, const float* x, size_t n, size_t k, uint64_t seed,
+                    const EncodeScratch& ws, select::Selection* sel, bool* bracketed) {
+  *bracketed = false;
+  if (ws.candidates == nullptr) return Status::kOk;
+  // 1. A seeded, stratified sample (one draw per stride) gives a lower bracket: the magnitude
+  //    of rank ~1.5k in the sample's scale.
+  const size_t m = sample_count(spec, n);
+  const size_t stride = n / m;
+  SplitMix64 g(seed ^ (uint64_t(kPurposeSampling) << 56));
+  for (size_t j = 0; j < m; ++j) ws.sample[j] = x[j * stride + g.below(uint32_t(stride))];
+  size_t hits = size_t(double(m) * double(k) / double(n) + 0.5);
+  hits = hits < 1 ? 1 : hits;
+  const size_t rank = hits * 3 / 2 + 8 < m ? hits * 3 / 2 + 8 : m;
+  uint32_t bracket;
+  size_t unused_ties;
+  EDGEFL_RETURN_IF_ERROR(select::radix_select(ws.sample, m, rank, ws.histogram, &bracket, &unused_ties));
+  // 2. One pass collects the magnitudes at or above the bracket, in index order (branch-free:
+  //    the store always happens, the count only on a hit).
+  const size_t capacity = candidate_capacity(k, n);
+  size_t count = 0;
+  select::for_each_at_least(x, n, bracket, [&](size_t, uint32_t key) {
+    ws.candidates[count < capacity ? count : capacity] = bits_float(key);  // last slot: scratch
+    ++count;
+  });
+  // 3. The exact select among the candidates: every coordinate with |x| >= the k-th magnitude
+  //    is a candidate, so threshold and ties are those of the whole vector.
+  if (count < k || count > capacity) return Status::kOk;
+  EDGEFL_RETURN_IF_ERROR(
+      select::radix_select(ws.candidates, count, k, ws.histogram, &sel->threshold, &sel->ties));
+  *bracketed = true;
+  return Status::kOk;
+}
+
+// The set of coordinates a sparsifier keeps (for skc of a dense update: its non-zeros), and the
+// scale its values are sent with (n / k for unbiased random-k, else 1). NaN and Inf are refused
+// (exact top-k: by radix_select).
+Status select_coordinates(const CodecSpec& spec, const float* x, size_t n, uint64_t seed,
+                          const EncodeScratch& ws, const Kernels& kern, select::Selection* sel,
+                          float* value_scale) {
+  const size_t k = target_k(spec, n);
+  *value_scale = 1.0f;
+  if (n == 0) {
+    sel->rule = select::Selection::Rule::kAll;
+    sel->k = 0;
+    return Status::kOk;
+  }
+  const bool exact_top_k =
+      spec.sparsifier == SparsifierKind::kTopK || (spec.sparsifier == SparsifierKind::kTopKApprox && k == n);
+  if (exact_top_k && k < n) {
+    sel->rule = select::Selection::Rule::kAboveWithTies;
+    sel->k = k;
+    return select::radix_select(x, n, k, ws.histogram, &sel->threshold, &sel->ties);
+  }
+  const uint32_t max_bits = kern.max_abs_bits(x, n);
+  if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
+  if (exact_top_k) {  // k == n
+    sel->rule = select::Selection::Rule::kAll;
+    sel->k = k;
+  } else if (spec.sparsifier == SparsifierKind::kNone) {  // skc of a dense update
+    sel->rule = select::Selection::Rule::kAtLeast;
+    sel->threshold = 1;  // abs_key(x) >= 1: x != 0
+    sel->k = kern.count_abs_at_least(x, n, 1);
+  } else if (spec.sparsifier == SparsifierKind::kTopKApprox) {
+    sel->rule = select::Selection::Rule::kAboveWithTies;
+    sel->k = k;
+    bool bracketed = false;
+    EDGEFL_RETURN_IF_ERROR(approx_top_k(spec, x, n, k, seed, ws, sel, &bracketed));
+    if (!bracketed)
+      EDGEFL_RETURN_IF_ERROR(select::radix_select(x, n, k, ws.histogram, &sel->threshold, &sel->ties));
+  } else if (spec.sparsifier == SparsifierKind::kThreshold) {
+    sel->rule = select::Selection::Rule::kAtLeast;
+    sel->threshold = select::abs_key(spec.threshold);
+    sel->k = kern.count_abs_at_least(x, n, sel->threshold);
+  } else {  // random-k
+    sel->rule = select::Selection::Rule::kRandom;
+    sel->k = k;
+    sel->seed = seed;
+    if (!spec.randk_unscaled) {
+      *value_scale = float(double(n) / double(k));
+      if (double(bits_float(max_bits)) * double(*value_scale) > 3.0e38) return Status::kValueOutOfRange;
+    }
+  }
+  return Status::kOk;
+}
+
+// SKCompress: three passes over the set (quantiles; group counts and key widths; sketch inserts
+// and keys), then the Huffman-coded tables. Zeros the sparsifier kept are not carried.
+Status encode_skc(const CodecSpec& spec, const select::Selection& sel, const float* x, size_t n,
+                  uint64_t seed, uint8_t* sketch_memory, uint8_t* payload, size_t capacity, EncodedInfo* h) {
+  const skc::Params sp = skc_params(spec);
+  size_t carried = 0;
+  size_t region = 0;
+  if (n == 0) {
+    region = skc::write_empty_region(payload);
+  } else {
+    skc::Encoder* enc = new (sketch_memory) skc::Encoder(sp, max_nnz(spec, n), seed, sketch_memory);
+    sel.for_each(x, n, [&](uint32_t i) {
+      if (x[i] != 0.0f) {
+        enc->observe(x[i]);
+        ++carried;
+      }
+    });
+    enc->plan();
+    sel.for_each(x, n, [&](uint32_t i) {
+      if (x[i] != 0.0f) enc->count(i, x[i]);
+    });
+    EDGEFL_RETURN_IF_ERROR(enc->layout(payload, capacity));
+    sel.for_each(x, n, [&](uint32_t i) {
+      if (x[i] != 0.0f) enc->insert(i, x[i]);
+    });
+    EDGEFL_RETURN_IF_ERROR(enc->finish(&region));
+  }
+  h->nnz = uint32_t(carried);
+  h->index_coding = IndexCoding::kNone;
+  h->index_bytes = 0;
+  h->value_bytes = region;
+  h->bits = 8;
+  h->block = sp.bins;
+  h->levels = skc::header_levels(sp);
+  h->param = sp.cols;
+  h->stochastic = false;
+  h->shared_scale = false;
+  return Status::kOk;
+}
+
+// The index region (Elias-Fano, Rice or none) and the value region of the selected coordinates,
+// in one pass through the group buffer. For Rice the values go after the worst-case index region
+// first, then move down.
+Status encode_sparse(const CodecSpec& spec, const values::Params& p, const select::Selection& sel,
+                     const float* x, size_t n, const EncodeScratch& ws, float value_scale, uint8_t* payload,
+                     EncodedInfo* h) {
+  IndexCoding coding = spec.sparsifier == SparsifierKind::kRandomK ? IndexCoding::kNone : spec.index_coding;
+  size_t index_bytes = 0;
+  if (coding == IndexCoding::kAuto) {
+    index_coding::RiceCost cost(n, sel.k);
+    sel.for_each(x, n, [&](uint32_t i) { cost.add(i); });
+    coding = cost.bytes() < index_coding::ef_bytes(n, sel.k) ? IndexCoding::kRice : IndexCoding::kEliasFano;
+    index_bytes =
+        coding == IndexCoding::kRice ? size_t(cost.bytes()) : size_t(index_coding::ef_bytes(n, sel.k));
+  } else if (coding == IndexCoding::kEliasFano) {
+    index_bytes = size_t(index_coding::ef_bytes(n, sel.k));
+  } else if (coding == IndexCoding::kRice) {
+    index_bytes = size_t(index_coding::rice_bound_bytes(n, sel.k));  // exact size known at the end
+  }
+  h->index_coding = coding;
+  h->value_bytes = size_t(values::region_bytes(p, sel.k));
+  uint8_t* index_out = payload;
+  uint8_t* value_out = payload + index_bytes;
+  GroupSink values_sink(p, ws.group, values::group_size(p), value_out, ws.hadamard, value_scale);
+  if (coding == IndexCoding::kEliasFano) {
+    index_coding::EliasFanoWriter w(n, sel.k, index_out);
+    sel.for_each(x, n, [&](uint32_t i) {
+      w.add(i);
+      values_sink.push(x[i]);
+    });
+    w.finish();
+    if (w.overflowed()) return Status::kBufferTooSmall;  // cannot happen: sizes are exact
+    EDGEFL_RETURN_IF_ERROR(values_sink.finish());
+  } else if (coding == IndexCoding::kRice) {
+    index_coding::RiceWriter w(n, sel.k, index_out, index_bytes);
+    sel.for_each(x, n, [&](uint32_t i) {
+      w.add(i);
+      values_sink.push(x[i]);
+    });
+    const size_t used = w.finish();
+    if (w.overflowed()) return Status::kBufferTooSmall;
+    EDGEFL_RETURN_IF_ERROR(values_sink.finish());  // the last group lands before the move
+    // The values were written after the worst-case index region: close the gap.
+    if (used < index_bytes) memmove(payload + used, value_out, h->value_bytes);
+    index_bytes = used;
+  } else {
+    sel.for_each(x, n, [&](uint32_t i) { values_sink.push(x[i]); });
+    EDGEFL_RETURN_IF_ERROR(values_sink.finish());
+  }
+  h->index_bytes = index_bytes;
+  return Status::kOk;
+}
+
+// The arguments of encode(), checked before anything is written; `*layout` is the workspace's.
+Status check_encode_arguments(const CodecSpec& spec, Span<const float> update, Span<uint8_t> workspace,
+                              Span<uint8_t> out, WorkspaceLayout* layout) {
+  EDGEFL_RETURN_IF_ERROR(validate_codec_spec(spec));
+  const size_t n = update.size();
+  if (n > EDGEFL_MAX_DIMENSION) return Status::kDimensionTooLarge;
+  if (n > 0 && update.data() == nullptr) return Status::kInvalidArgument;
+  *layout = layout_for(spec, n);
+  if (workspace.size() < layout->total() || (layout->total() > 0 && workspace.data() == nullptr)) {
+    return Status::kWorkspaceTooSmall;
+  }
+  if (out.size() < encoded_bound(spec, n) || out.data() == nullptr) return Status::kBufferTooSmall;
+  if (spec.values == ValueCoderKind::kUniform && spec.shared_step > values::kMaxScale / 2147483648.0f) {
+    return Status::kInvalidSpec;
+  }
+  return Status::kOk;
+}
+
 }  // namespace
 
 size_t workspace_size(const CodecSpec& spec, size_t n) {
@@ -478,289 +785,41 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
               Span<uint8_t> out, size_t* written) {
   if (written == nullptr) return Status::kInvalidArgument;
   *written = 0;
-  EDGEFL_RETURN_IF_ERROR(validate_codec_spec(spec));
+  WorkspaceLayout layout;
+  EDGEFL_RETURN_IF_ERROR(check_encode_arguments(spec, update, workspace, out, &layout));
   const size_t n = update.size();
-  if (n > EDGEFL_MAX_DIMENSION) return Status::kDimensionTooLarge;
-  if (n > 0 && update.data() == nullptr) return Status::kInvalidArgument;
-  const WorkspaceLayout layout = layout_for(spec, n);
-  if (workspace.size() < layout.total() || (layout.total() > 0 && workspace.data() == nullptr)) {
-    return Status::kWorkspaceTooSmall;
-  }
-  const size_t bound = encoded_bound(spec, n);
-  if (out.size() < bound || out.data() == nullptr) return Status::kBufferTooSmall;
-  if (spec.values == ValueCoderKind::kUniform && spec.shared_step > values::kMaxScale / 2147483648.0f) {
-    return Status::kInvalidSpec;
-  }
-
-  // Carve the workspace.
-  uint8_t* cursor = layout.total() ? align64(workspace.data()) : nullptr;
-  auto take = [&](size_t bytes) -> uint8_t* {
-    if (bytes == 0) return nullptr;
-    uint8_t* p = cursor;
-    cursor = align64(cursor + bytes);
-    return p;
-  };
-  uint32_t* histogram = reinterpret_cast<uint32_t*>(take(layout.histogram));
-  float* sample = reinterpret_cast<float*>(take(layout.sample));
-  float* candidates = reinterpret_cast<float*>(take(layout.candidates));
-  float* group_buffer = reinterpret_cast<float*>(take(layout.group));
-  float* scratch = reinterpret_cast<float*>(take(layout.hadamard));
-  uint8_t* sketch_memory = take(layout.sketch);
-  uint8_t* entropy_memory = take(layout.entropy);
-
+  const EncodeScratch ws = carve_workspace(layout, workspace.data());
   const float* x = update.data();
   const values::Params p = value_params(spec, seed);
   const Kernels& kern = kernels();
-
-  EncodedInfo h;
-  h.version = format::kFormatVersion;
-  h.sparsifier = spec.sparsifier;
-  h.values = spec.values;
-  h.n = uint32_t(n);
-  h.bits = p.bits;
-  h.block = p.block;
-  h.levels = p.levels;
-  h.stochastic = spec.values == ValueCoderKind::kQsgd || spec.values == ValueCoderKind::kTernGrad ||
-                 (spec.values == ValueCoderKind::kUniform && spec.stochastic);
-  h.shared_scale = p.shared;
-  h.randk_unscaled = spec.randk_unscaled;
-  h.sign_magnitude = spec.sign_magnitude;
-  h.param = p.shared ? p.step : spec.sparsifier == SparsifierKind::kThreshold ? spec.threshold : 0.0f;
-  h.seed = seed;
-  h.contributions = 1;
+  EncodedInfo h = header_for(spec, p, n, seed);
   uint8_t* payload = out.data() + kEncodedHeaderBytes;
-
-  if (p.shared && n > 0) {
-    // Shared-scale codes must fit in +-(2^(bits-1)-1) steps: refuse (or, with `clip`, saturate)
-    // rather than clip silently. Random-k sends values scaled by n / k.
-    const uint32_t max_bits = kern.max_abs_bits(x, n);
-    if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
-    // The same float operations as the encoder: (x * n/k) * (1 / step), then floor(t + u) with
-    // u < 1, so t <= limit guarantees |code| <= limit.
-    const float scale = spec.sparsifier == SparsifierKind::kRandomK && !spec.randk_unscaled
-                            ? float(double(n) / double(target_k(spec, n)))
-                            : 1.0f;
-    const float limit = float((1u << (p.bits - 1)) - 1);
-    if (!spec.clip && (bits_float(max_bits) * scale) * (1.0f / p.step) > limit)
-      return Status::kValueOutOfRange;
-  }
+  if (p.shared && n > 0) EDGEFL_RETURN_IF_ERROR(check_shared_scale_range(spec, p, x, n, kern));
 
   if (is_count_sketch(spec)) {
-    const uint32_t max_bits = n > 0 ? kern.max_abs_bits(x, n) : 0;
-    if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
-    // Codes must fit in int32 (and so must every cell: checked as they are added).
-    if (double(bits_float(max_bits)) / double(spec.shared_step) >= 2147483647.0)
-      return Status::kValueOutOfRange;
-    const unsigned rows = spec.sketch_rows;
-    const uint32_t cols = cs_columns(spec, n);
-    h.nnz = uint32_t(cs_heavy_hitters(spec, n));
-    h.bits = 32;
-    h.block = cols;
-    h.levels = rows;
-    h.param = spec.shared_step;
-    h.stochastic = true;
-    h.shared_scale = false;
-    h.index_coding = IndexCoding::kNone;
-    h.value_bytes = size_t(rows) * cols * 4;
-    memset(payload, 0, h.value_bytes);
-    count_sketch::RowHash hashes[count_sketch::kMaxRows];
-    for (unsigned r = 0; r < rows; ++r) hashes[r] = count_sketch::row_hash(seed, r);
-    const uint32_t round_key = derive_key(seed, kPurposeRounding);
-    for (size_t i = 0; i < n; ++i) {
-      if (x[i] == 0.0f) continue;
-      const double t = double(x[i]) / double(spec.shared_step);
-      const double floor_t = double(int64_t(t) - (double(int64_t(t)) > t ? 1 : 0));
-      const int64_t code =
-          int64_t(floor_t) + (double(unit_float(hash32(round_key, uint32_t(i)))) < t - floor_t ? 1 : 0);
-      if (code == 0) continue;
-      for (unsigned r = 0; r < rows; ++r) {
-        uint8_t* cell = payload + 4 * (size_t(r) * cols + hashes[r].column(uint32_t(i), cols));
-        const int64_t sum = int64_t(int32_t(load_le32(cell))) + int64_t(hashes[r].sign(uint32_t(i))) * code;
-        if (sum > 2147483647 || sum < -2147483647) return Status::kValueOutOfRange;
-        store_le32(cell, uint32_t(int32_t(sum)));
-      }
-    }
+    EDGEFL_RETURN_IF_ERROR(encode_count_sketch(spec, x, n, seed, kern, payload, &h));
   } else if (!is_sparse(spec) && !is_skc(spec)) {
     if (n > 0 && kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
     h.index_coding = IndexCoding::kNone;
     h.nnz = uint32_t(n);
     h.value_bytes = size_t(values::region_bytes(p, n));
-    if (n > 0) EDGEFL_RETURN_IF_ERROR(encode_dense(p, x, n, payload, scratch));
+    if (n > 0) EDGEFL_RETURN_IF_ERROR(encode_dense(p, x, n, payload, ws.hadamard));
   } else {
-    // 1. Decide the set.
     select::Selection sel;
-    const size_t k = target_k(spec, n);
     float value_scale = 1.0f;
-    if (n == 0) {
-      sel.rule = select::Selection::Rule::kAll;
-      sel.k = 0;
-    } else if (spec.sparsifier == SparsifierKind::kNone) {  // skc of a dense update: its non-zeros
-      if (kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
-      sel.rule = select::Selection::Rule::kAtLeast;
-      sel.threshold = 1;  // abs_key(x) >= 1: x != 0
-      sel.k = kern.count_abs_at_least(x, n, 1);
-    } else if (spec.sparsifier == SparsifierKind::kTopK ||
-               (spec.sparsifier == SparsifierKind::kTopKApprox && k == n)) {
-      if (k == n) {
-        if (kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
-        sel.rule = select::Selection::Rule::kAll;
-      } else {
-        sel.rule = select::Selection::Rule::kAboveWithTies;
-        EDGEFL_RETURN_IF_ERROR(select::radix_select(x, n, k, histogram, &sel.threshold, &sel.ties));
-      }
-      sel.k = k;
-    } else if (spec.sparsifier == SparsifierKind::kTopKApprox) {
-      if (kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
-      sel.rule = select::Selection::Rule::kAboveWithTies;
-      sel.k = k;
-      bool bracketed = false;
-      if (candidates != nullptr) {
-        // 1. A seeded, stratified sample (one draw per stride) gives a lower bracket: the
-        //    magnitude of rank ~1.5k in the sample's scale.
-        const size_t m = sample_count(spec, n);
-        const size_t stride = n / m;
-        SplitMix64 g(seed ^ (uint64_t(kPurposeSampling) << 56));
-        for (size_t j = 0; j < m; ++j) sample[j] = x[j * stride + g.below(uint32_t(stride))];
-        size_t hits = size_t(double(m) * double(k) / double(n) + 0.5);
-        hits = hits < 1 ? 1 : hits;
-        const size_t rank = hits * 3 / 2 + 8 < m ? hits * 3 / 2 + 8 : m;
-        uint32_t bracket;
-        size_t unused_ties;
-        EDGEFL_RETURN_IF_ERROR(select::radix_select(sample, m, rank, histogram, &bracket, &unused_ties));
-        // 2. One pass collects the magnitudes at or above the bracket, in index order
-        //    (branch-free: the store always happens, the count only on a hit).
-        const size_t capacity = candidate_capacity(k, n);
-        size_t count = 0;
-        select::for_each_at_least(x, n, bracket, [&](size_t, uint32_t key) {
-          candidates[count < capacity ? count : capacity] = bits_float(key);  // last slot: scratch
-          ++count;
-        });
-        // 3. The exact select among the candidates: every coordinate with |x| >= the k-th
-        //    magnitude is a candidate, so threshold and ties are those of the whole vector.
-        if (count >= k && count <= capacity) {
-          EDGEFL_RETURN_IF_ERROR(
-              select::radix_select(candidates, count, k, histogram, &sel.threshold, &sel.ties));
-          bracketed = true;
-        }
-      }
-      if (!bracketed)
-        EDGEFL_RETURN_IF_ERROR(select::radix_select(x, n, k, histogram, &sel.threshold, &sel.ties));
-    } else if (spec.sparsifier == SparsifierKind::kThreshold) {
-      if (kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
-      sel.rule = select::Selection::Rule::kAtLeast;
-      sel.threshold = select::abs_key(spec.threshold);
-      sel.k = kern.count_abs_at_least(x, n, sel.threshold);
-    } else {  // random-k
-      const uint32_t max_bits = kern.max_abs_bits(x, n);
-      if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
-      sel.rule = select::Selection::Rule::kRandom;
-      sel.k = k;
-      sel.seed = seed;
-      if (!spec.randk_unscaled) {
-        value_scale = float(double(n) / double(k));
-        if (double(bits_float(max_bits)) * double(value_scale) > 3.0e38) return Status::kValueOutOfRange;
-      }
-    }
+    EDGEFL_RETURN_IF_ERROR(select_coordinates(spec, x, n, seed, ws, kern, &sel, &value_scale));
     h.nnz = uint32_t(sel.k);
-
     if (is_skc(spec)) {
-      // SKCompress: three passes over the set (quantiles; group counts and key widths; sketch
-      // inserts and keys), then the Huffman-coded tables.
-      const skc::Params sp = skc_params(spec);
-      // Zeros the sparsifier kept (fewer non-zeros than k) are not carried: they decode to 0.
-      size_t carried = 0;
-      size_t region = 0;
-      if (n == 0) {
-        region = skc::write_empty_region(payload);
-      } else {
-        skc::Encoder* enc = new (sketch_memory) skc::Encoder(sp, max_nnz(spec, n), seed, sketch_memory);
-        sel.for_each(x, n, [&](uint32_t i) {
-          if (x[i] != 0.0f) {
-            enc->observe(x[i]);
-            ++carried;
-          }
-        });
-        enc->plan();
-        sel.for_each(x, n, [&](uint32_t i) {
-          if (x[i] != 0.0f) enc->count(i, x[i]);
-        });
-        EDGEFL_RETURN_IF_ERROR(enc->layout(payload, out.size() - kEncodedHeaderBytes));
-        sel.for_each(x, n, [&](uint32_t i) {
-          if (x[i] != 0.0f) enc->insert(i, x[i]);
-        });
-        EDGEFL_RETURN_IF_ERROR(enc->finish(&region));
-      }
-      h.nnz = uint32_t(carried);
-      h.index_coding = IndexCoding::kNone;
-      h.index_bytes = 0;
-      h.value_bytes = region;
-      h.bits = 8;
-      h.block = sp.bins;
-      h.levels = skc::header_levels(sp);
-      h.param = sp.cols;
-      h.stochastic = false;
-      h.shared_scale = false;
-      h.header_bytes = kEncodedHeaderBytes;
-      h.total_bytes = kEncodedHeaderBytes + h.value_bytes;
-      format::seal(h, out.data());
-      *written = h.total_bytes;
-      return Status::kOk;
-    }
-
-    // 2. Index coding and region sizes.
-    IndexCoding coding = spec.sparsifier == SparsifierKind::kRandomK ? IndexCoding::kNone : spec.index_coding;
-    size_t index_bytes = 0;
-    if (coding == IndexCoding::kAuto) {
-      index_coding::RiceCost cost(n, sel.k);
-      sel.for_each(x, n, [&](uint32_t i) { cost.add(i); });
-      coding = cost.bytes() < index_coding::ef_bytes(n, sel.k) ? IndexCoding::kRice : IndexCoding::kEliasFano;
-      index_bytes =
-          coding == IndexCoding::kRice ? size_t(cost.bytes()) : size_t(index_coding::ef_bytes(n, sel.k));
-    } else if (coding == IndexCoding::kEliasFano) {
-      index_bytes = size_t(index_coding::ef_bytes(n, sel.k));
-    } else if (coding == IndexCoding::kRice) {
-      index_bytes = size_t(index_coding::rice_bound_bytes(n, sel.k));  // exact size known at the end
-    }
-    h.index_coding = coding;
-    h.value_bytes = size_t(values::region_bytes(p, sel.k));
-
-    // 3. One pass: indices into the index region, values through the group buffer.
-    // For Rice the values go after the worst-case index region first, then move down.
-    uint8_t* index_out = payload;
-    uint8_t* value_out = payload + index_bytes;
-    GroupSink values_sink(p, group_buffer, values::group_size(p), value_out, scratch, value_scale);
-    if (coding == IndexCoding::kEliasFano) {
-      index_coding::EliasFanoWriter w(n, sel.k, index_out);
-      sel.for_each(x, n, [&](uint32_t i) {
-        w.add(i);
-        values_sink.push(x[i]);
-      });
-      w.finish();
-      if (w.overflowed()) return Status::kBufferTooSmall;  // cannot happen: sizes are exact
-      EDGEFL_RETURN_IF_ERROR(values_sink.finish());
-    } else if (coding == IndexCoding::kRice) {
-      index_coding::RiceWriter w(n, sel.k, index_out, index_bytes);
-      sel.for_each(x, n, [&](uint32_t i) {
-        w.add(i);
-        values_sink.push(x[i]);
-      });
-      const size_t used = w.finish();
-      if (w.overflowed()) return Status::kBufferTooSmall;
-      EDGEFL_RETURN_IF_ERROR(values_sink.finish());  // the last group lands before the move
-      // The values were written after the worst-case index region: close the gap.
-      if (used < index_bytes) memmove(payload + used, value_out, h.value_bytes);
-      index_bytes = used;
+      EDGEFL_RETURN_IF_ERROR(
+          encode_skc(spec, sel, x, n, seed, ws.sketch, payload, out.size() - kEncodedHeaderBytes, &h));
     } else {
-      sel.for_each(x, n, [&](uint32_t i) { values_sink.push(x[i]); });
-      EDGEFL_RETURN_IF_ERROR(values_sink.finish());
+      EDGEFL_RETURN_IF_ERROR(encode_sparse(spec, p, sel, x, n, ws, value_scale, payload, &h));
     }
-    h.index_bytes = index_bytes;
   }
-
-  if (spec.entropy_coded && h.nnz > 0) {
+  if (spec.entropy_coded && h.nnz > 0 && !is_skc(spec)) {
     const size_t raw = h.value_bytes;
     uint8_t* region = payload + h.index_bytes;
-    h.value_bytes = values::entropy_recode(p, region, raw, h.nnz, entropy_memory, entropy_memory + h.nnz);
+    h.value_bytes = values::entropy_recode(p, region, raw, h.nnz, ws.entropy, ws.entropy + h.nnz);
     h.entropy_coded = h.value_bytes < raw;
   }
   h.header_bytes = kEncodedHeaderBytes;
