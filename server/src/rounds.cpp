@@ -867,13 +867,21 @@ std::optional<Reply> RoundManager::upload_chunk(const std::string& device, const
   return std::nullopt;
 }
 
-Reply RoundManager::commit(const std::string& device, const wire::Commit& commit, int64_t now_ms) {
+Reply RoundManager::straggler_or_late(const std::string& device, const wire::Commit& commit, bool late) {
+  (late ? metrics_->updates_late : metrics_->updates_straggler).fetch_add(1);
+  log_info(late ? "update_late" : "update_straggler").kv("round", commit.round_id).kv("device", device);
+  return ack(commit.round_id, commit.upload_id,
+             late ? wire::UpdateDisposition::kLate : wire::UpdateDisposition::kStraggler);
+}
+
+std::optional<Reply> RoundManager::commit_outside_open_round(const std::string& device,
+                                                             const wire::Commit& commit, int64_t now_ms) {
   std::string error;
   if (commit.round_id > kMaxStoredId) {
     return error_reply(wire::ErrorCode::kUnknownRound,
                        "round " + std::to_string(commit.round_id) + " is unknown");
   }
-  // 1. Already accepted? (a retried commit after a lost ack, or a second update this round)
+  // Already accepted? (a retried commit after a lost ack, or a second update this round)
   std::optional<UpdateRecord> existing;
   if (storage_->find_update(commit.round_id, device, &existing, &error) != Status::kOk) {
     fatal("find_update", error);
@@ -887,30 +895,32 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
         .kv("upload", hex(commit.upload_id));
     return ack(commit.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
   }
-  // 2. A round that is no longer open: straggler (closed with its quorum before the deadline) or late.
+  // A round that is no longer open: straggler (closed with its quorum before the deadline) or late.
   if (!open_ || commit.round_id != open_->record.round_id) {
     const std::optional<ClosedRound> closed = closed_round(commit.round_id);
-    if (!closed)
+    if (!closed) {
       return error_reply(wire::ErrorCode::kUnknownRound,
                          "round " + std::to_string(commit.round_id) + " is unknown");
-    const bool late = now_ms >= closed->deadline_ms || !closed->committed;
-    (late ? metrics_->updates_late : metrics_->updates_straggler).fetch_add(1);
-    log_info(late ? "update_late" : "update_straggler").kv("round", commit.round_id).kv("device", device);
-    return ack(commit.round_id, commit.upload_id,
-               late ? wire::UpdateDisposition::kLate : wire::UpdateDisposition::kStraggler);
+    }
+    return straggler_or_late(device, commit, now_ms >= closed->deadline_ms || !closed->committed);
   }
-  OpenRound& round = *open_;
+  const OpenRound& round = *open_;
   if (commit.round_nonce != round.record.nonce) {
     return error_reply(wire::ErrorCode::kNonceMismatch,
                        "the round nonce does not match round " + std::to_string(round.record.round_id));
   }
   if (round.closing) {  // decided to close (its close is being retried): nothing more is taken
-    const bool late = now_ms >= round.record.deadline_unix_ms || !round.closing_commit;
-    (late ? metrics_->updates_late : metrics_->updates_straggler).fetch_add(1);
-    log_info(late ? "update_late" : "update_straggler").kv("round", commit.round_id).kv("device", device);
-    return ack(commit.round_id, commit.upload_id,
-               late ? wire::UpdateDisposition::kLate : wire::UpdateDisposition::kStraggler);
+    return straggler_or_late(device, commit,
+                             now_ms >= round.record.deadline_unix_ms || !round.closing_commit);
   }
+  return std::nullopt;
+}
+
+Reply RoundManager::commit(const std::string& device, const wire::Commit& commit, int64_t now_ms) {
+  // 1. Duplicates, closed rounds, stale nonces.
+  if (std::optional<Reply> answer = commit_outside_open_round(device, commit, now_ms))
+    return std::move(*answer);
+  OpenRound& round = *open_;
   auto it = round.uploads.find(device);
   if (it == round.uploads.end() || it->second.upload_id != commit.upload_id) {
     return error_reply(wire::ErrorCode::kUnknownUpload, "no upload with this id in this round");
@@ -932,6 +942,7 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
     round.uploads.erase(it);
     return ack(round.record.round_id, id, wire::UpdateDisposition::kRejected, reason);
   };
+  // 2. The bytes the device committed to.
   const net::Sha256Digest digest = net::sha256({upload.bytes.data(), upload.bytes.size()});
   if (std::memcmp(digest.data(), commit.digest.data(), digest.size()) != 0)
     return reject(wire::RejectReason::kDigestMismatch, "the bytes do not match the commit's SHA-256");
@@ -945,10 +956,18 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
   const uint64_t codec_seed = seeds_of(device, round.record.round_id).codec;
   const UpdateCheck check =
       check_upload({upload.bytes.data(), upload.bytes.size()}, &codec_seed, round.norm_bound);
-  if (check.verdict != UpdateVerdict::kAccepted)
+  if (check.verdict != UpdateVerdict::kAccepted) {
     return reject(reject_reason_of(check), describe_check(check, round.norm_bound));
-  const double norm = check.norm;
+  }
   // 5. Durable, then counted, then acked.
+  return count_update(device, commit, digest, check.norm, now_ms);
+}
+
+Reply RoundManager::count_update(const std::string& device, const wire::Commit& commit,
+                                 const net::Sha256Digest& digest, double norm, int64_t now_ms) {
+  OpenRound& round = *open_;
+  auto it = round.uploads.find(device);
+  Upload& upload = it->second;
   UpdateRecord record;
   record.round_id = round.record.round_id;
   record.device_id = device;
@@ -959,6 +978,7 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
   record.accepted_unix_ms = now_ms;
   record.payload = std::move(upload.bytes);
   InsertResult inserted = InsertResult::kInserted;
+  std::string error;
   if (storage_->record_update(record, &inserted, nullptr, &error) != Status::kOk) {
     fatal("record_update", error);
     return error_reply(wire::ErrorCode::kInternal, "server storage failure: the update was not recorded",

@@ -58,6 +58,7 @@
 #include "edgefl/trainer.h"
 #include "edgefl/wire.h"
 #include "metrics.h"
+#include "net/digest.h"
 #include "round/seeds.h"
 #include "round/update_steps.h"
 #include "storage.h"
@@ -208,6 +209,14 @@ class RoundManager {
   uint32_t steered_window(const std::string& device, int64_t now_ms);
   void evaluate(RoundSummary* summary);
   wire::TaskOffer make_offer(const std::string& device, int64_t now_ms) const;
+  // commit(), step by step: the answer when the commit is not for the open round's upload (a
+  // duplicate, a closed round, a stale nonce, a closing round); then counting a checked update
+  // (ledger first, then the aggregate, then the ack).
+  std::optional<Reply> commit_outside_open_round(const std::string& device, const wire::Commit& commit,
+                                                 int64_t now_ms);
+  Reply straggler_or_late(const std::string& device, const wire::Commit& commit, bool late);
+  Reply count_update(const std::string& device, const wire::Commit& commit, const net::Sha256Digest& digest,
+                     double norm, int64_t now_ms);
   // check_update() (round/update_steps.h) of an upload into scratch_, growing the decode workspace.
   UpdateCheck check_upload(Span<const uint8_t> bytes, const uint64_t* codec_seed, double norm_bound);
   // `device`'s training and codec seeds in round `round_id` (round/seeds.h).
