@@ -57,12 +57,20 @@ bool to_u64(const std::string& s, uint64_t* out) {
 
 }  // namespace
 
-int run_client_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
-  ClientOptions o;
+namespace {
+
+// What `edgefl client` was asked to do.
+struct ClientArgs {
+  ClientOptions options;
   bool stay = false;
   std::string data_dir = fashion_mnist_dir();
   std::string partition_text = "dirichlet:0.5";
   uint64_t shard = 0, shards = 1, partition_seed = 1, rounds = 0;
+};
+
+// -1: go on; else the exit code (0 after --help, 2 on a bad option).
+int parse_client_args(int argc, const char* const* argv, ClientArgs* args, std::ostream& out,
+                      std::ostream& err) {
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -70,11 +78,11 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
       return 0;
     }
     if (a == "--insecure-plaintext-for-tests") {
-      o.insecure_plaintext_for_tests = true;
+      args->options.insecure_plaintext_for_tests = true;
       continue;
     }
     if (a == "--stay") {
-      stay = true;
+      args->stay = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -87,48 +95,48 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
     if (a == "--server") {
       const size_t colon = v.rfind(':');
       ok = colon != std::string::npos && colon > 0 && to_u64(v.substr(colon + 1), &u) && u > 0 && u < 65536;
-      o.host = v.substr(0, colon);
-      o.port = static_cast<uint16_t>(u);
+      args->options.host = v.substr(0, colon);
+      args->options.port = static_cast<uint16_t>(u);
     } else if (a == "--server-name") {
-      o.server_name = v;
+      args->options.server_name = v;
     } else if (a == "--ca") {
-      o.ca_file = v;
+      args->options.ca_file = v;
     } else if (a == "--cert") {
-      o.cert_file = v;
+      args->options.cert_file = v;
     } else if (a == "--key") {
-      o.key_file = v;
+      args->options.key_file = v;
     } else if (a == "--data") {
-      data_dir = v;
+      args->data_dir = v;
     } else if (a == "--shard") {
       const size_t slash = v.find('/');
-      ok = slash != std::string::npos && to_u64(v.substr(0, slash), &shard) &&
-           to_u64(v.substr(slash + 1), &shards) && shards > 0 && shard < shards;
+      ok = slash != std::string::npos && to_u64(v.substr(0, slash), &args->shard) &&
+           to_u64(v.substr(slash + 1), &args->shards) && args->shards > 0 && args->shard < args->shards;
     } else if (a == "--partition") {
-      partition_text = v;
+      args->partition_text = v;
     } else if (a == "--partition-seed") {
-      ok = to_u64(v, &partition_seed);
+      ok = to_u64(v, &args->partition_seed);
     } else if (a == "--rounds") {
-      ok = to_u64(v, &rounds) && rounds <= 1000000;
+      ok = to_u64(v, &args->rounds) && args->rounds <= 1000000;
     } else if (a == "--give-up-after") {
       ok = to_u64(v, &u) && u <= 30ull * 86400;
-      o.give_up_after_ms = u * 1000;
+      args->options.give_up_after_ms = u * 1000;
     } else if (a == "--budget") {
-      ok = to_u64(v, &o.memory_budget_bytes) && o.memory_budget_bytes > 0;
+      ok = to_u64(v, &args->options.memory_budget_bytes) && args->options.memory_budget_bytes > 0;
     } else if (a == "--chunk") {
       ok = to_u64(v, &u) && u > 0 && u <= (1u << 20);
-      o.upload_chunk_bytes = static_cast<uint32_t>(u);
+      args->options.upload_chunk_bytes = static_cast<uint32_t>(u);
     } else if (a == "--ef") {
       ok = v == "fp32" || v == "bf16" || v == "none";
-      o.error_feedback = v != "none";
-      o.residual_precision = v == "bf16" ? ResidualPrecision::kBf16 : ResidualPrecision::kFp32;
+      args->options.error_feedback = v != "none";
+      args->options.residual_precision = v == "bf16" ? ResidualPrecision::kBf16 : ResidualPrecision::kFp32;
     } else if (a == "--timeout") {
       ok = to_u64(v, &u) && u > 0 && u <= 3600000;
-      o.io_timeout_ms = static_cast<uint32_t>(u);
+      args->options.io_timeout_ms = static_cast<uint32_t>(u);
     } else if (a == "--seed") {
-      ok = to_u64(v, &o.seed);
+      ok = to_u64(v, &args->options.seed);
     } else if (a == "--drop-after-chunks") {
       ok = to_u64(v, &u) && u <= 1000000;
-      o.test_disconnect_after_chunks = static_cast<uint32_t>(u);
+      args->options.test_disconnect_after_chunks = static_cast<uint32_t>(u);
     } else {
       err << "edgefl client: unknown option " << a << " (see --help)\n";
       return 2;
@@ -140,88 +148,107 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
   }
   // Every transient condition is retried (edgefl/client.h); the command's own limits are the
   // rounds, --give-up-after, and (without --stay) the server draining.
-  o.stop_when_draining = !stay;
+  ClientOptions& o = args->options;
+  o.stop_when_draining = !args->stay;
   if (!o.insecure_plaintext_for_tests && (o.ca_file.empty() || o.cert_file.empty() || o.key_file.empty())) {
     err << "edgefl client: --ca, --cert and --key are required (`edgefl certs` makes a development set)\n";
     return 2;
   }
+  return -1;
+}
 
+// The device's shard of Fashion-MNIST, alone (as a real device would hold only its own data).
+// -1: loaded; else the exit code.
+int load_shard(const ClientArgs& args, Dataset* local, std::ostream& err) {
   std::string error;
   Dataset train;
-  if (!load_fashion_mnist(data_dir, true, &train, &error)) {
+  if (!load_fashion_mnist(args.data_dir, true, &train, &error)) {
     err << "edgefl client: " << error << "\n";
     return 1;
   }
+  const uint64_t shard = args.shard, shards = args.shards;
   PartitionSpec partition_spec;
-  if (!parse_partition_spec(partition_text, &partition_spec, &error)) {
+  if (!parse_partition_spec(args.partition_text, &partition_spec, &error)) {
     err << "edgefl client: --partition: " << error << "\n";
     return 2;
   }
   std::vector<std::vector<uint32_t>> parts =
-      partition(train.labels, shards, partition_spec, partition_seed, &error);
+      partition(train.labels, shards, partition_spec, args.partition_seed, &error);
   if (parts.size() != shards) {
     err << "edgefl client: partition: " << error << "\n";
     return 1;
   }
   // The device keeps only its shard (as a real device would hold only its own data).
-  Dataset local;
-  local.rows = train.rows;
-  local.cols = train.cols;
-  local.num_classes = train.num_classes;
-  local.normalization = train.normalization;
-  local.count = parts[shard].size();
-  local.inputs.reserve(local.count * train.dim());
-  local.labels.reserve(local.count);
+  local->rows = train.rows;
+  local->cols = train.cols;
+  local->num_classes = train.num_classes;
+  local->normalization = train.normalization;
+  local->count = parts[shard].size();
+  local->inputs.reserve(local->count * train.dim());
+  local->labels.reserve(local->count);
   for (uint32_t index : parts[shard]) {
-    local.inputs.insert(local.inputs.end(), train.input(index), train.input(index) + train.dim());
-    local.labels.push_back(train.labels[index]);
+    local->inputs.insert(local->inputs.end(), train.input(index), train.input(index) + train.dim());
+    local->labels.push_back(train.labels[index]);
   }
   train = Dataset{};
+  return -1;
+}
+
+void print_round(std::ostream& out, const RoundResult& r) {
+  if (r.outcome == RoundOutcome::kServerDraining) {
+    out << "edgefl client: the server is draining; done\n";
+    out.flush();
+    return;
+  }
+  char line[768];
+  std::snprintf(line, sizeof line,
+                "round %llu (model v%llu): %s; %u samples, loss %.4f, train %.2f s; update %llu B (%s)%s; "
+                "model %llu B; wire up %llu B down %llu B; wait %.1f s; total %.2f s; "
+                "heap peak %.1f kB (TLS %.1f kB; plan: %s)\n",
+                static_cast<unsigned long long>(r.round_id), static_cast<unsigned long long>(r.model_version),
+                round_outcome_name(r.outcome), r.samples, double(r.train_loss), r.train_seconds,
+                static_cast<unsigned long long>(r.update_bytes), r.codec.c_str(),
+                r.resumed_at ? (", resumed at " + std::to_string(r.resumed_at)).c_str() : "",
+                static_cast<unsigned long long>(r.model_bytes),
+                static_cast<unsigned long long>(r.wire_bytes_up),
+                static_cast<unsigned long long>(r.wire_bytes_down), r.wait_seconds, r.total_seconds,
+                double(r.heap_peak_bytes) / 1e3, double(r.heap_tls_bytes) / 1e3, r.memory.describe().c_str());
+  out << line;
+  out.flush();
+}
+
+}  // namespace
+
+int run_client_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  ClientArgs args;
+  int code = parse_client_args(argc, argv, &args, out, err);
+  if (code >= 0) return code;
+  Dataset local;
+  code = load_shard(args, &local, err);
+  if (code >= 0) return code;
   std::vector<uint32_t> all(local.count);
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint32_t>(i);
   DatasetTrainer trainer(&local, std::move(all));
   if (trainer.sample_count() == 0) {
-    err << "edgefl client: shard " << shard << "/" << shards << " holds no samples\n";
+    err << "edgefl client: shard " << args.shard << "/" << args.shards << " holds no samples\n";
     return 1;
   }
-
+  ClientOptions& o = args.options;
   // Without TLS the server has no certificate to name this device by: it takes the Hello's SDK
   // version string instead (test mode only).
-  if (o.insecure_plaintext_for_tests) o.sdk_version = "shard-" + std::to_string(shard);
+  if (o.insecure_plaintext_for_tests) o.sdk_version = "shard-" + std::to_string(args.shard);
   o.heap_probe = [] {
     const struct mallinfo2 m = mallinfo2();  // glibc: arena bytes in use + mmapped blocks
     return static_cast<size_t>(m.uordblks + m.hblkhd);
   };
   Client client(o);
+  std::string error;
   if (client.init(&error) != Status::kOk) {
     err << "edgefl client: " << error << "\n";
     return 1;
   }
-  const std::string who = o.cert_file.empty() ? std::string("device") : o.cert_file;
   const Status s = client.participate(
-      trainer, static_cast<uint32_t>(rounds),
-      [&](const RoundResult& r) {
-        if (r.outcome == RoundOutcome::kServerDraining) {
-          out << "edgefl client: the server is draining; done\n";
-          out.flush();
-          return;
-        }
-        char line[768];
-        std::snprintf(
-            line, sizeof line,
-            "round %llu (model v%llu): %s; %u samples, loss %.4f, train %.2f s; update %llu B (%s)%s; "
-            "model %llu B; wire up %llu B down %llu B; wait %.1f s; total %.2f s; "
-            "heap peak %.1f kB (TLS %.1f kB; plan: %s)\n",
-            static_cast<unsigned long long>(r.round_id), static_cast<unsigned long long>(r.model_version),
-            round_outcome_name(r.outcome), r.samples, double(r.train_loss), r.train_seconds,
-            static_cast<unsigned long long>(r.update_bytes), r.codec.c_str(),
-            r.resumed_at ? (", resumed at " + std::to_string(r.resumed_at)).c_str() : "",
-            static_cast<unsigned long long>(r.model_bytes), static_cast<unsigned long long>(r.wire_bytes_up),
-            static_cast<unsigned long long>(r.wire_bytes_down), r.wait_seconds, r.total_seconds,
-            double(r.heap_peak_bytes) / 1e3, double(r.heap_tls_bytes) / 1e3, r.memory.describe().c_str());
-        out << line;
-        out.flush();
-      },
+      trainer, static_cast<uint32_t>(args.rounds), [&](const RoundResult& r) { print_round(out, r); },
       &error);
   if (s != Status::kOk) {
     err << "edgefl client: " << status_name(s) << ": " << error << "\n";

@@ -88,6 +88,128 @@ bool to_double(const std::string& s, double* out) {
   return !s.empty() && *end == '\0';
 }
 
+// The options that take a value, by group: each sets `a` from `v` and returns true, or returns
+// false when `a` is not one of its options. *ok: the value was valid.
+bool set_network_option(const std::string& a, const std::string& v, edgefl::server::ServerOptions* o,
+                        bool* ok) {
+  uint32_t u = 0;
+  if (a == "--listen") {
+    *ok = split_host_port(v, &o->listen_host, &o->port);
+  } else if (a == "--metrics") {
+    *ok = split_host_port(v, &o->metrics_host, &o->metrics_port);
+  } else if (a == "--port-file") {
+    o->port_file = v;
+  } else if (a == "--ca") {
+    o->tls.ca_file = v;
+  } else if (a == "--cert") {
+    o->tls.cert_file = v;
+  } else if (a == "--key") {
+    o->tls.key_file = v;
+  } else if (a == "--crl") {
+    o->tls.crl_file = v;
+  } else if (a == "--deny") {
+    o->tls.deny_file = v;
+  } else if (a == "--idle-timeout") {
+    *ok = to_u32(v, &u) && u > 0 && u <= 86400;
+    o->idle_timeout_ms = u * 1000;
+  } else if (a == "--handshake-timeout") {
+    *ok = to_u32(v, &u) && u > 0 && u <= 3600;
+    o->handshake_timeout_ms = u * 1000;
+  } else if (a == "--max-connections") {
+    *ok = to_u32(v, &o->max_connections) && o->max_connections > 0;
+  } else if (a == "--max-connections-per-device") {
+    *ok = to_u32(v, &o->max_connections_per_device) && o->max_connections_per_device > 0;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool set_round_option(const std::string& a, const std::string& v, edgefl::server::RoundOptions* r, bool* ok) {
+  double d = 0;
+  if (a == "--state-dir") {
+    r->state_dir = v;
+  } else if (a == "--model") {
+    r->model_spec = v;
+  } else if (a == "--codec") {
+    r->uplink_codec = v;
+  } else if (a == "--optimizer") {
+    r->optimizer = v;
+  } else if (a == "--rounds") {
+    *ok = to_u32(v, &r->rounds);
+  } else if (a == "--cohort") {
+    *ok = to_u32(v, &r->cohort) && r->cohort > 0;
+  } else if (a == "--over-selection") {
+    *ok = to_double(v, &r->over_selection);
+  } else if (a == "--selection-probability") {
+    *ok = to_double(v, &r->selection_probability);
+  } else if (a == "--min-quorum") {
+    *ok = to_u32(v, &r->min_quorum);
+  } else if (a == "--deadline") {
+    *ok = to_double(v, &d) && d > 0 && d <= 7 * 86400;
+    r->deadline_ms = static_cast<uint32_t>(d * 1000);
+  } else if (a == "--retry-after") {
+    *ok = to_u32(v, &r->retry_after_ms) && r->retry_after_ms > 0;
+  } else if (a == "--retry-window") {
+    *ok = to_u32(v, &r->retry_window_ms);
+  } else if (a == "--chunk") {
+    *ok = to_u32(v, &r->max_chunk_bytes);
+  } else if (a == "--max-update-norm") {
+    *ok = to_double(v, &r->max_update_norm) && r->max_update_norm >= 0;
+  } else if (a == "--update-norm-factor") {
+    *ok = to_double(v, &r->update_norm_factor) && r->update_norm_factor > 0;
+  } else if (a == "--offer-lease") {
+    *ok = to_double(v, &d) && d > 0 && d <= 7 * 86400;
+    r->offer_lease_ms = static_cast<uint32_t>(d * 1000);
+  } else if (a == "--eval-samples") {
+    *ok = to_u32(v, &r->eval_samples) && r->eval_samples > 0;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool set_training_option(const std::string& a, const std::string& v, edgefl::server::RoundOptions* r,
+                         bool* ok) {
+  uint32_t u = 0;
+  double d = 0;
+  if (a == "--lr") {
+    *ok = to_double(v, &d);
+    r->training.learning_rate = static_cast<float>(d);
+  } else if (a == "--epochs") {
+    *ok = to_u32(v, &r->training.local_epochs);
+  } else if (a == "--batch") {
+    *ok = to_u32(v, &r->training.batch_size);
+  } else if (a == "--momentum") {
+    *ok = to_double(v, &d);
+    r->training.momentum = static_cast<float>(d);
+  } else if (a == "--max-steps") {
+    *ok = to_u32(v, &r->training.max_steps);
+  } else if (a == "--seed") {
+    *ok = to_u32(v, &u);
+    r->seed = u;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool set_output_option(const std::string& a, const std::string& v, edgefl::server::ServerOptions* o,
+                       bool* ok) {
+  if (a == "--summary") {
+    o->summary_file = v;
+  } else if (a == "--drain") {
+    *ok = to_u32(v, &o->drain_ms);
+  } else if (a == "--log-level") {
+    edgefl::server::LogLevel level;
+    *ok = edgefl::server::parse_log_level(v, &level);
+    if (*ok) edgefl::server::set_log_level(level);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,15 +224,6 @@ int main(int argc, char** argv) {
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&](std::string* out) {
-      if (i + 1 >= args.size()) return false;
-      *out = args[++i];
-      return true;
-    };
-    std::string v;
-    uint32_t u = 0;
-    double d = 0;
-    bool ok = true;
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -123,97 +236,16 @@ int main(int argc, char** argv) {
     } else if (a == "--eval") {
       o.rounds.eval_data_dir = edgefl::fashion_mnist_dir();
       if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) o.rounds.eval_data_dir = args[++i];
-    } else if (!value(&v)) {
-      return fail("unknown option or missing value: " + a);
-    } else if (a == "--listen") {
-      ok = split_host_port(v, &o.listen_host, &o.port);
-    } else if (a == "--metrics") {
-      ok = split_host_port(v, &o.metrics_host, &o.metrics_port);
-    } else if (a == "--port-file") {
-      o.port_file = v;
-    } else if (a == "--ca") {
-      o.tls.ca_file = v;
-    } else if (a == "--cert") {
-      o.tls.cert_file = v;
-    } else if (a == "--key") {
-      o.tls.key_file = v;
-    } else if (a == "--crl") {
-      o.tls.crl_file = v;
-    } else if (a == "--deny") {
-      o.tls.deny_file = v;
-    } else if (a == "--idle-timeout") {
-      ok = to_u32(v, &u) && u > 0 && u <= 86400;
-      o.idle_timeout_ms = u * 1000;
-    } else if (a == "--handshake-timeout") {
-      ok = to_u32(v, &u) && u > 0 && u <= 3600;
-      o.handshake_timeout_ms = u * 1000;
-    } else if (a == "--max-connections") {
-      ok = to_u32(v, &o.max_connections) && o.max_connections > 0;
-    } else if (a == "--state-dir") {
-      o.rounds.state_dir = v;
-    } else if (a == "--model") {
-      o.rounds.model_spec = v;
-    } else if (a == "--codec") {
-      o.rounds.uplink_codec = v;
-    } else if (a == "--optimizer") {
-      o.rounds.optimizer = v;
-    } else if (a == "--rounds") {
-      ok = to_u32(v, &o.rounds.rounds);
-    } else if (a == "--cohort") {
-      ok = to_u32(v, &o.rounds.cohort) && o.rounds.cohort > 0;
-    } else if (a == "--over-selection") {
-      ok = to_double(v, &o.rounds.over_selection);
-    } else if (a == "--selection-probability") {
-      ok = to_double(v, &o.rounds.selection_probability);
-    } else if (a == "--min-quorum") {
-      ok = to_u32(v, &o.rounds.min_quorum);
-    } else if (a == "--deadline") {
-      ok = to_double(v, &d) && d > 0 && d <= 7 * 86400;
-      o.rounds.deadline_ms = static_cast<uint32_t>(d * 1000);
-    } else if (a == "--retry-after") {
-      ok = to_u32(v, &o.rounds.retry_after_ms) && o.rounds.retry_after_ms > 0;
-    } else if (a == "--retry-window") {
-      ok = to_u32(v, &o.rounds.retry_window_ms);
-    } else if (a == "--max-connections-per-device") {
-      ok = to_u32(v, &o.max_connections_per_device) && o.max_connections_per_device > 0;
-    } else if (a == "--chunk") {
-      ok = to_u32(v, &o.rounds.max_chunk_bytes);
-    } else if (a == "--max-update-norm") {
-      ok = to_double(v, &o.rounds.max_update_norm) && o.rounds.max_update_norm >= 0;
-    } else if (a == "--update-norm-factor") {
-      ok = to_double(v, &o.rounds.update_norm_factor) && o.rounds.update_norm_factor > 0;
-    } else if (a == "--offer-lease") {
-      ok = to_double(v, &d) && d > 0 && d <= 7 * 86400;
-      o.rounds.offer_lease_ms = static_cast<uint32_t>(d * 1000);
-    } else if (a == "--lr") {
-      ok = to_double(v, &d);
-      o.rounds.training.learning_rate = static_cast<float>(d);
-    } else if (a == "--epochs") {
-      ok = to_u32(v, &o.rounds.training.local_epochs);
-    } else if (a == "--batch") {
-      ok = to_u32(v, &o.rounds.training.batch_size);
-    } else if (a == "--momentum") {
-      ok = to_double(v, &d);
-      o.rounds.training.momentum = static_cast<float>(d);
-    } else if (a == "--max-steps") {
-      ok = to_u32(v, &o.rounds.training.max_steps);
-    } else if (a == "--seed") {
-      ok = to_u32(v, &u);
-      o.rounds.seed = u;
-    } else if (a == "--eval-samples") {
-      ok = to_u32(v, &o.rounds.eval_samples) && o.rounds.eval_samples > 0;
-    } else if (a == "--summary") {
-      o.summary_file = v;
-    } else if (a == "--drain") {
-      ok = to_u32(v, &o.drain_ms);
-    } else if (a == "--log-level") {
-      LogLevel level;
-      ok = parse_log_level(v, &level);
-      if (ok) set_log_level(level);
     } else {
-      return fail("unknown option " + a);
+      if (i + 1 >= args.size()) return fail("unknown option or missing value: " + a);
+      const std::string& v = args[++i];
+      bool ok = true;
+      if (!set_network_option(a, v, &o, &ok) && !set_round_option(a, v, &o.rounds, &ok) &&
+          !set_training_option(a, v, &o.rounds, &ok) && !set_output_option(a, v, &o, &ok)) {
+        return fail("unknown option " + a);
+      }
+      if (!ok) return fail("bad value for " + a + ": '" + v + "'");
     }
-    if (!ok) return fail("bad value for " + a + ": '" + v + "'");
   }
   if (o.rounds.state_dir.empty()) return fail("--state-dir is required");
   if (!o.insecure_plaintext_for_tests &&

@@ -502,14 +502,11 @@ Status encode_safetensors(const ModelSpec& spec, Span<const float> params,
   return Status::kOk;
 }
 
-Status decode_safetensors(Span<const uint8_t> file, const ModelSpec& spec, std::vector<float>* params,
-                          std::map<std::string, std::string>* metadata, std::string* error) {
-  if (params == nullptr) return fail(error, Status::kInvalidArgument, "null output");
-  const size_t count = tensor_count(spec);
-  const size_t n = parameter_count(spec);
-  if (count == 0 || n == 0) return fail(error, Status::kInvalidSpec, "invalid model spec");
-  if (file.data() == nullptr && file.size() != 0) return fail(error, Status::kInvalidArgument, "null file");
+namespace {
 
+// The header length, then the header's JSON; `*data` and `*data_bytes`: the tensor bytes after it.
+Status read_header_json(Span<const uint8_t> file, Json* root, const uint8_t** data, uint64_t* data_bytes,
+                        std::string* error) {
   // Header length, then the header.
   if (file.size() < 8) {
     return fail(error, Status::kTruncated,
@@ -530,21 +527,24 @@ Status decode_safetensors(Span<const uint8_t> file, const ModelSpec& spec, std::
   if (header_bytes < 2 || header[0] != '{') {
     return fail(error, Status::kCorruptPayload, "the header is not a JSON object");
   }
-  const uint8_t* data = header + header_bytes;
-  const uint64_t data_bytes = file.size() - 8 - header_bytes;
+  *data = header + header_bytes;
+  *data_bytes = file.size() - 8 - header_bytes;
 
-  Json root;
   JsonParser parser(header, size_t(header_bytes));
-  if (!parser.parse_document(&root)) {
+  if (!parser.parse_document(root)) {
     return fail(error, Status::kCorruptPayload,
                 "header JSON: " + parser.error() + " at byte " + std::to_string(parser.offset()));
   }
-  if (root.kind != Json::Kind::kObject)
+  if (root->kind != Json::Kind::kObject)
     return fail(error, Status::kCorruptPayload, "the header is not a JSON object");
 
+  return Status::kOk;
+}
+
+// "__metadata__" and the tensors of the header, each within the data.
+Status read_entries(const Json& root, uint64_t data_bytes, std::map<std::string, std::string>* meta,
+                    std::vector<FileTensor>* tensors, std::string* error) {
   // Entries: "__metadata__" and the tensors.
-  std::map<std::string, std::string> meta;
-  std::vector<FileTensor> tensors;
   for (const auto& [key, value] : root.members) {
     if (key == "__metadata__") {
       if (value.kind != Json::Kind::kObject) {
@@ -554,7 +554,7 @@ Status decode_safetensors(Span<const uint8_t> file, const ModelSpec& spec, std::
         if (mvalue.kind != Json::Kind::kString) {
           return fail(error, Status::kCorruptPayload, "__metadata__ entry \"" + mkey + "\" is not a string");
         }
-        meta.emplace(mkey, mvalue.text);
+        meta->emplace(mkey, mvalue.text);
       }
       continue;
     }
@@ -565,10 +565,14 @@ Status decode_safetensors(Span<const uint8_t> file, const ModelSpec& spec, std::
                   "tensor \"" + key + "\": data_offsets [" + std::to_string(t.begin) + "," +
                       std::to_string(t.end) + "] run past the " + std::to_string(data_bytes) + " data bytes");
     }
-    tensors.push_back(std::move(t));
+    tensors->push_back(std::move(t));
   }
 
-  // Offsets: sorted, they must tile [0, data_bytes) exactly.
+  return Status::kOk;
+}
+
+// Sorted by offset, the tensors must tile [0, data_bytes) exactly.
+Status check_tiling(const std::vector<FileTensor>& tensors, uint64_t data_bytes, std::string* error) {
   std::vector<const FileTensor*> by_offset;
   for (const FileTensor& t : tensors) by_offset.push_back(&t);
   std::sort(by_offset.begin(), by_offset.end(), [](const FileTensor* a, const FileTensor* b) {
@@ -592,7 +596,15 @@ Status decode_safetensors(Span<const uint8_t> file, const ModelSpec& spec, std::
                     " data bytes");
   }
 
-  // Match the spec: the same names, the same shapes, nothing more.
+  return Status::kOk;
+}
+
+// Matches the spec (the same names, the same shapes, nothing more) and copies the values.
+Status copy_tensors(const ModelSpec& spec, const std::vector<FileTensor>& tensors, const uint8_t* data,
+                    const std::map<std::string, std::string>& meta, std::vector<float>* params,
+                    std::string* error) {
+  const size_t count = tensor_count(spec);
+  const size_t n = parameter_count(spec);
   const auto spec_it = meta.find(kSpecKey);
   if (spec_it != meta.end() && spec_it->second != spec_string(spec)) {
     return fail(error, Status::kDimensionMismatch,
@@ -646,6 +658,29 @@ Status decode_safetensors(Span<const uint8_t> file, const ModelSpec& spec, std::
         error, Status::kDimensionMismatch,
         "the file has " + std::to_string(tensors.size()) + " tensors, the spec " + std::to_string(count));
   }
+  *params = std::move(out);
+  return Status::kOk;
+}
+
+}  // namespace
+
+Status decode_safetensors(Span<const uint8_t> file, const ModelSpec& spec, std::vector<float>* params,
+                          std::map<std::string, std::string>* metadata, std::string* error) {
+  if (params == nullptr) return fail(error, Status::kInvalidArgument, "null output");
+  if (tensor_count(spec) == 0 || parameter_count(spec) == 0) {
+    return fail(error, Status::kInvalidSpec, "invalid model spec");
+  }
+  if (file.data() == nullptr && file.size() != 0) return fail(error, Status::kInvalidArgument, "null file");
+  Json root;
+  const uint8_t* data = nullptr;
+  uint64_t data_bytes = 0;
+  EDGEFL_RETURN_IF_ERROR(read_header_json(file, &root, &data, &data_bytes, error));
+  std::map<std::string, std::string> meta;
+  std::vector<FileTensor> tensors;
+  EDGEFL_RETURN_IF_ERROR(read_entries(root, data_bytes, &meta, &tensors, error));
+  EDGEFL_RETURN_IF_ERROR(check_tiling(tensors, data_bytes, error));
+  std::vector<float> out;
+  EDGEFL_RETURN_IF_ERROR(copy_tensors(spec, tensors, data, meta, &out, error));
   *params = std::move(out);
   if (metadata != nullptr) *metadata = std::move(meta);
   return Status::kOk;
