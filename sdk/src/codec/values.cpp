@@ -121,6 +121,134 @@ void hadamard_transform(float* v, uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) v[i] *= norm;
 }
 
+namespace {
+
+// Uniform, sign + magnitude: a sign bit and stochastic levels of |x| over [min |x|, max |x|] of
+// the group.
+Status encode_signmag_group(const Params& p, const float* v, uint32_t count, uint32_t first, uint8_t* out) {
+  float lo = 3.0e38f, hi = 0.0f;
+  for (uint32_t i = 0; i < count; ++i) {
+    const float m = v[i] < 0.0f ? -v[i] : v[i];
+    lo = m < lo ? m : lo;
+    hi = m > hi ? m : hi;
+  }
+  const unsigned mag_bits = p.bits - 1u;
+  const uint32_t top = (1u << mag_bits) - 1;
+  float step = top > 0 ? (hi - lo) / float(top) : 0.0f;
+  if (!(step <= kMaxScale) || !(hi <= kMaxScale)) return Status::kValueOutOfRange;
+  if (!(step >= 1e-30f)) step = 0.0f;
+  memcpy(out, &lo, 4);
+  memcpy(out + 4, &step, 4);
+  const float inv = step > 0.0f ? 1.0f / step : 0.0f;
+  BitWriter w(out + 8, size_t((uint64_t(count) * p.bits + 7) / 8));
+  for (uint32_t i = 0; i < count; ++i) {
+    const float m = v[i] < 0.0f ? -v[i] : v[i];
+    const float t = (m - lo) * inv;
+    const float u = p.stochastic ? unit_float(hash32(p.round_key, first + i)) : 0.5f;
+    uint32_t level = uint32_t(t + u);
+    level = level > top ? top : level;
+    w.put(level | (uint32_t(v[i] < 0.0f) << mag_bits), p.bits);
+  }
+  w.finish();
+  return Status::kOk;
+}
+
+// Uniform, blocked: the group's min and step, then bits-wide stochastic (or nearest) levels.
+Status encode_uniform_group(const Params& p, const Kernels& k, const float* v, uint32_t count, uint32_t first,
+                            uint8_t* out) {
+  float lo, hi;
+  k.min_max(v, count, &lo, &hi);
+  const float levels = float((1u << p.bits) - 1);
+  float step = (hi - lo) / levels;
+  if (!(step <= kMaxScale) || !(lo >= -kMaxScale && lo <= kMaxScale)) return Status::kValueOutOfRange;
+  if (!(step >= 1e-30f)) step = 0.0f;  // constant block (or denormal range): every code 0
+  memcpy(out, &lo, 4);
+  memcpy(out + 4, &step, 4);
+  const float inv = step > 0.0f ? 1.0f / step : 0.0f;
+  k.quantize_uniform(v, count, lo, inv, p.bits, p.stochastic, p.round_key, first, out + 8);
+  return Status::kOk;
+}
+
+// QSGD (Alistarh et al. 2017): the group's L2 norm / s, then sign and one of s+1 levels.
+Status encode_qsgd_group(const Params& p, const float* v, uint32_t count, uint32_t first, uint8_t* out) {
+  double sq = 0.0;
+  for (uint32_t i = 0; i < count; ++i) sq += double(v[i]) * double(v[i]);
+  const float norm = sqrt_float(sq);
+  if (!(norm <= kMaxScale * p.levels)) return Status::kValueOutOfRange;
+  const float scale = norm / float(p.levels);
+  memcpy(out, &scale, 4);
+  BitWriter w(out + 4, size_t((uint64_t(count) * p.bits + 7) / 8));
+  const float inv = norm > 0.0f ? float(p.levels) / norm : 0.0f;
+  const unsigned level_bits = p.bits - 1u;
+  for (uint32_t i = 0; i < count; ++i) {
+    const float a = v[i] < 0.0f ? -v[i] : v[i];
+    uint32_t level = uint32_t(a * inv + unit_float(hash32(p.round_key, first + i)));
+    if (level > p.levels) level = p.levels;
+    const uint32_t sign = (v[i] < 0.0f && level != 0) ? 1u : 0u;
+    w.put(level | (sign << level_bits), p.bits);
+  }
+  w.finish();
+  return Status::kOk;
+}
+
+// TernGrad (Wen et al. 2017): max |x|, then {-1, 0, +1} five to a byte (base 3).
+Status encode_terngrad_group(const Params& p, const float* v, uint32_t count, uint32_t first, uint8_t* out) {
+  float m = 0.0f;
+  for (uint32_t i = 0; i < count; ++i) {
+    const float a = v[i] < 0.0f ? -v[i] : v[i];
+    m = a > m ? a : m;
+  }
+  if (!(m <= kMaxScale)) return Status::kValueOutOfRange;
+  memcpy(out, &m, 4);
+  const float inv = m > 0.0f ? 1.0f / m : 0.0f;
+  uint8_t* packed = out + 4;
+  for (uint32_t i = 0; i < count; i += 5) {
+    unsigned byte = 0, mul = 1;
+    for (uint32_t j = 0; j < 5 && i + j < count; ++j) {
+      const float x = v[i + j];
+      const float a = x < 0.0f ? -x : x;
+      const bool keep = a * inv + unit_float(hash32(p.round_key, first + i + j)) >= 1.0f;
+      byte += (keep ? (x < 0.0f ? 2u : 1u) : 0u) * mul;
+      mul *= 3;
+    }
+    packed[i / 5] = uint8_t(byte);
+  }
+  return Status::kOk;
+}
+
+// Scaled sign: mean |x|, then one sign bit per value.
+Status encode_sign_group(const float* v, uint32_t count, uint8_t* out) {
+  // Mean |x| from eight partial sums in a fixed order (the same on every platform).
+  float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint8_t* bitsp = out + 4;
+  uint32_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    unsigned byte = 0;
+    for (unsigned j = 0; j < 8; ++j) {
+      const uint32_t u = float_bits(v[i + j]);
+      partial[j] += bits_float(u & 0x7FFFFFFFu);
+      byte |= unsigned(v[i + j] < 0.0f) << j;
+    }
+    bitsp[i >> 3] = uint8_t(byte);
+  }
+  if (i < count) {
+    unsigned byte = 0;
+    for (unsigned j = 0; i + j < count; ++j) {
+      partial[j] += bits_float(float_bits(v[i + j]) & 0x7FFFFFFFu);
+      byte |= unsigned(v[i + j] < 0.0f) << j;
+    }
+    bitsp[i >> 3] = uint8_t(byte);
+  }
+  const float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                    ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+  const float scale = count ? sum / float(count) : 0.0f;
+  if (!(scale <= kMaxScale)) return Status::kValueOutOfRange;
+  memcpy(out, &scale, 4);
+  return Status::kOk;
+}
+
+}  // namespace
+
 Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t first, uint8_t* out,
                     float* scratch) {
   const Kernels& k = kernels();
@@ -128,125 +256,18 @@ Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t fi
     case ValueCoderKind::kFp32: memcpy(out, v, size_t(count) * 4); return Status::kOk;
     case ValueCoderKind::kFp16: return k.to_fp16(v, count, out) ? Status::kOk : Status::kValueOutOfRange;
     case ValueCoderKind::kBf16: return k.to_bf16(v, count, out) ? Status::kOk : Status::kValueOutOfRange;
-    case ValueCoderKind::kUniform: {
+    case ValueCoderKind::kUniform:
       if (p.shared) {
         const float inv = 1.0f / p.step;
         const int32_t limit = int32_t((1u << (p.bits - 1)) - 1);
         k.quantize_shared(v, count, inv, limit, p.bits, p.stochastic, p.round_key, first, out);
         return Status::kOk;
       }
-      if (p.signmag) {
-        // Sign bit + stochastic levels of |x| over [min |x|, max |x|] of the block.
-        float lo = 3.0e38f, hi = 0.0f;
-        for (uint32_t i = 0; i < count; ++i) {
-          const float m = v[i] < 0.0f ? -v[i] : v[i];
-          lo = m < lo ? m : lo;
-          hi = m > hi ? m : hi;
-        }
-        const unsigned mag_bits = p.bits - 1u;
-        const uint32_t top = (1u << mag_bits) - 1;
-        float step = top > 0 ? (hi - lo) / float(top) : 0.0f;
-        if (!(step <= kMaxScale) || !(hi <= kMaxScale)) return Status::kValueOutOfRange;
-        if (!(step >= 1e-30f)) step = 0.0f;
-        memcpy(out, &lo, 4);
-        memcpy(out + 4, &step, 4);
-        const float inv = step > 0.0f ? 1.0f / step : 0.0f;
-        BitWriter w(out + 8, size_t((uint64_t(count) * p.bits + 7) / 8));
-        for (uint32_t i = 0; i < count; ++i) {
-          const float m = v[i] < 0.0f ? -v[i] : v[i];
-          const float t = (m - lo) * inv;
-          const float u = p.stochastic ? unit_float(hash32(p.round_key, first + i)) : 0.5f;
-          uint32_t level = uint32_t(t + u);
-          level = level > top ? top : level;
-          w.put(level | (uint32_t(v[i] < 0.0f) << mag_bits), p.bits);
-        }
-        w.finish();
-        return Status::kOk;
-      }
-      float lo, hi;
-      k.min_max(v, count, &lo, &hi);
-      const float levels = float((1u << p.bits) - 1);
-      float step = (hi - lo) / levels;
-      if (!(step <= kMaxScale) || !(lo >= -kMaxScale && lo <= kMaxScale)) return Status::kValueOutOfRange;
-      if (!(step >= 1e-30f)) step = 0.0f;  // constant block (or denormal range): every code 0
-      memcpy(out, &lo, 4);
-      memcpy(out + 4, &step, 4);
-      const float inv = step > 0.0f ? 1.0f / step : 0.0f;
-      k.quantize_uniform(v, count, lo, inv, p.bits, p.stochastic, p.round_key, first, out + 8);
-      return Status::kOk;
-    }
-    case ValueCoderKind::kQsgd: {
-      double sq = 0.0;
-      for (uint32_t i = 0; i < count; ++i) sq += double(v[i]) * double(v[i]);
-      const float norm = sqrt_float(sq);
-      if (!(norm <= kMaxScale * p.levels)) return Status::kValueOutOfRange;
-      const float scale = norm / float(p.levels);
-      memcpy(out, &scale, 4);
-      BitWriter w(out + 4, size_t((uint64_t(count) * p.bits + 7) / 8));
-      const float inv = norm > 0.0f ? float(p.levels) / norm : 0.0f;
-      const unsigned level_bits = p.bits - 1u;
-      for (uint32_t i = 0; i < count; ++i) {
-        const float a = v[i] < 0.0f ? -v[i] : v[i];
-        uint32_t level = uint32_t(a * inv + unit_float(hash32(p.round_key, first + i)));
-        if (level > p.levels) level = p.levels;
-        const uint32_t sign = (v[i] < 0.0f && level != 0) ? 1u : 0u;
-        w.put(level | (sign << level_bits), p.bits);
-      }
-      w.finish();
-      return Status::kOk;
-    }
-    case ValueCoderKind::kTernGrad: {
-      float m = 0.0f;
-      for (uint32_t i = 0; i < count; ++i) {
-        const float a = v[i] < 0.0f ? -v[i] : v[i];
-        m = a > m ? a : m;
-      }
-      if (!(m <= kMaxScale)) return Status::kValueOutOfRange;
-      memcpy(out, &m, 4);
-      const float inv = m > 0.0f ? 1.0f / m : 0.0f;
-      uint8_t* packed = out + 4;
-      for (uint32_t i = 0; i < count; i += 5) {
-        unsigned byte = 0, mul = 1;
-        for (uint32_t j = 0; j < 5 && i + j < count; ++j) {
-          const float x = v[i + j];
-          const float a = x < 0.0f ? -x : x;
-          const bool keep = a * inv + unit_float(hash32(p.round_key, first + i + j)) >= 1.0f;
-          byte += (keep ? (x < 0.0f ? 2u : 1u) : 0u) * mul;
-          mul *= 3;
-        }
-        packed[i / 5] = uint8_t(byte);
-      }
-      return Status::kOk;
-    }
-    case ValueCoderKind::kScaledSign: {
-      // Mean |x| from eight partial sums in a fixed order (the same on every platform).
-      float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      uint8_t* bitsp = out + 4;
-      uint32_t i = 0;
-      for (; i + 8 <= count; i += 8) {
-        unsigned byte = 0;
-        for (unsigned j = 0; j < 8; ++j) {
-          const uint32_t u = float_bits(v[i + j]);
-          partial[j] += bits_float(u & 0x7FFFFFFFu);
-          byte |= unsigned(v[i + j] < 0.0f) << j;
-        }
-        bitsp[i >> 3] = uint8_t(byte);
-      }
-      if (i < count) {
-        unsigned byte = 0;
-        for (unsigned j = 0; i + j < count; ++j) {
-          partial[j] += bits_float(float_bits(v[i + j]) & 0x7FFFFFFFu);
-          byte |= unsigned(v[i + j] < 0.0f) << j;
-        }
-        bitsp[i >> 3] = uint8_t(byte);
-      }
-      const float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
-                        ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-      const float scale = count ? sum / float(count) : 0.0f;
-      if (!(scale <= kMaxScale)) return Status::kValueOutOfRange;
-      memcpy(out, &scale, 4);
-      return Status::kOk;
-    }
+      return p.signmag ? encode_signmag_group(p, v, count, first, out)
+                       : encode_uniform_group(p, k, v, count, first, out);
+    case ValueCoderKind::kQsgd: return encode_qsgd_group(p, v, count, first, out);
+    case ValueCoderKind::kTernGrad: return encode_terngrad_group(p, v, count, first, out);
+    case ValueCoderKind::kScaledSign: return encode_sign_group(v, count, out);
     case ValueCoderKind::kHadamard: {
       float m = 0.0f;
       for (uint32_t i = 0; i < count; ++i) {
