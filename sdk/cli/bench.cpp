@@ -578,11 +578,145 @@ BenchResult bench_nth_element(const std::string& dataset, const float* x, size_t
   return r;
 }
 
+namespace {
+
+// The buffers of bench_codec(), sized once as the API asks.
+struct CodecBuffers {
+  CodecBuffers(const CodecSpec& spec, size_t n)
+      : ws_bytes(workspace_size(spec, n)),
+        cap(encoded_bound(spec, n)),
+        workspace(std::max<size_t>(ws_bytes, 1)),
+        encoded(std::max<size_t>(cap, 1)),
+        decoded(n),
+        accumulator(n) {}
+  size_t ws_bytes, cap;
+  std::vector<uint8_t> workspace, encoded;
+  std::vector<float> decoded, accumulator;
+  std::vector<uint8_t> decode_workspace;
+};
+
+// One timed encode, decode and decode_add of x. Real callers reuse their buffers: the bytes must
+// not depend on what the output and the workspace held before, so both start from `fill`
+// (untimed). "" or what went wrong.
+struct CodecPass {
+  size_t written = 0;
+  EncodedInfo info;
+  double t_encode = 0, t_decode = 0, t_decode_add = 0;
+};
+
+std::string codec_pass(const CodecSpec& spec, const float* x, size_t n, uint64_t seed, uint8_t fill,
+                       CodecBuffers* b, CodecPass* pass) {
+  std::fill(b->encoded.begin(), b->encoded.end(), fill);
+  std::fill(b->workspace.begin(), b->workspace.end(), static_cast<uint8_t>(~fill));
+  Clock::time_point start = Clock::now();
+  Status s = encode(spec, {x, n}, seed, {b->workspace.data(), b->ws_bytes}, {b->encoded.data(), b->cap},
+                    &pass->written);
+  pass->t_encode = seconds_since(start);
+  if (s != Status::kOk) return "encode: " + status_text(s);
+  if (pass->written > b->cap) {
+    return "encode wrote " + std::to_string(pass->written) + " bytes, more than encoded_bound " +
+           std::to_string(b->cap);
+  }
+  const Span<const uint8_t> bytes(b->encoded.data(), pass->written);
+  s = inspect(bytes, &pass->info);
+  if (s != Status::kOk) return "inspect of a fresh encoding: " + status_text(s);
+  if (pass->info.total_bytes != pass->written || pass->info.n != n) {
+    return "inspect disagrees with encode: total_bytes " + std::to_string(pass->info.total_bytes) + " vs " +
+           std::to_string(pass->written) + ", n " + std::to_string(pass->info.n) + " vs " + std::to_string(n);
+  }
+  b->decode_workspace.resize(std::max<size_t>(decode_workspace_size(pass->info), 1));
+  const Span<uint8_t> dws(b->decode_workspace.data(), b->decode_workspace.size());
+  start = Clock::now();
+  s = decode(bytes, {b->decoded.data(), n}, dws);
+  pass->t_decode = seconds_since(start);
+  if (s != Status::kOk) return "decode: " + status_text(s);
+  std::fill(b->accumulator.begin(), b->accumulator.end(), 0.0f);
+  start = Clock::now();
+  s = decode_add(bytes, 1.0f, {b->accumulator.data(), n}, dws);
+  pass->t_decode_add = seconds_since(start);
+  if (s != Status::kOk) return "decode_add: " + status_text(s);
+  return "";
+}
+
+// What the timed passes add up to.
+struct CodecTally {
+  explicit CodecTally(size_t n) : mean_decoded(n, 0.0) {}
+  std::vector<double> mean_decoded;
+  std::vector<double> encode_times, decode_times, decode_add_times;
+  std::vector<uint8_t> probe_workspace;
+  double vnmse_sum = 0, shrink_sum = 0, nnz_sum = 0, bytes_sum = 0, max_abs_diff = 0;
+  double bucket_rate_sum = 0, recall_sum = 0;
+
+  void add(const float* x, size_t n, double x_energy, const CodecPass& pass, const CodecBuffers& b,
+           BenchResult* r) {
+    encode_times.push_back(pass.t_encode);
+    decode_times.push_back(pass.t_decode);
+    decode_add_times.push_back(pass.t_decode_add);
+    nnz_sum += pass.info.nnz;
+    bytes_sum += static_cast<double>(pass.written);
+    const Span<const uint8_t> bytes(b.encoded.data(), pass.written);
+    if (pass.info.values == ValueCoderKind::kSkCompress) {
+      bucket_rate_sum += skc_exact_bucket_rate(bytes, pass.info, x, &probe_workspace);
+    }
+    if (pass.info.values == ValueCoderKind::kCountSketch)
+      recall_sum += topk_recall(x, n, b.decoded, pass.info.nnz);
+    double err = 0, dot = 0, scale = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double xi = x[i], yi = b.decoded[i];
+      err += (yi - xi) * (yi - xi);
+      dot += (yi - xi) * xi;
+      mean_decoded[i] += yi;
+      scale = std::max(scale, fabs(yi));
+      if (!isfinite(yi)) r->error = "decode produced a non-finite value at index " + std::to_string(i);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      max_abs_diff = std::max(max_abs_diff, fabs(static_cast<double>(b.accumulator[i]) - b.decoded[i]));
+    }
+    if (max_abs_diff > 1e-5 * scale) r->decode_add_consistent = false;
+    vnmse_sum += x_energy > 0 ? err / x_energy : kNull;
+    shrink_sum += x_energy > 0 ? dot / x_energy : kNull;
+  }
+
+  void finish(const CodecSpec& spec, const float* x, size_t n, double x_energy, int reps, size_t ws_bytes,
+              BenchResult* r) const {
+    double bias_err = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double d = mean_decoded[i] / reps - x[i];
+      bias_err += d * d;
+    }
+    r->nnz = nnz_sum / reps;
+    r->encoded_bytes = bytes_sum / reps;
+    r->bits_per_coord = n > 0 ? r->encoded_bytes * 8.0 / static_cast<double>(n) : kNull;
+    r->bits_per_nnz = r->sparse && r->nnz > 0 ? r->encoded_bytes * 8.0 / r->nnz : kNull;
+    r->vnmse = vnmse_sum / reps;
+    r->shrink = shrink_sum / reps;
+    r->bias = x_energy > 0 ? bias_err / x_energy : kNull;
+    r->encode_gbps = gbps(n, median(encode_times));
+    r->decode_gbps = gbps(n, median(decode_times));
+    r->decode_add_gbps = gbps(n, median(decode_add_times));
+    r->workspace_bytes = static_cast<double>(ws_bytes);
+    r->workspace_ratio = n > 0 ? static_cast<double>(ws_bytes) / (4.0 * static_cast<double>(n)) : kNull;
+    if (r->sparse) {
+      const double target = k_target(spec, x, n);
+      r->count_error = target > 0 ? r->nnz / target - 1.0 : kNull;
+    }
+    r->decode_add_max_abs_diff = max_abs_diff;
+    if (spec.values == ValueCoderKind::kSkCompress) {
+      r->exact_bucket_rate = bucket_rate_sum / reps;
+      r->sparse = true;
+      r->bits_per_nnz = r->nnz > 0 ? r->encoded_bytes * 8.0 / r->nnz : kNull;
+    }
+    if (spec.values == ValueCoderKind::kCountSketch) r->topk_recall = recall_sum / reps;
+  }
+};
+
+}  // namespace
+
 BenchResult bench_codec(const std::string& dataset, const float* x, size_t n, const std::string& spec_text,
                         int reps) {
   BenchResult r = failed_result(dataset, spec_text, spec_text, n, reps, "");
   CodecSpec spec;
-  Status s = parse_codec_spec(spec_text.c_str(), &spec);
+  const Status s = parse_codec_spec(spec_text.c_str(), &spec);
   if (s != Status::kOk) {
     r.error = "invalid spec: " + status_text(s);
     return r;
@@ -593,136 +727,29 @@ BenchResult bench_codec(const std::string& dataset, const float* x, size_t n, co
     r.error = "reps must be at least 1";
     return r;
   }
-
-  const size_t ws_bytes = workspace_size(spec, n);
-  const size_t cap = encoded_bound(spec, n);
-  std::vector<uint8_t> workspace(std::max<size_t>(ws_bytes, 1));
-  std::vector<uint8_t> encoded(std::max<size_t>(cap, 1));
+  CodecBuffers buffers(spec, n);
+  CodecTally tally(n);
   std::vector<uint8_t> first_encoding;
-  std::vector<float> decoded(n), accumulator(n);
-  std::vector<double> mean_decoded(n, 0.0);
-  std::vector<double> encode_times, decode_times, decode_add_times;
-  std::vector<uint8_t> decode_workspace, probe_workspace;
   const double x_energy = sum_squares(x, n);
-  double vnmse_sum = 0, shrink_sum = 0, nnz_sum = 0, bytes_sum = 0, max_abs_diff = 0;
-  double bucket_rate_sum = 0, recall_sum = 0;
-
   for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up with seed 1 (and checks determinism)
     const uint64_t seed = rep == 0 ? 1 : static_cast<uint64_t>(rep);
-    // Real callers reuse their buffers: the bytes must not depend on what the output and the
-    // workspace held before. Rep 0 starts from zeros, the others from a pattern (untimed).
     const uint8_t fill = rep == 0 ? 0x00 : static_cast<uint8_t>(0xA5 ^ rep);
-    std::fill(encoded.begin(), encoded.end(), fill);
-    std::fill(workspace.begin(), workspace.end(), static_cast<uint8_t>(~fill));
-    size_t written = 0;
-    Clock::time_point start = Clock::now();
-    s = encode(spec, {x, n}, seed, {workspace.data(), ws_bytes}, {encoded.data(), cap}, &written);
-    const double t_encode = seconds_since(start);
-    if (s != Status::kOk) {
-      r.error = "encode: " + status_text(s);
-      return r;
-    }
-    if (written > cap) {
-      r.error = "encode wrote " + std::to_string(written) + " bytes, more than encoded_bound " +
-                std::to_string(cap);
-      return r;
-    }
-    const Span<const uint8_t> bytes(encoded.data(), written);
-    EncodedInfo info;
-    s = inspect(bytes, &info);
-    if (s != Status::kOk) {
-      r.error = "inspect of a fresh encoding: " + status_text(s);
-      return r;
-    }
-    if (info.total_bytes != written || info.n != n) {
-      r.error = "inspect disagrees with encode: total_bytes " + std::to_string(info.total_bytes) + " vs " +
-                std::to_string(written) + ", n " + std::to_string(info.n) + " vs " + std::to_string(n);
-      return r;
-    }
-
-    decode_workspace.resize(std::max<size_t>(decode_workspace_size(info), 1));
-    const Span<uint8_t> dws(decode_workspace.data(), decode_workspace.size());
-    start = Clock::now();
-    s = decode(bytes, {decoded.data(), n}, dws);
-    const double t_decode = seconds_since(start);
-    if (s != Status::kOk) {
-      r.error = "decode: " + status_text(s);
-      return r;
-    }
-
-    std::fill(accumulator.begin(), accumulator.end(), 0.0f);
-    start = Clock::now();
-    s = decode_add(bytes, 1.0f, {accumulator.data(), n}, dws);
-    const double t_decode_add = seconds_since(start);
-    if (s != Status::kOk) {
-      r.error = "decode_add: " + status_text(s);
-      return r;
-    }
-
+    CodecPass pass;
+    r.error = codec_pass(spec, x, n, seed, fill, &buffers, &pass);
+    if (!r.error.empty()) return r;
     if (rep == 0) {
-      first_encoding.assign(encoded.data(), encoded.data() + written);
+      first_encoding.assign(buffers.encoded.data(), buffers.encoded.data() + pass.written);
       continue;
     }
     if (rep == 1) {
-      r.deterministic = first_encoding.size() == written &&
-                        (written == 0 || memcmp(first_encoding.data(), encoded.data(), written) == 0);
+      r.deterministic =
+          first_encoding.size() == pass.written &&
+          (pass.written == 0 || memcmp(first_encoding.data(), buffers.encoded.data(), pass.written) == 0);
     }
-    encode_times.push_back(t_encode);
-    decode_times.push_back(t_decode);
-    decode_add_times.push_back(t_decode_add);
-    nnz_sum += info.nnz;
-    bytes_sum += static_cast<double>(written);
-    if (info.values == ValueCoderKind::kSkCompress) {
-      bucket_rate_sum += skc_exact_bucket_rate(bytes, info, x, &probe_workspace);
-    }
-    if (info.values == ValueCoderKind::kCountSketch) recall_sum += topk_recall(x, n, decoded, info.nnz);
-
-    double err = 0, dot = 0, scale = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const double xi = x[i], yi = decoded[i];
-      err += (yi - xi) * (yi - xi);
-      dot += (yi - xi) * xi;
-      mean_decoded[i] += yi;
-      scale = std::max(scale, fabs(yi));
-      if (!isfinite(yi)) r.error = "decode produced a non-finite value at index " + std::to_string(i);
-    }
-    for (size_t i = 0; i < n; ++i) {
-      max_abs_diff = std::max(max_abs_diff, fabs(static_cast<double>(accumulator[i]) - decoded[i]));
-    }
-    if (max_abs_diff > 1e-5 * scale) r.decode_add_consistent = false;
-    vnmse_sum += x_energy > 0 ? err / x_energy : kNull;
-    shrink_sum += x_energy > 0 ? dot / x_energy : kNull;
+    tally.add(x, n, x_energy, pass, buffers, &r);
   }
   if (!r.error.empty()) return r;
-
-  double bias_err = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = mean_decoded[i] / reps - x[i];
-    bias_err += d * d;
-  }
-  r.nnz = nnz_sum / reps;
-  r.encoded_bytes = bytes_sum / reps;
-  r.bits_per_coord = n > 0 ? r.encoded_bytes * 8.0 / static_cast<double>(n) : kNull;
-  r.bits_per_nnz = r.sparse && r.nnz > 0 ? r.encoded_bytes * 8.0 / r.nnz : kNull;
-  r.vnmse = vnmse_sum / reps;
-  r.shrink = shrink_sum / reps;
-  r.bias = x_energy > 0 ? bias_err / x_energy : kNull;
-  r.encode_gbps = gbps(n, median(encode_times));
-  r.decode_gbps = gbps(n, median(decode_times));
-  r.decode_add_gbps = gbps(n, median(decode_add_times));
-  r.workspace_bytes = static_cast<double>(ws_bytes);
-  r.workspace_ratio = n > 0 ? static_cast<double>(ws_bytes) / (4.0 * static_cast<double>(n)) : kNull;
-  if (r.sparse) {
-    const double target = k_target(spec, x, n);
-    r.count_error = target > 0 ? r.nnz / target - 1.0 : kNull;
-  }
-  r.decode_add_max_abs_diff = max_abs_diff;
-  if (spec.values == ValueCoderKind::kSkCompress) {
-    r.exact_bucket_rate = bucket_rate_sum / reps;
-    r.sparse = true;
-    r.bits_per_nnz = r.nnz > 0 ? r.encoded_bytes * 8.0 / r.nnz : kNull;
-  }
-  if (spec.values == ValueCoderKind::kCountSketch) r.topk_recall = recall_sum / reps;
+  tally.finish(spec, x, n, x_energy, reps, buffers.ws_bytes, &r);
   return r;
 }
 
