@@ -32,7 +32,7 @@ edgefl_target_options(edgefl_c)
 if(EDGEFL_BUILD_CAPI_SHARED)
   # Everything linked into the shared library must be position-independent (mbedTLS already is:
   # platforms/cmake/edgefl_mbedtls.cmake).
-  foreach(_edgefl_lib edgefl_core edgefl_train edgefl_data edgefl_wire edgefl_net edgefl_c)
+  foreach(_edgefl_lib edgefl_core edgefl_train edgefl_wire edgefl_tls edgefl_net edgefl_c)
     if(TARGET ${_edgefl_lib})
       set_target_properties(${_edgefl_lib} PROPERTIES POSITION_INDEPENDENT_CODE ON)
     endif()

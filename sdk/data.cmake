@@ -17,4 +17,14 @@ if(NOT EDGEFL_FREESTANDING)
   edgefl_target_options(edgefl_data)
   # Partitions must not depend on the ISA: no fused multiply-add contraction (see partition.cpp).
   target_compile_options(edgefl_data PRIVATE $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-ffp-contract=off>)
+
+  # edgefl::dataset_trainer (edgefl/dataset_trainer.h): the built-in LocalTrainer of edgefl::Client
+  # rounds, SgdTrainer on a Dataset. Needs only edgefl/client.h's interface, not edgefl::net.
+  add_library(edgefl_dataset_trainer STATIC ${CMAKE_CURRENT_LIST_DIR}/src/data/dataset_trainer.cpp)
+  add_library(edgefl::dataset_trainer ALIAS edgefl_dataset_trainer)
+  set_target_properties(edgefl_dataset_trainer PROPERTIES EXPORT_NAME dataset_trainer
+                        OUTPUT_NAME edgefl_dataset_trainer CXX_EXTENSIONS OFF)
+  target_compile_features(edgefl_dataset_trainer PUBLIC cxx_std_17)
+  target_link_libraries(edgefl_dataset_trainer PUBLIC edgefl::core edgefl::train edgefl::data)
+  edgefl_target_options(edgefl_dataset_trainer)
 endif()

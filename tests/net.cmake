@@ -1,17 +1,17 @@
 # tests/net.cmake, included from tests/CMakeLists.txt: the suites of edgefl::net (sdk/net.cmake).
 #
-#   ctest -R net.credentials   TlsCredentials + the dev PKI (net/tls_credentials.h, net/certs.h):
+#   ctest -R net.credentials   TlsCredentials + the dev PKI (tls/tls_credentials.h, sdk/cli/dev_pki.h):
 #                              in-memory mutual-TLS handshakes that must pass or fail, device ids,
 #                              deny list, load errors, certificate fields, file modes
 #
 # One executable, edgefl_net_tests; add sources to it and, for a new doctest suite, its name to
 # edgefl_net_suites. Built when edgefl_net exists (EDGEFL_BUILD_NET=ON, hosted).
-if(TARGET edgefl_net)
+if(TARGET edgefl_net AND TARGET edgefl_cli_lib)
   add_executable(edgefl_net_tests ${CMAKE_CURRENT_LIST_DIR}/main.cpp ${CMAKE_CURRENT_LIST_DIR}/net/credentials_test.cpp)
   target_compile_features(edgefl_net_tests PRIVATE cxx_std_17)
   set_target_properties(edgefl_net_tests PROPERTIES CXX_EXTENSIONS OFF)
   target_include_directories(edgefl_net_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR})
-  target_link_libraries(edgefl_net_tests PRIVATE edgefl_net_internal doctest::doctest)
+  target_link_libraries(edgefl_net_tests PRIVATE edgefl_net_internal edgefl_cli_lib doctest::doctest)
   edgefl_target_options(edgefl_net_tests)
 
   # One ctest entry per doctest suite (net.<suite>); net.other runs every suite not listed, so that

@@ -2,7 +2,7 @@
 # Included by the top-level CMakeLists.txt when EDGEFL_BUILD_NET is ON. Whichever mbedTLS is
 # chosen, it defines:
 #   edgefl::mbedtls, edgefl::mbedx509, edgefl::mbedcrypto   the three libraries
-#   edgefl::tls                                             an interface target linking all three
+#   edgefl::mbedtls_libs                                    an interface target linking all three
 #   EDGEFL_MBEDTLS_PROVIDER                                 "bundled" or "system"
 #   EDGEFL_MBEDTLS_VERSION_FOUND                            the version in use, e.g. 3.6.6
 #
@@ -156,6 +156,6 @@ if(NOT EDGEFL_MBEDTLS_PROVIDER)
     "${EDGEFL_MBEDTLS_CONFIG_FILE}")
 endif()
 
-add_library(edgefl_tls INTERFACE)
-add_library(edgefl::tls ALIAS edgefl_tls)
-target_link_libraries(edgefl_tls INTERFACE edgefl::mbedtls edgefl::mbedx509 edgefl::mbedcrypto)
+add_library(edgefl_mbedtls_libs INTERFACE)
+add_library(edgefl::mbedtls_libs ALIAS edgefl_mbedtls_libs)
+target_link_libraries(edgefl_mbedtls_libs INTERFACE edgefl::mbedtls edgefl::mbedx509 edgefl::mbedcrypto)

@@ -16,6 +16,7 @@
 
 #include "edgefl/client.h"
 #include "edgefl/data.h"
+#include "edgefl/dataset_trainer.h"
 
 namespace edgefl {
 namespace cli {

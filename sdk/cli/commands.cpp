@@ -18,7 +18,7 @@
 #include "json_writer.h"
 #include "npy.h"
 #if EDGEFL_CLI_HAVE_NET
-#include "net/certs.h"
+#include "dev_pki.h"
 #endif
 
 #ifndef EDGEFL_CLI_VERSION
@@ -481,7 +481,7 @@ int run_certs_command(int argc, const char* const* argv, std::ostream& out, std:
     if (args.has("--not-after") && !parse_i64(args.value("--not-after"), &not_after)) {
       return usage_error(err, "certs", "--not-after needs seconds since 1970 (an integer)", kCertsUsage);
     }
-    const Status s = net::issue_device_cert(args.value("--ca"), args.value("--issue-device"), not_before,
+    const Status s = cli::issue_device_cert(args.value("--ca"), args.value("--issue-device"), not_before,
                                             not_after, args.value("--out-cert"), args.value("--out-key"),
                                             &error, args.has("--force"));
     if (s != Status::kOk) {
@@ -493,7 +493,7 @@ int run_certs_command(int argc, const char* const* argv, std::ostream& out, std:
     return kExitOk;
   }
   if (args.value("--out").empty()) return usage_error(err, "certs", "--out DIR is required", kCertsUsage);
-  net::DevPkiOptions options;
+  cli::DevPkiOptions options;
   options.out_dir = args.value("--out");
   if (args.has("--devices")) {
     uint64_t devices = 0;
@@ -506,7 +506,7 @@ int run_certs_command(int argc, const char* const* argv, std::ostream& out, std:
   options.valid_days = static_cast<uint32_t>(days);
   if (args.has("--ca-name")) options.ca_name = args.value("--ca-name");
   options.force = args.has("--force");
-  const Status s = net::write_dev_pki(options, &error);
+  const Status s = cli::write_dev_pki(options, &error);
   if (s != Status::kOk) {
     err << "edgefl certs: " << error << "\n";
     return s == Status::kInvalidArgument ? kExitUsage : kExitFailure;

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "metrics.h"
-#include "net/tls_credentials.h"
 #include "rounds.h"
 #include "server.h"
+#include "tls/tls_credentials.h"
 
 namespace edgefl::server {
 
@@ -24,7 +24,7 @@ struct Context {
   const ServerOptions* options = nullptr;
   RoundManager* rounds = nullptr;
   Metrics* metrics = nullptr;
-  const net::TlsCredentials* credentials = nullptr;
+  const tls::TlsCredentials* credentials = nullptr;
   uint64_t next_connection = 1;
   bool stopping = false;
   uint32_t busy_sessions = 0;  // handshakes under way only to answer ServerBusy

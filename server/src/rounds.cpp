@@ -12,9 +12,9 @@
 #include "core/rng.h"
 #include "log.h"
 #include "model_files.h"
-#include "net/digest.h"
 #include "round/seeds.h"
 #include "safetensors.h"
+#include "tls/digest.h"
 
 namespace edgefl::server {
 namespace {
@@ -63,7 +63,7 @@ int64_t retry_backoff_ms(uint32_t failures) {
 
 template <size_t N>
 std::string hex(const std::array<uint8_t, N>& bytes) {
-  return net::to_hex({bytes.data(), N});
+  return tls::to_hex({bytes.data(), N});
 }
 
 // A 32-byte round nonce from the OS's CSPRNG (std::random_device is getrandom() on glibc).
@@ -221,7 +221,7 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
     std::vector<uint8_t> file;
     const std::string path = options_.state_dir + "/" + latest->path;
     EDGEFL_RETURN_IF_ERROR(read_file(path, uint64_t{1} << 33, &file, error));
-    const net::Sha256Digest digest = net::sha256({file.data(), file.size()});
+    const tls::Sha256Digest digest = tls::sha256({file.data(), file.size()});
     if (std::memcmp(digest.data(), latest->digest.data(), digest.size()) != 0) {
       *error = "model file " + path + " does not match the digest recorded for version " +
                std::to_string(latest->version) + " (corrupted or replaced)";
@@ -244,7 +244,7 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
     log_info("model_loaded").kv("version", model_version_).kv("file", latest->path);
   }
   to_le_bytes(global_, &model_bytes_);
-  const net::Sha256Digest d = net::sha256({model_bytes_.data(), model_bytes_.size()});
+  const tls::Sha256Digest d = tls::sha256({model_bytes_.data(), model_bytes_.size()});
   std::memcpy(model_digest_.data(), d.data(), d.size());
   metrics_->model_version.store(model_version_);
   return Status::kOk;
@@ -271,7 +271,7 @@ Status RoundManager::write_model(Span<const float> model, Span<const uint8_t> op
   record.version = version;
   record.round_id = round_id;
   record.path = name;
-  const net::Sha256Digest digest = net::sha256({file.data(), file.size()});
+  const tls::Sha256Digest digest = tls::sha256({file.data(), file.size()});
   std::memcpy(record.digest.data(), digest.data(), digest.size());
   record.bytes = file.size();
   record.created_unix_ms = now_ms;
@@ -531,7 +531,7 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
     candidate_ready_ = false;
     model_version_ = result_version;
     to_le_bytes(global_, &model_bytes_);
-    const net::Sha256Digest d = net::sha256({model_bytes_.data(), model_bytes_.size()});
+    const tls::Sha256Digest d = tls::sha256({model_bytes_.data(), model_bytes_.size()});
     std::memcpy(model_digest_.data(), d.data(), d.size());
     metrics_->model_version.store(model_version_);
   }
@@ -943,7 +943,7 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
     return ack(round.record.round_id, id, wire::UpdateDisposition::kRejected, reason);
   };
   // 2. The bytes the device committed to.
-  const net::Sha256Digest digest = net::sha256({upload.bytes.data(), upload.bytes.size()});
+  const tls::Sha256Digest digest = tls::sha256({upload.bytes.data(), upload.bytes.size()});
   if (std::memcmp(digest.data(), commit.digest.data(), digest.size()) != 0)
     return reject(wire::RejectReason::kDigestMismatch, "the bytes do not match the commit's SHA-256");
   if (commit.sample_count > options_.max_samples_per_update) {
@@ -964,7 +964,7 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
 }
 
 Reply RoundManager::count_update(const std::string& device, const wire::Commit& commit,
-                                 const net::Sha256Digest& digest, double norm, int64_t now_ms) {
+                                 const tls::Sha256Digest& digest, double norm, int64_t now_ms) {
   OpenRound& round = *open_;
   auto it = round.uploads.find(device);
   Upload& upload = it->second;

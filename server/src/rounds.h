@@ -58,10 +58,10 @@
 #include "edgefl/trainer.h"
 #include "edgefl/wire.h"
 #include "metrics.h"
-#include "net/digest.h"
 #include "round/seeds.h"
 #include "round/update_steps.h"
 #include "storage.h"
+#include "tls/digest.h"
 
 namespace edgefl::server {
 
@@ -215,7 +215,7 @@ class RoundManager {
   std::optional<Reply> commit_outside_open_round(const std::string& device, const wire::Commit& commit,
                                                  int64_t now_ms);
   Reply straggler_or_late(const std::string& device, const wire::Commit& commit, bool late);
-  Reply count_update(const std::string& device, const wire::Commit& commit, const net::Sha256Digest& digest,
+  Reply count_update(const std::string& device, const wire::Commit& commit, const tls::Sha256Digest& digest,
                      double norm, int64_t now_ms);
   // check_update() (round/update_steps.h) of an upload into scratch_, growing the decode workspace.
   UpdateCheck check_upload(Span<const uint8_t> bytes, const uint64_t* codec_seed, double norm_bound);

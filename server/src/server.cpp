@@ -103,7 +103,7 @@ uint64_t peak_rss_kb() {
 }
 
 // The server's TLS credentials; null with --insecure-plaintext-for-tests. False: logged.
-bool load_credentials(const ServerOptions& options, std::unique_ptr<net::TlsCredentials>* credentials) {
+bool load_credentials(const ServerOptions& options, std::unique_ptr<tls::TlsCredentials>* credentials) {
   if (options.insecure_plaintext_for_tests) {
     log_warn("INSECURE_PLAINTEXT_FOR_TESTS")
         .kv("message",
@@ -111,8 +111,8 @@ bool load_credentials(const ServerOptions& options, std::unique_ptr<net::TlsCred
     return true;
   }
   std::string error;
-  if (net::tls_global_init(&error) != Status::kOk ||
-      net::TlsCredentials::load(net::TlsRole::kServer, options.tls, credentials, &error) != Status::kOk) {
+  if (tls::tls_global_init(&error) != Status::kOk ||
+      tls::TlsCredentials::load(tls::TlsRole::kServer, options.tls, credentials, &error) != Status::kOk) {
     log_error("tls_credentials").kv("error", error);
     return false;
   }
@@ -161,7 +161,7 @@ void write_port_file(const std::string& path, uint16_t port, uint16_t metrics_po
 // both lists in force and say why.
 class RevocationWatch {
  public:
-  RevocationWatch(const ServerOptions& options, net::TlsCredentials* credentials)
+  RevocationWatch(const ServerOptions& options, tls::TlsCredentials* credentials)
       : options_(options),
         credentials_(credentials),
         enabled_(credentials != nullptr && (!options.tls.deny_file.empty() || !options.tls.crl_file.empty())),
@@ -209,7 +209,7 @@ class RevocationWatch {
     return out;
   }
   const ServerOptions& options_;
-  net::TlsCredentials* credentials_;
+  tls::TlsCredentials* credentials_;
   const bool enabled_;
   Stamp deny_, crl_;
 };
@@ -232,7 +232,7 @@ void log_stopped(const Metrics& metrics) {
 }  // namespace
 
 int run_server(const ServerOptions& options) {
-  std::unique_ptr<net::TlsCredentials> credentials;
+  std::unique_ptr<tls::TlsCredentials> credentials;
   if (!load_credentials(options, &credentials) || !lock_state_dir(options.rounds.state_dir)) return 2;
   std::string error;
   std::unique_ptr<Storage> storage;

@@ -15,8 +15,8 @@
 
 #include <string>
 
-#include "net/tls_credentials.h"
 #include "rounds.h"
+#include "tls/tls_credentials.h"
 
 namespace edgefl::server {
 
@@ -26,7 +26,7 @@ struct ServerOptions {
   std::string metrics_host = "127.0.0.1";
   uint16_t metrics_port = 0;  // 0: no metrics listener
   std::string port_file;      // if set: "<port> <metrics port>\n" written once listening
-  net::TlsFiles tls;
+  tls::TlsFiles tls;
   bool insecure_plaintext_for_tests = false;  // no TLS, device id = "insecure-<connection>"
   uint32_t handshake_timeout_ms = 10000;
   uint32_t idle_timeout_ms = 60000;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "log.h"
-#include "net/tls_session.h"
+#include "tls/tls_session.h"
 
 namespace edgefl::server {
 namespace {
@@ -204,7 +204,7 @@ class Session {
         co_return false;
       }
       if (ret == 0) break;
-      if (ret != net::TlsSession::kWantRead) {
+      if (ret != tls::TlsSession::kWantRead) {
         note_handshake_failure(ret, "");
         co_return false;
       }
@@ -237,7 +237,7 @@ class Session {
     ctx_->metrics->handshakes_failed.fetch_add(1);
     log_warn("tls_handshake_failed")
         .kv("peer", peer_)
-        .kv("reason", why[0] ? std::string(why) : net::describe_tls_failure(ret, tls_.ssl()));
+        .kv("reason", why[0] ? std::string(why) : tls::describe_tls_failure(ret, tls_.ssl()));
   }
 
   // Sends Error{code, message} (best effort) before the session closes.
@@ -328,9 +328,9 @@ class Session {
         plain_.assign(buffer, buffer + ret);
         continue;
       }
-      if (ret == net::TlsSession::kClosed) co_return false;
-      if (ret != net::TlsSession::kWantRead) {
-        log_warn("tls_error").kv("device", device_).kv("error", net::tls_error_text(ret));
+      if (ret == tls::TlsSession::kClosed) co_return false;
+      if (ret != tls::TlsSession::kWantRead) {
+        log_warn("tls_error").kv("device", device_).kv("error", tls::tls_error_text(ret));
         co_return false;
       }
       if (!co_await fill()) co_return false;
@@ -361,7 +361,7 @@ class Session {
   std::shared_ptr<Watchdog> dog_;
   std::string peer_;
   std::string device_;
-  net::TlsSession tls_;
+  tls::TlsSession tls_;
   std::vector<uint8_t> plain_;
   size_t plain_pos_ = 0;
   std::vector<uint8_t> payload_;

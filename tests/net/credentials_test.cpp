@@ -1,5 +1,5 @@
-// tests/net/credentials_test.cpp: TlsCredentials (net/tls_credentials.h) and the development PKI
-// (net/certs.h). Each test writes a PKI with write_dev_pki() into a fresh temporary directory,
+// tests/net/credentials_test.cpp: TlsCredentials (tls/tls_credentials.h) and the development PKI
+// (sdk/cli/dev_pki.h). Each test writes a PKI with write_dev_pki() into a fresh temporary directory,
 // loads credentials from the files, and runs real mutual-TLS handshakes between two mbedTLS
 // contexts over in-memory byte queues (small partial transfers, as over a socket): who is let in,
 // who is refused, and what the failure says.
@@ -22,6 +22,7 @@
 
 #include <doctest/doctest.h>
 
+#include "dev_pki.h"
 #include "mbedtls/asn1.h"
 #include "mbedtls/ctr_drbg.h"
 #include "mbedtls/ecp.h"
@@ -30,16 +31,15 @@
 #include "mbedtls/pk.h"
 #include "mbedtls/ssl.h"
 #include "mbedtls/x509_crt.h"
-#include "net/certs.h"
-#include "net/tls_credentials.h"
+#include "tls/tls_credentials.h"
 
 namespace {
 
 using edgefl::Status;
-using edgefl::net::DevPkiOptions;
-using edgefl::net::TlsCredentials;
-using edgefl::net::TlsFiles;
-using edgefl::net::TlsRole;
+using edgefl::cli::DevPkiOptions;
+using edgefl::tls::TlsCredentials;
+using edgefl::tls::TlsFiles;
+using edgefl::tls::TlsRole;
 namespace fs = std::filesystem;
 
 bool contains(const std::string& s, const char* part) {
@@ -85,7 +85,7 @@ struct DevPki {
     o.devices = devices;
     o.ca_name = ca_name;
     std::string error;
-    const Status s = edgefl::net::write_dev_pki(o, &error);
+    const Status s = edgefl::cli::write_dev_pki(o, &error);
     REQUIRE_MESSAGE(s == Status::kOk, error);
   }
   std::string ca() const { return dir / "ca.crt"; }
@@ -207,8 +207,8 @@ struct Link {
     return ret < 0 && !in_progress(ret);
   }
 
-  std::string client_failure() const { return edgefl::net::describe_tls_failure(client_ret, &client.ssl); }
-  std::string server_failure() const { return edgefl::net::describe_tls_failure(server_ret, &server.ssl); }
+  std::string client_failure() const { return edgefl::tls::describe_tls_failure(client_ret, &client.ssl); }
+  std::string server_failure() const { return edgefl::tls::describe_tls_failure(server_ret, &server.ssl); }
 };
 
 // A connection between `client` and `server` credentials, handshake done.
@@ -464,7 +464,7 @@ TEST_SUITE("credentials") {
     DevPki pki;
     const std::string cert = pki.dir / "old.crt", key = pki.dir / "old.key";
     std::string error;
-    REQUIRE_MESSAGE(edgefl::net::issue_device_cert(pki.dir.path, "device-old", now_unix() - 10 * 86400,
+    REQUIRE_MESSAGE(edgefl::cli::issue_device_cert(pki.dir.path, "device-old", now_unix() - 10 * 86400,
                                                    now_unix() - 86400, cert, key, &error) == Status::kOk,
                     error);
     auto server = load_ok(TlsRole::kServer, pki.server_files());
@@ -487,7 +487,7 @@ TEST_SUITE("credentials") {
     DevPki pki;
     const std::string cert = pki.dir / "future.crt", key = pki.dir / "future.key";
     std::string error;
-    REQUIRE(edgefl::net::issue_device_cert(pki.dir.path, "device-future", now_unix() + 86400,
+    REQUIRE(edgefl::cli::issue_device_cert(pki.dir.path, "device-future", now_unix() + 86400,
                                            now_unix() + 2 * 86400, cert, key, &error) == Status::kOk);
     auto server = load_ok(TlsRole::kServer, pki.server_files());
     TlsFiles files = pki.device_files("device-0001");
@@ -557,7 +557,7 @@ TEST_SUITE("credentials") {
     }
     // The flag's words stand alone: the others describe the certificate in the leaf's place.
     const std::string words =
-        edgefl::net::describe_verify_flags(0x01000000u | MBEDTLS_X509_BADCERT_KEY_USAGE);
+        edgefl::tls::describe_verify_flags(0x01000000u | MBEDTLS_X509_BADCERT_KEY_USAGE);
     CHECK(contains(words, "SHA-1"));
     CHECK(!contains(words, "key usage"));
   }
@@ -933,20 +933,20 @@ TEST_SUITE("credentials") {
   }
 
   TEST_CASE("describe_tls_failure and describe_verify_flags speak words") {
-    CHECK(edgefl::net::describe_verify_flags(0).empty());
-    CHECK(edgefl::net::describe_verify_flags(MBEDTLS_X509_BADCERT_EXPIRED) == "certificate expired");
+    CHECK(edgefl::tls::describe_verify_flags(0).empty());
+    CHECK(edgefl::tls::describe_verify_flags(MBEDTLS_X509_BADCERT_EXPIRED) == "certificate expired");
     const std::string both =
-        edgefl::net::describe_verify_flags(MBEDTLS_X509_BADCERT_NOT_TRUSTED | MBEDTLS_X509_BADCERT_REVOKED);
+        edgefl::tls::describe_verify_flags(MBEDTLS_X509_BADCERT_NOT_TRUSTED | MBEDTLS_X509_BADCERT_REVOKED);
     CHECK(contains(both, "not trusted by the CA"));
     CHECK(contains(both, "revoked"));
-    const std::string alert = edgefl::net::describe_tls_failure(MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE, nullptr);
+    const std::string alert = edgefl::tls::describe_tls_failure(MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE, nullptr);
     CHECK_MESSAGE(contains(alert, "-0x7780"), alert);
     CHECK(contains(alert, "peer refused"));
-    CHECK(edgefl::net::describe_tls_failure(0, nullptr) == "no error");
+    CHECK(edgefl::tls::describe_tls_failure(0, nullptr) == "no error");
   }
 
   TEST_CASE("device ids are 1-64 characters from [A-Za-z0-9._-]") {
-    using edgefl::net::is_valid_device_id;
+    using edgefl::tls::is_valid_device_id;
     CHECK(is_valid_device_id("device-0001"));
     CHECK(is_valid_device_id("a.b_c-D9"));
     CHECK(is_valid_device_id(std::string(64, 'x')));
@@ -955,8 +955,8 @@ TEST_SUITE("credentials") {
     CHECK_FALSE(is_valid_device_id("device 1"));
     CHECK_FALSE(is_valid_device_id("device/1"));
     CHECK_FALSE(is_valid_device_id("d\xc3\xa9vice"));
-    CHECK(edgefl::net::dev_pki_device_id(7) == "device-0007");
-    CHECK(edgefl::net::dev_pki_device_id(1234) == "device-1234");
+    CHECK(edgefl::cli::dev_pki_device_id(7) == "device-0007");
+    CHECK(edgefl::cli::dev_pki_device_id(1234) == "device-1234");
   }
 
   TEST_CASE("write_dev_pki writes what it promises") {
@@ -1043,13 +1043,13 @@ TEST_SUITE("credentials") {
     o.out_dir = pki.dir.path;
     o.devices = 1;
     std::string error;
-    CHECK(edgefl::net::write_dev_pki(o, &error) == Status::kIoError);
+    CHECK(edgefl::cli::write_dev_pki(o, &error) == Status::kIoError);
     CHECK_MESSAGE(contains(error, "ca.key"), error);
     CHECK(contains(error, "already exists"));
     CHECK(read_text(pki.ca()) == ca_before);
 
     o.force = true;
-    REQUIRE_MESSAGE(edgefl::net::write_dev_pki(o, &error) == Status::kOk, error);
+    REQUIRE_MESSAGE(edgefl::cli::write_dev_pki(o, &error) == Status::kOk, error);
     CHECK(read_text(pki.ca()) != ca_before);
     CHECK(file_mode(pki.dir / "ca.key") == 0600);
     // No temporary files are left behind.
@@ -1069,31 +1069,31 @@ TEST_SUITE("credentials") {
     DevPkiOptions o;
     o.out_dir = dir / "pki";
     o.devices = 10000;
-    CHECK(edgefl::net::write_dev_pki(o, &error) == Status::kInvalidArgument);
+    CHECK(edgefl::cli::write_dev_pki(o, &error) == Status::kInvalidArgument);
     o.devices = 1;
     o.valid_days = 0;
-    CHECK(edgefl::net::write_dev_pki(o, &error) == Status::kInvalidArgument);
+    CHECK(edgefl::cli::write_dev_pki(o, &error) == Status::kInvalidArgument);
     o.valid_days = 30;
     o.server_names = {"bad name!"};
-    CHECK(edgefl::net::write_dev_pki(o, &error) == Status::kInvalidArgument);
+    CHECK(edgefl::cli::write_dev_pki(o, &error) == Status::kInvalidArgument);
     CHECK_MESSAGE(contains(error, "bad name!"), error);
     o.server_names = {"edge.example.com", "::1", "10.0.0.7"};
     o.ca_name = "ACME, Inc. \"dev\" CA + more=yes";  // characters a DN string would need escaped
-    REQUIRE_MESSAGE(edgefl::net::write_dev_pki(o, &error) == Status::kOk, error);
+    REQUIRE_MESSAGE(edgefl::cli::write_dev_pki(o, &error) == Status::kOk, error);
     ParsedCert ca(dir / "pki/ca.crt");
     CHECK(contains(ca.subject(), "ACME"));
 
     const int64_t now = now_unix();
     const std::string out_cert = dir / "d.crt", out_key = dir / "d.key";
-    CHECK(edgefl::net::issue_device_cert(dir / "pki", "bad id", now, now + 60, out_cert, out_key, &error) ==
+    CHECK(edgefl::cli::issue_device_cert(dir / "pki", "bad id", now, now + 60, out_cert, out_key, &error) ==
           Status::kInvalidArgument);
-    CHECK(edgefl::net::issue_device_cert(dir / "pki", "dev-9", now, now - 60, out_cert, out_key, &error) ==
+    CHECK(edgefl::cli::issue_device_cert(dir / "pki", "dev-9", now, now - 60, out_cert, out_key, &error) ==
           Status::kInvalidArgument);
-    CHECK(edgefl::net::issue_device_cert(dir / "missing", "dev-9", now, now + 60, out_cert, out_key,
+    CHECK(edgefl::cli::issue_device_cert(dir / "missing", "dev-9", now, now + 60, out_cert, out_key,
                                          &error) == Status::kIoError);
     CHECK_MESSAGE(contains(error, "ca.crt"), error);
     // A CA whose subject needs escaping issues certificates that chain to it, byte for byte.
-    REQUIRE_MESSAGE(edgefl::net::issue_device_cert(dir / "pki", "dev-9", now, now + 60, out_cert, out_key,
+    REQUIRE_MESSAGE(edgefl::cli::issue_device_cert(dir / "pki", "dev-9", now, now + 60, out_cert, out_key,
                                                    &error) == Status::kOk,
                     error);
     CHECK(file_mode(out_key) == 0600);
@@ -1102,10 +1102,10 @@ TEST_SUITE("credentials") {
     CHECK(issued.crt.issuer_raw.len == ca.crt.subject_raw.len);
     CHECK(memcmp(issued.crt.issuer_raw.p, ca.crt.subject_raw.p, ca.crt.subject_raw.len) == 0);
     // Not over an existing file without force; with force it is replaced.
-    CHECK(edgefl::net::issue_device_cert(dir / "pki", "dev-9", now, now + 60, out_cert, out_key, &error) ==
+    CHECK(edgefl::cli::issue_device_cert(dir / "pki", "dev-9", now, now + 60, out_cert, out_key, &error) ==
           Status::kIoError);
     CHECK(contains(error, "already exists"));
-    CHECK(edgefl::net::issue_device_cert(dir / "pki", "dev-9", now, now + 60, out_cert, out_key, &error,
+    CHECK(edgefl::cli::issue_device_cert(dir / "pki", "dev-9", now, now + 60, out_cert, out_key, &error,
                                          true) == Status::kOk);
 
     // The server of this PKI answers to the IPv6 literal and the DNS name.

@@ -55,17 +55,17 @@
 #include <thread>
 #include <vector>
 
+#include "dev_pki.h"
 #include "edgefl/client.h"
 #include "edgefl/codec.h"
 #include "edgefl/model.h"
 #include "edgefl/wire.h"
-#include "net/certs.h"
-#include "net/digest.h"
-#include "net/tls_credentials.h"
-#include "net/tls_session.h"
 #include "net/tls_stream.h"
 #include "safetensors.h"
 #include "sqlite_storage.h"
+#include "tls/digest.h"
+#include "tls/tls_credentials.h"
+#include "tls/tls_session.h"
 
 #ifndef EDGEFL_SERVER_BINARY
 #error "EDGEFL_SERVER_BINARY must name the edgefl-server executable"
@@ -169,31 +169,31 @@ struct Pki {
 };
 
 Pki make_pki(const std::string& dir, uint32_t devices, const std::string& ca_name = "edgefl e2e CA") {
-  net::DevPkiOptions o;
+  cli::DevPkiOptions o;
   o.out_dir = dir;
   o.devices = devices;
   o.ca_name = ca_name;
   std::string error;
-  REQUIRE_MESSAGE(net::write_dev_pki(o, &error) == Status::kOk, error);
+  REQUIRE_MESSAGE(cli::write_dev_pki(o, &error) == Status::kOk, error);
   return Pki{dir};
 }
 
-std::unique_ptr<net::TlsCredentials> client_credentials(const std::string& ca, const std::string& cert,
+std::unique_ptr<tls::TlsCredentials> client_credentials(const std::string& ca, const std::string& cert,
                                                         const std::string& key) {
   std::string error;
-  REQUIRE_MESSAGE(net::tls_global_init(&error) == Status::kOk, error);
-  net::TlsFiles files;
+  REQUIRE_MESSAGE(tls::tls_global_init(&error) == Status::kOk, error);
+  tls::TlsFiles files;
   files.ca_file = ca;
   files.cert_file = cert;
   files.key_file = key;
   files.server_name = "localhost";
-  std::unique_ptr<net::TlsCredentials> out;
-  REQUIRE_MESSAGE(net::TlsCredentials::load(net::TlsRole::kClient, files, &out, &error) == Status::kOk,
+  std::unique_ptr<tls::TlsCredentials> out;
+  REQUIRE_MESSAGE(tls::TlsCredentials::load(tls::TlsRole::kClient, files, &out, &error) == Status::kOk,
                   error);
   return out;
 }
 
-std::unique_ptr<net::TlsCredentials> device_credentials(const Pki& pki, const std::string& id) {
+std::unique_ptr<tls::TlsCredentials> device_credentials(const Pki& pki, const std::string& id) {
   return client_credentials(pki.ca(), pki.cert(id), pki.key(id));
 }
 
@@ -206,7 +206,7 @@ class NoCertificateConfig {
     mbedtls_entropy_init(&entropy_);
     mbedtls_ctr_drbg_init(&drbg_);
     std::string error;
-    REQUIRE_MESSAGE(net::tls_global_init(&error) == Status::kOk, error);
+    REQUIRE_MESSAGE(tls::tls_global_init(&error) == Status::kOk, error);
     REQUIRE(mbedtls_ctr_drbg_seed(&drbg_, mbedtls_entropy_func, &entropy_, nullptr, 0) == 0);
     const std::string pem = read_text(ca_file);
     REQUIRE(mbedtls_x509_crt_parse(&ca_, reinterpret_cast<const unsigned char*>(pem.c_str()),
@@ -521,7 +521,7 @@ Status make_update(const wire::TaskOffer& offer, const std::string& device, uint
   u->nonce = offer.round_nonce;
   for (size_t i = 0; i < u->upload_id.size(); ++i) u->upload_id[i] = static_cast<uint8_t>(tag * 31u + i + 1u);
   u->samples = samples;
-  const net::Sha256Digest d = net::sha256({u->bytes.data(), u->bytes.size()});
+  const tls::Sha256Digest d = tls::sha256({u->bytes.data(), u->bytes.size()});
   std::memcpy(u->digest.data(), d.data(), d.size());
   return Status::kOk;
 }
@@ -564,7 +564,7 @@ void check_fedavg(const std::vector<float>& before, const std::vector<const Upda
 struct Link {
   net::Connection conn;
   std::string error;
-  Status connect(uint16_t port, const net::TlsCredentials* creds) {
+  Status connect(uint16_t port, const tls::TlsCredentials* creds) {
     return conn.connect("127.0.0.1", port, creds, kIoMs, &error);
   }
   Status send(const wire::Message& m) { return conn.send(m, kIoMs, &error); }
@@ -637,7 +637,7 @@ Status download_model(Link& link, const wire::TaskOffer& offer, uint32_t chunk, 
     }
     bytes->insert(bytes->end(), c->data.begin(), c->data.end());
   }
-  const net::Sha256Digest d = net::sha256({bytes->data(), bytes->size()});
+  const tls::Sha256Digest d = tls::sha256({bytes->data(), bytes->size()});
   if (std::memcmp(d.data(), offer.model_digest.data(), d.size()) != 0) {
     *what = "the model does not match the offer's digest";
     return Status::kChecksumMismatch;
@@ -724,7 +724,7 @@ wire::Error expect_error(Link& link, const wire::Message& m) {
 }
 
 // One whole contribution: Hello until offered, upload, commit. REQUIREs the Ack `expected`.
-Update contribute(uint16_t port, const net::TlsCredentials& creds, const std::string& device, uint32_t tag,
+Update contribute(uint16_t port, const tls::TlsCredentials& creds, const std::string& device, uint32_t tag,
                   uint32_t samples, UpdateDisposition expected = UpdateDisposition::kAccepted) {
   Link link;
   REQUIRE_MESSAGE(link.connect(port, &creds) == Status::kOk, link.error);
@@ -762,7 +762,7 @@ class RawLink {
 
   // The TLS handshake: 0, an mbedTLS error (< 0, *error says which), or kPeerClosed.
   int handshake(const mbedtls_ssl_config* config, std::string* error) {
-    tls_ = std::make_unique<net::TlsSession>();
+    tls_ = std::make_unique<tls::TlsSession>();
     if (tls_->init(config, "localhost", error) != Status::kOk) return -2;
     for (;;) {
       const int ret = tls_->handshake();
@@ -771,8 +771,8 @@ class RawLink {
         return kPeerClosed;
       }
       if (ret == 0) return 0;
-      if (ret != net::TlsSession::kWantRead) {
-        *error = net::describe_tls_failure(ret, tls_->ssl());
+      if (ret != tls::TlsSession::kWantRead) {
+        *error = tls::describe_tls_failure(ret, tls_->ssl());
         return ret;
       }
       std::vector<uint8_t> in;
@@ -901,7 +901,7 @@ class RawLink {
           plain_.insert(plain_.end(), buffer, buffer + ret);
           continue;
         }
-        if (ret != net::TlsSession::kWantRead) return Status::kConnectionFailed;  // close_notify or an alert
+        if (ret != tls::TlsSession::kWantRead) return Status::kConnectionFailed;  // close_notify or an alert
       }
       std::vector<uint8_t> in;
       if (!recv_raw(&in, static_cast<int>(left)))
@@ -918,7 +918,7 @@ class RawLink {
   }
 
   int fd_ = -1;
-  std::unique_ptr<net::TlsSession> tls_;
+  std::unique_ptr<tls::TlsSession> tls_;
   std::vector<uint8_t> plain_;
   bool timed_out_ = false;
 };
@@ -993,7 +993,7 @@ TEST_SUITE("e2e.rounds") {
     struct DeviceRun {
       std::string id;
       uint32_t samples = 0;
-      std::unique_ptr<net::TlsCredentials> creds;
+      std::unique_ptr<tls::TlsCredentials> creds;
       std::vector<Update> updates;               // per round
       std::vector<std::vector<uint8_t>> models;  // the model served in each round
       std::vector<uint64_t> model_versions;
@@ -1003,7 +1003,7 @@ TEST_SUITE("e2e.rounds") {
     std::vector<DeviceRun> runs(3);
     const uint32_t samples[3] = {10, 30, 60};  // unequal weights
     for (size_t d = 0; d < runs.size(); ++d) {
-      runs[d].id = net::dev_pki_device_id(static_cast<uint32_t>(d + 1));
+      runs[d].id = cli::dev_pki_device_id(static_cast<uint32_t>(d + 1));
       runs[d].samples = samples[d];
       runs[d].creds = device_credentials(pki, runs[d].id);
     }
@@ -1255,7 +1255,7 @@ TEST_SUITE("e2e.rejections") {
         const int64_t now = static_cast<int64_t>(std::time(nullptr));
         std::string error;
         REQUIRE_MESSAGE(
-            net::issue_device_cert(pki.dir, "device-expired", now - 10 * 86400, now - 86400,
+            cli::issue_device_cert(pki.dir, "device-expired", now - 10 * 86400, now - 86400,
                                    tmp / "expired.crt", tmp / "expired.key", &error) == Status::kOk,
             error);
         const auto expired = client_credentials(pki.ca(), tmp / "expired.crt", tmp / "expired.key");
@@ -1371,7 +1371,7 @@ TEST_SUITE("e2e.rejections") {
       write_text(tmp / "deny.txt", "device-0003\n");
       const int64_t now = static_cast<int64_t>(std::time(nullptr));
       std::string error;
-      REQUIRE_MESSAGE(net::issue_device_cert(pki.dir, "device-expired", now - 10 * 86400, now - 86400,
+      REQUIRE_MESSAGE(cli::issue_device_cert(pki.dir, "device-expired", now - 10 * 86400, now - 86400,
                                              tmp / "expired.crt", tmp / "expired.key", &error) == Status::kOk,
                       error);
       START_SERVER(server,
@@ -1723,9 +1723,9 @@ TEST_SUITE("e2e.restart") {
     ServerProcess server(tmp);
     START_SERVER(server, args);
     INFO("server logs:\n" << server.all_logs());
-    std::vector<std::unique_ptr<net::TlsCredentials>> creds;
-    for (uint32_t d = 1; d <= 5; ++d) creds.push_back(device_credentials(pki, net::dev_pki_device_id(d)));
-    auto cred = [&](uint32_t d) -> const net::TlsCredentials& { return *creds[d - 1]; };
+    std::vector<std::unique_ptr<tls::TlsCredentials>> creds;
+    for (uint32_t d = 1; d <= 5; ++d) creds.push_back(device_credentials(pki, cli::dev_pki_device_id(d)));
+    auto cred = [&](uint32_t d) -> const tls::TlsCredentials& { return *creds[d - 1]; };
     std::string what;
     std::vector<Update> acked;
 
@@ -2155,7 +2155,7 @@ TEST_SUITE("e2e.faults") {
     std::vector<std::string> errors(kDevices);
     std::vector<std::unique_ptr<Client>> clients;
     for (int d = 0; d < kDevices; ++d) {
-      ClientOptions o = persistent_client(pki, net::dev_pki_device_id(uint32_t(d + 1)), port, 100 + d);
+      ClientOptions o = persistent_client(pki, cli::dev_pki_device_id(uint32_t(d + 1)), port, 100 + d);
       o.give_up_after_ms = 0;    // only cancel() ends them
       o.error_feedback = false;  // fp32 is exact: each update is synthetic_delta(device) itself
       clients.push_back(std::make_unique<Client>(o));

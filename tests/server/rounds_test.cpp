@@ -34,10 +34,10 @@
 #include "edgefl/model.h"
 #include "log.h"
 #include "model_files.h"
-#include "net/digest.h"
 #include "rounds.h"
 #include "safetensors.h"
 #include "sqlite_storage.h"
+#include "tls/digest.h"
 
 namespace {
 
@@ -212,7 +212,7 @@ struct Server {
     commit.upload_id = start.upload_id;
     commit.total_bytes = bytes.size();
     commit.sample_count = samples;
-    const net::Sha256Digest d = net::sha256({bytes.data(), bytes.size()});
+    const tls::Sha256Digest d = tls::sha256({bytes.data(), bytes.size()});
     std::memcpy(commit.digest.data(), d.data(), d.size());
     return rounds->commit(device, commit, now).message;
   }

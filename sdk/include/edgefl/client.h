@@ -7,7 +7,7 @@
 //   edgefl::Client client(o);
 //   std::string error;
 //   if (client.init(&error) != edgefl::Status::kOk) { ... }        // loads the credentials
-//   edgefl::DatasetTrainer trainer(&dataset, my_indices);           // or the app's LocalTrainer
+//   MyTrainer trainer;  // the app's LocalTrainer, or edgefl::DatasetTrainer (edgefl/dataset_trainer.h)
 //   edgefl::RoundResult r;
 //   edgefl::Status s = client.run_round(trainer, &r, &error);        // blocks: one round
 //
@@ -36,9 +36,7 @@
 #include <vector>
 
 #include "edgefl/codec.h"
-#include "edgefl/data.h"
 #include "edgefl/error_feedback.h"
-#include "edgefl/model.h"
 #include "edgefl/span.h"
 #include "edgefl/status.h"
 #include "edgefl/trainer.h"
@@ -47,8 +45,10 @@ namespace edgefl {
 
 namespace net {
 class Connection;
-class TlsCredentials;
 }  // namespace net
+namespace tls {
+class TlsCredentials;
+}  // namespace tls
 
 // A round's task as the server offered it.
 struct RoundTask {
@@ -75,26 +75,6 @@ class LocalTrainer {
   // weight, > 0); *loss = mean training loss.
   [[nodiscard]] virtual Status fit(Span<const float> global, Span<float> delta, uint32_t* samples,
                                    float* loss) = 0;
-};
-
-// The built-in trainer: SgdTrainer (edgefl/trainer.h) on the samples `indices` of `data` (both
-// must outlive it). Its workspace is allocated by prepare() and kept while the spec is unchanged.
-class DatasetTrainer final : public LocalTrainer {
- public:
-  DatasetTrainer(const Dataset* data, std::vector<uint32_t> indices);
-  size_t memory_bytes(const RoundTask& task) const override;
-  [[nodiscard]] Status prepare(const RoundTask& task) override;
-  [[nodiscard]] Status fit(Span<const float> global, Span<float> delta, uint32_t* samples,
-                           float* loss) override;
-  size_t sample_count() const { return indices_.size(); }
-
- private:
-  const Dataset* data_;
-  std::vector<uint32_t> indices_;
-  std::string spec_text_;
-  ModelSpec spec_{};
-  std::vector<uint8_t> workspace_;
-  SgdTrainer trainer_;
 };
 
 // A byte stream the app provides instead of the client's own TCP socket (a platform socket API, a
@@ -250,7 +230,7 @@ class Client {
   Status sleep_ms(uint64_t ms);
 
   ClientOptions options_;
-  std::unique_ptr<net::TlsCredentials> credentials_;
+  std::unique_ptr<tls::TlsCredentials> credentials_;
   std::unique_ptr<net::Connection> connection_;
   std::unique_ptr<Pending> pending_;  // an encoded update not yet acked
   std::atomic<bool> cancelled_{false};

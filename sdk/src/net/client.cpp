@@ -9,10 +9,10 @@
 
 #include "core/rng.h"
 #include "edgefl/wire.h"
-#include "net/digest.h"
-#include "net/tls_credentials.h"
 #include "net/tls_stream.h"
 #include "round/update_steps.h"
+#include "tls/digest.h"
+#include "tls/tls_credentials.h"
 
 namespace edgefl {
 namespace {
@@ -129,13 +129,13 @@ Status Client::init(std::string* error) {
     return Status::kInvalidArgument;
   }
   if (options_.insecure_plaintext_for_tests) return Status::kOk;
-  EDGEFL_RETURN_IF_ERROR(net::tls_global_init(error));
-  net::TlsFiles files;
+  EDGEFL_RETURN_IF_ERROR(tls::tls_global_init(error));
+  tls::TlsFiles files;
   files.ca_file = options_.ca_file;
   files.cert_file = options_.cert_file;
   files.key_file = options_.key_file;
   files.server_name = options_.server_name;
-  return net::TlsCredentials::load(net::TlsRole::kClient, files, &credentials_, error);
+  return tls::TlsCredentials::load(tls::TlsRole::kClient, files, &credentials_, error);
 }
 
 MemoryPlan Client::plan_memory(const RoundTask& task, const LocalTrainer& trainer) const {
@@ -423,7 +423,7 @@ Client::Attempt::Step Client::Attempt::download_model(const wire::TaskOffer& off
   }
   c.model_version_ = ~0ull;
   c.model_.resize(n);
-  net::Sha256 hash;
+  tls::Sha256 hash;
   uint64_t received = 0;
   while (received < offer.model_bytes) {
     wire::ModelRequest request;
@@ -451,7 +451,7 @@ Client::Attempt::Step Client::Attempt::download_model(const wire::TaskOffer& off
     result->model_bytes += chunk->data.size();
   }
   reply = wire::Message{};  // release the last chunk's data
-  const net::Sha256Digest digest = hash.finish();
+  const tls::Sha256Digest digest = hash.finish();
   if (std::memcmp(digest.data(), offer.model_digest.data(), digest.size()) != 0) {
     return fail("the downloaded model does not match the offer's SHA-256", Status::kChecksumMismatch);
   }
@@ -505,7 +505,7 @@ Client::Attempt::Step Client::Attempt::compute_update(LocalTrainer& trainer, con
     return done(s);
   }
   p->bytes.resize(written);
-  const net::Sha256Digest digest = net::sha256({p->bytes.data(), p->bytes.size()});
+  const tls::Sha256Digest digest = tls::sha256({p->bytes.data(), p->bytes.size()});
   std::memcpy(p->digest.data(), digest.data(), digest.size());
   p->round_id = offer.round_id;
   p->nonce = offer.round_nonce;

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "net/tls_credentials.h"
-#include "net/tls_session.h"
+#include "tls/tls_credentials.h"
+#include "tls/tls_session.h"
 
 namespace edgefl {
 namespace net {
@@ -22,8 +22,8 @@ constexpr size_t kReadChunkBytes = 16 * 1024;
 struct Connection::Impl {
   asio::io_context io;
   asio::ip::tcp::socket socket{io};
-  std::unique_ptr<TlsSession> tls;  // null: plaintext
-  std::vector<uint8_t> plain;       // decrypted (or plaintext) bytes not yet returned
+  std::unique_ptr<tls::TlsSession> tls;  // null: plaintext
+  std::vector<uint8_t> plain;            // decrypted (or plaintext) bytes not yet returned
   size_t plain_pos = 0;
   bool open = false;
 
@@ -198,7 +198,7 @@ Status Connection::flush_tls(uint32_t timeout_ms, std::string* error) {
   return s;
 }
 
-Status Connection::connect(const std::string& host, uint16_t port, const TlsCredentials* creds,
+Status Connection::connect(const std::string& host, uint16_t port, const tls::TlsCredentials* creds,
                            uint32_t timeout_ms, std::string* error) {
   close();
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -236,7 +236,7 @@ Status Connection::connect(const std::string& host, uint16_t port, const TlsCred
   impl_->open = true;
   if (creds == nullptr) return Status::kOk;
 
-  impl_->tls.reset(new TlsSession);
+  impl_->tls.reset(new tls::TlsSession);
   const std::string& name = creds->server_name();
   s = impl_->tls->init(creds->config(), name.empty() ? nullptr : name.c_str(), error);
   if (s != Status::kOk) return fail(s, error ? *error : "TLS setup failed", error);
@@ -249,10 +249,11 @@ Status Connection::connect(const std::string& host, uint16_t port, const TlsCred
       return s;
     }
     if (ret == 0) break;
-    if (ret != TlsSession::kWantRead) {
-      return fail(Status::kTlsHandshakeFailed,
-                  "TLS handshake with " + where + " failed: " + describe_tls_failure(ret, impl_->tls->ssl()),
-                  error);
+    if (ret != tls::TlsSession::kWantRead) {
+      return fail(
+          Status::kTlsHandshakeFailed,
+          "TLS handshake with " + where + " failed: " + tls::describe_tls_failure(ret, impl_->tls->ssl()),
+          error);
     }
     s = read_some_raw(&received, remaining_ms(), error);
     if (s != Status::kOk) {
@@ -285,7 +286,7 @@ Status Connection::send(const wire::Message& message, uint32_t timeout_ms, std::
   frame_bytes_sent_ += frame.size();
   if (!impl_->tls) return write_raw(frame.data(), frame.size(), timeout_ms, error);
   const int ret = impl_->tls->write({frame.data(), frame.size()});
-  if (ret < 0) return fail(Status::kTlsError, "TLS write failed: " + tls_error_text(ret), error);
+  if (ret < 0) return fail(Status::kTlsError, "TLS write failed: " + tls::tls_error_text(ret), error);
   return flush_tls(timeout_ms, error);
 }
 
@@ -322,10 +323,10 @@ Status Connection::read_plain(uint8_t* out, size_t size, uint32_t timeout_ms, st
       impl_->plain.assign(buffer, buffer + ret);
       continue;
     }
-    if (ret == TlsSession::kClosed)
+    if (ret == tls::TlsSession::kClosed)
       return fail(Status::kConnectionFailed, "the server closed the connection", error);
-    if (ret != TlsSession::kWantRead)
-      return fail(Status::kTlsError, "TLS read failed: " + tls_error_text(ret), error);
+    if (ret != tls::TlsSession::kWantRead)
+      return fail(Status::kTlsError, "TLS read failed: " + tls::tls_error_text(ret), error);
     s = read_some_raw(&received, left_ms, error);
     if (s != Status::kOk) return s;
     impl_->tls->feed({received.data(), received.size()});

@@ -1,5 +1,5 @@
 // net/tls_stream.h: a client connection to edgefl-server for a plain application thread: TCP
-// through Asio, TLS through TlsSession, whole wire messages in and out, every call bounded by a
+// through Asio, TLS through tls::TlsSession, whole wire messages in and out, every call bounded by a
 // timeout and abortable from another thread with cancel().
 //
 //   Connection c;
@@ -33,8 +33,6 @@
 namespace edgefl {
 namespace net {
 
-class TlsCredentials;
-
 class Connection {
  public:
   Connection();
@@ -46,7 +44,7 @@ class Connection {
   void set_transport(const Transport& transport);
 
   // TCP connect, then the TLS handshake (creds: the client's credentials, or null for plaintext).
-  [[nodiscard]] Status connect(const std::string& host, uint16_t port, const TlsCredentials* creds,
+  [[nodiscard]] Status connect(const std::string& host, uint16_t port, const tls::TlsCredentials* creds,
                                uint32_t timeout_ms, std::string* error);
   // Encodes and sends one message (all of it, or a failure).
   [[nodiscard]] Status send(const wire::Message& message, uint32_t timeout_ms, std::string* error);

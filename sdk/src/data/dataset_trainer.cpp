@@ -1,4 +1,4 @@
-#include "edgefl/client.h"
+#include "edgefl/dataset_trainer.h"
 
 namespace edgefl {
 

@@ -1,4 +1,4 @@
-// net/tls_credentials.h: mutual-TLS credentials and the one mbedTLS configuration per role.
+// tls/tls_credentials.h: mutual-TLS credentials and the one mbedTLS configuration per role.
 //
 // A device (TlsRole::kClient) and edgefl-server (TlsRole::kServer) each load one TlsCredentials at
 // start-up: the CA certificate(s) the peer must chain to, their own certificate and ECDSA P-256 key,
@@ -21,8 +21,8 @@
 // server_name(), check_peer() and reload_deny_list() may be called from any thread at once, and
 // one config() may back any number of mbedtls_ssl_context on any threads (each context on one
 // thread at a time). It must outlive every context set up with its config().
-#ifndef EDGEFL_NET_TLS_CREDENTIALS_H_
-#define EDGEFL_NET_TLS_CREDENTIALS_H_
+#ifndef EDGEFL_SRC_TLS_TLS_CREDENTIALS_H_
+#define EDGEFL_SRC_TLS_TLS_CREDENTIALS_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -35,7 +35,7 @@
 #include "mbedtls/ssl.h"
 
 namespace edgefl {
-namespace net {
+namespace tls {
 
 enum class TlsRole { kClient, kServer };
 
@@ -145,7 +145,7 @@ std::string describe_tls_failure(int mbedtls_ret, const mbedtls_ssl_context* ssl
 // reason is then the only one given, since the others describe the certificate left in its place.
 std::string describe_verify_flags(uint32_t flags);
 
-}  // namespace net
+}  // namespace tls
 }  // namespace edgefl
 
-#endif  // EDGEFL_NET_TLS_CREDENTIALS_H_
+#endif  // EDGEFL_SRC_TLS_TLS_CREDENTIALS_H_

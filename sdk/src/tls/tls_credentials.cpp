@@ -1,4 +1,4 @@
-#include "net/tls_credentials.h"
+#include "tls/tls_credentials.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -21,11 +21,11 @@
 #include "mbedtls/version.h"
 #include "mbedtls/x509_crl.h"
 #include "mbedtls/x509_crt.h"
-#include "net/tls_session.h"
 #include "psa/crypto.h"
+#include "tls/tls_session.h"
 
 namespace edgefl {
-namespace net {
+namespace tls {
 namespace {
 
 // --- the runtime policy (shared/reference/security.md §4.3); static: mbedTLS keeps the pointers --
@@ -730,5 +730,5 @@ std::string describe_tls_failure(int mbedtls_ret, const mbedtls_ssl_context* ssl
   return text;
 }
 
-}  // namespace net
+}  // namespace tls
 }  // namespace edgefl

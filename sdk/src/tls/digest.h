@@ -1,7 +1,7 @@
-// net/digest.h: SHA-256 of updates and model files (the Commit digest, the TaskOffer's model
+// tls/digest.h: SHA-256 of updates and model files (the Commit digest, the TaskOffer's model
 // digest), through mbedTLS. Hosted; thread-safe; no state kept between calls.
-#ifndef EDGEFL_NET_DIGEST_H_
-#define EDGEFL_NET_DIGEST_H_
+#ifndef EDGEFL_SRC_TLS_DIGEST_H_
+#define EDGEFL_SRC_TLS_DIGEST_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -12,7 +12,7 @@
 #include "edgefl/span.h"
 
 namespace edgefl {
-namespace net {
+namespace tls {
 
 using Sha256Digest = std::array<uint8_t, 32>;
 
@@ -38,7 +38,7 @@ class Sha256 {
 // Lower-case hex of `bytes` (2 characters per byte).
 std::string to_hex(Span<const uint8_t> bytes);
 
-}  // namespace net
+}  // namespace tls
 }  // namespace edgefl
 
-#endif  // EDGEFL_NET_DIGEST_H_
+#endif  // EDGEFL_SRC_TLS_DIGEST_H_

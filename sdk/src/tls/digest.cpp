@@ -1,11 +1,11 @@
-#include "net/digest.h"
+#include "tls/digest.h"
 
 #include <mbedtls/sha256.h>
 
 #include <new>
 
 namespace edgefl {
-namespace net {
+namespace tls {
 namespace {
 static_assert(sizeof(mbedtls_sha256_context) <= 128, "Sha256::context_ is too small");
 static_assert(alignof(mbedtls_sha256_context) <= 8, "Sha256::context_ is under-aligned");
@@ -58,5 +58,5 @@ std::string to_hex(Span<const uint8_t> bytes) {
   return out;
 }
 
-}  // namespace net
+}  // namespace tls
 }  // namespace edgefl

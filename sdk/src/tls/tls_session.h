@@ -1,8 +1,8 @@
-// net/tls_session.h: one TLS connection as a state machine over byte buffers (sans I/O).
+// tls/tls_session.h: one TLS connection as a state machine over byte buffers (sans I/O).
 //
 // mbedTLS reads and writes through two callbacks; here they read from an `incoming` buffer that
 // the driver fills with what arrived from the socket, and append to an `outgoing` buffer that the
-// driver sends. So the same session runs under a blocking client loop (net/tls_stream.h) and under
+// driver sends. So the same session runs under a blocking client loop (tls/tls_stream.h) and under
 // the server's coroutines (server/src/session.cpp), and in tests without any socket:
 //
 //   TlsSession s;  s.init(creds.config(), "localhost", &error);
@@ -14,8 +14,8 @@
 //
 // Ownership: the session owns its mbedTLS context and both buffers; the config must outlive it.
 // Not thread-safe: one driver thread (or strand) per session.
-#ifndef EDGEFL_NET_TLS_SESSION_H_
-#define EDGEFL_NET_TLS_SESSION_H_
+#ifndef EDGEFL_SRC_TLS_TLS_SESSION_H_
+#define EDGEFL_SRC_TLS_TLS_SESSION_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -31,7 +31,7 @@ struct mbedtls_ssl_config;
 struct mbedtls_ssl_context;
 
 namespace edgefl {
-namespace net {
+namespace tls {
 
 class TlsSession {
  public:
@@ -93,7 +93,7 @@ class TlsSession {
 // mbedtls_strerror of `ret` ("SSL - ..."), with the code in hex.
 std::string tls_error_text(int ret);
 
-}  // namespace net
+}  // namespace tls
 }  // namespace edgefl
 
-#endif  // EDGEFL_NET_TLS_SESSION_H_
+#endif  // EDGEFL_SRC_TLS_TLS_SESSION_H_

@@ -1,4 +1,4 @@
-#include "net/certs.h"
+#include "dev_pki.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,11 +22,11 @@
 #include "mbedtls/platform_util.h"
 #include "mbedtls/sha256.h"
 #include "mbedtls/x509_crt.h"
-#include "net/tls_credentials.h"
-#include "net/tls_session.h"
+#include "tls/tls_credentials.h"
+#include "tls/tls_session.h"
 
 namespace edgefl {
-namespace net {
+namespace cli {
 namespace {
 
 constexpr size_t kKeyIdBytes = 20;  // RFC 7093 method 1: SHA-256 truncated to 160 bits
@@ -61,7 +61,8 @@ struct Rng {
     static const unsigned char kPersonalization[] = "edgefl certs";
     const int ret = mbedtls_ctr_drbg_seed(&drbg, mbedtls_entropy_func, &entropy, kPersonalization,
                                           sizeof kPersonalization - 1);
-    if (ret != 0) return fail(Status::kTlsError, error, "seeding the RNG failed: " + tls_error_text(ret));
+    if (ret != 0)
+      return fail(Status::kTlsError, error, "seeding the RNG failed: " + tls::tls_error_text(ret));
     return Status::kOk;
   }
 };
@@ -105,7 +106,7 @@ Status generate_p256_key(mbedtls_pk_context* pk, Rng* rng, std::string* error) {
                               &rng->drbg);
   }
   if (ret != 0)
-    return fail(Status::kTlsError, error, "ECDSA P-256 key generation failed: " + tls_error_text(ret));
+    return fail(Status::kTlsError, error, "ECDSA P-256 key generation failed: " + tls::tls_error_text(ret));
   return Status::kOk;
 }
 
@@ -123,10 +124,10 @@ Status key_identifier(mbedtls_pk_context* pk, unsigned char id[kKeyIdBytes], std
   unsigned char* p = buf + sizeof buf;
   const int len = mbedtls_pk_write_pubkey(&p, buf, pk);
   if (len <= 0)
-    return fail(Status::kTlsError, error, "writing the public key failed: " + tls_error_text(len));
+    return fail(Status::kTlsError, error, "writing the public key failed: " + tls::tls_error_text(len));
   unsigned char digest[32];
   const int ret = mbedtls_sha256(p, static_cast<size_t>(len), digest, 0);
-  if (ret != 0) return fail(Status::kTlsError, error, "SHA-256 failed: " + tls_error_text(ret));
+  if (ret != 0) return fail(Status::kTlsError, error, "SHA-256 failed: " + tls::tls_error_text(ret));
   memcpy(id, digest, kKeyIdBytes);
   return Status::kOk;
 }
@@ -284,7 +285,7 @@ Status write_certificate(const CertSpec& spec, mbedtls_pk_context* subject_key, 
 
   unsigned char serial[kSerialBytes];
   int ret = mbedtls_ctr_drbg_random(&rng->drbg, serial, sizeof serial);
-  if (ret != 0) return fail(Status::kTlsError, error, "random serial: " + tls_error_text(ret));
+  if (ret != 0) return fail(Status::kTlsError, error, "random serial: " + tls::tls_error_text(ret));
   serial[0] = static_cast<unsigned char>((serial[0] & 0x7f) | 0x40);  // positive, minimal DER, 16 bytes
 
   const bool ca = spec.kind == CertKind::kCa;
@@ -361,12 +362,13 @@ Status write_certificate(const CertSpec& spec, mbedtls_pk_context* subject_key, 
     ret = mbedtls_x509write_crt_set_subject_alternative_name(w, &list.back());
   }
   if (ret != 0)
-    return fail(Status::kTlsError, error, std::string("certificate ") + step + ": " + tls_error_text(ret));
+    return fail(Status::kTlsError, error,
+                std::string("certificate ") + step + ": " + tls::tls_error_text(ret));
 
   std::vector<unsigned char> buf(8192);
   ret = mbedtls_x509write_crt_pem(w, buf.data(), buf.size(), mbedtls_ctr_drbg_random, &rng->drbg);
   if (ret != 0)
-    return fail(Status::kTlsError, error, "signing the certificate failed: " + tls_error_text(ret));
+    return fail(Status::kTlsError, error, "signing the certificate failed: " + tls::tls_error_text(ret));
   pem->assign(reinterpret_cast<const char*>(buf.data()));
   return Status::kOk;
 }
@@ -376,7 +378,7 @@ Status key_pem_of(mbedtls_pk_context* key, SecretText* pem, std::string* error) 
   const int ret = mbedtls_pk_write_key_pem(key, buf.data(), buf.size());
   if (ret != 0) {
     mbedtls_platform_zeroize(buf.data(), buf.size());
-    return fail(Status::kTlsError, error, "writing the private key failed: " + tls_error_text(ret));
+    return fail(Status::kTlsError, error, "writing the private key failed: " + tls::tls_error_text(ret));
   }
   pem->text.assign(reinterpret_cast<const char*>(buf.data()));
   mbedtls_platform_zeroize(buf.data(), buf.size());
@@ -490,14 +492,16 @@ Status verify_issued(const std::string& cert_pem, mbedtls_x509_crt* ca, std::str
   int ret = mbedtls_x509_crt_parse(&leaf.crt, reinterpret_cast<const unsigned char*>(cert_pem.c_str()),
                                    cert_pem.size() + 1);
   if (ret != 0)
-    return fail(Status::kTlsError, error, "the issued certificate does not parse: " + tls_error_text(ret));
+    return fail(Status::kTlsError, error,
+                "the issued certificate does not parse: " + tls::tls_error_text(ret));
   uint32_t flags = 0;
   ret = mbedtls_x509_crt_verify_with_profile(&leaf.crt, ca, nullptr, &kP256Sha256, nullptr, &flags, nullptr,
                                              nullptr);
   flags &= ~static_cast<uint32_t>(MBEDTLS_X509_BADCERT_EXPIRED | MBEDTLS_X509_BADCERT_FUTURE);
   if (ret != 0 && flags != 0) {
-    return fail(Status::kTlsError, error,
-                "the issued certificate does not verify against the CA: " + describe_verify_flags(flags));
+    return fail(
+        Status::kTlsError, error,
+        "the issued certificate does not verify against the CA: " + tls::describe_verify_flags(flags));
   }
   return Status::kOk;
 }
@@ -566,7 +570,7 @@ Status write_dev_pki(const DevPkiOptions& o, std::string* error) {
       }
     }
   }
-  EDGEFL_RETURN_IF_ERROR(tls_global_init(error));
+  EDGEFL_RETURN_IF_ERROR(tls::tls_global_init(error));
   EDGEFL_RETURN_IF_ERROR(make_dirs(dir, error));
   if (o.devices > 0) EDGEFL_RETURN_IF_ERROR(make_dirs(devices_dir, error));
 
@@ -594,7 +598,7 @@ Status write_dev_pki(const DevPkiOptions& o, std::string* error) {
   int ret = mbedtls_x509_crt_parse(&ca.crt, reinterpret_cast<const unsigned char*>(ca_pem.c_str()),
                                    ca_pem.size() + 1);
   if (ret != 0)
-    return fail(Status::kTlsError, error, "the CA certificate does not parse: " + tls_error_text(ret));
+    return fail(Status::kTlsError, error, "the CA certificate does not parse: " + tls::tls_error_text(ret));
   {
     SecretText key_pem;
     EDGEFL_RETURN_IF_ERROR(key_pem_of(&ca_key.pk, &key_pem, error));
@@ -627,7 +631,7 @@ Status write_dev_pki(const DevPkiOptions& o, std::string* error) {
 Status issue_device_cert(const std::string& ca_dir, const std::string& device_id, int64_t not_before_unix,
                          int64_t not_after_unix, const std::string& out_cert, const std::string& out_key,
                          std::string* error, bool force) {
-  if (!is_valid_device_id(device_id)) {
+  if (!tls::is_valid_device_id(device_id)) {
     return fail(Status::kInvalidArgument, error,
                 "device id '" + device_id + "' is not valid (1-64 characters from [A-Za-z0-9._-])");
   }
@@ -650,21 +654,22 @@ Status issue_device_cert(const std::string& ca_dir, const std::string& device_id
       }
     }
   }
-  EDGEFL_RETURN_IF_ERROR(tls_global_init(error));
+  EDGEFL_RETURN_IF_ERROR(tls::tls_global_init(error));
   Rng rng;
   EDGEFL_RETURN_IF_ERROR(rng.seed(error));
 
   const std::string ca_crt_path = ca_dir + "/ca.crt";
   const std::string ca_key_path = ca_dir + "/ca.key";
   std::string ca_pem;
-  EDGEFL_RETURN_IF_ERROR(read_credential_file("CA certificate", ca_crt_path, kMaxPemBytes, &ca_pem, error));
+  EDGEFL_RETURN_IF_ERROR(
+      tls::read_credential_file("CA certificate", ca_crt_path, kMaxPemBytes, &ca_pem, error));
   Crt ca;
   int ret = mbedtls_x509_crt_parse(&ca.crt, reinterpret_cast<const unsigned char*>(ca_pem.c_str()),
                                    ca_pem.size() + 1);
   if (ret != 0) {
     return fail(
         Status::kTlsError, error,
-        "'" + ca_crt_path + "' is not a PEM certificate" + (ret < 0 ? ": " + tls_error_text(ret) : ""));
+        "'" + ca_crt_path + "' is not a PEM certificate" + (ret < 0 ? ": " + tls::tls_error_text(ret) : ""));
   }
   if (mbedtls_x509_crt_get_ca_istrue(&ca.crt) != 1 ||
       mbedtls_x509_crt_check_key_usage(&ca.crt, MBEDTLS_X509_KU_KEY_CERT_SIGN) != 0) {
@@ -674,13 +679,14 @@ Status issue_device_cert(const std::string& ca_dir, const std::string& device_id
   PkKey ca_key;
   {
     SecretText key_pem;
-    EDGEFL_RETURN_IF_ERROR(read_credential_file("CA key", ca_key_path, kMaxPemBytes, &key_pem.text, error));
+    EDGEFL_RETURN_IF_ERROR(
+        tls::read_credential_file("CA key", ca_key_path, kMaxPemBytes, &key_pem.text, error));
     ret = mbedtls_pk_parse_key(&ca_key.pk, reinterpret_cast<const unsigned char*>(key_pem.text.c_str()),
                                key_pem.text.size() + 1, nullptr, 0, mbedtls_ctr_drbg_random, &rng.drbg);
   }
   if (ret != 0) {
     return fail(Status::kTlsError, error,
-                "'" + ca_key_path + "' is not a PEM private key: " + tls_error_text(ret));
+                "'" + ca_key_path + "' is not a PEM private key: " + tls::tls_error_text(ret));
   }
   if (!is_p256_key(&ca_key.pk)) {
     return fail(Status::kTlsError, error, "'" + ca_key_path + "' is not an ECDSA P-256 key");
@@ -701,5 +707,5 @@ Status issue_device_cert(const std::string& ca_dir, const std::string& device_id
   return issue_leaf(spec, signer, &ca.crt, &rng, out_cert, out_key, force, error);
 }
 
-}  // namespace net
+}  // namespace cli
 }  // namespace edgefl

@@ -1,4 +1,4 @@
-#include "net/tls_session.h"
+#include "tls/tls_session.h"
 
 #include <mbedtls/error.h>
 #include <mbedtls/ssl.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 namespace edgefl {
-namespace net {
+namespace tls {
 
 static_assert(TlsSession::kWantRead == MBEDTLS_ERR_SSL_WANT_READ, "kWantRead must be mbedTLS's WANT_READ");
 
@@ -138,5 +138,5 @@ const char* TlsSession::ciphersuite() const {
   return c != nullptr ? c : "unknown";
 }
 
-}  // namespace net
+}  // namespace tls
 }  // namespace edgefl

@@ -1,5 +1,5 @@
-// net/certs.h: a development PKI for edgefl (`edgefl certs`): a CA, a server certificate and device
-// certificates, all ECDSA P-256 with SHA-256 signatures, written as PEM files.
+// dev_pki.h (edgefl tool): a development PKI for edgefl (`edgefl certs`): a CA, a server certificate and
+// device certificates, all ECDSA P-256 with SHA-256 signatures, written as PEM files.
 //
 // For development, tests and small deployments: the CA key is an unencrypted file on disk. Devices
 // of a real fleet should make their keys themselves and send a CSR (security.md §4.1).
@@ -17,8 +17,8 @@
 // temporary name, flushed and renamed, so a crash leaves no half-written file.
 //
 // Hosted; thread-safe (no shared state besides PSA, initialised through tls_global_init()).
-#ifndef EDGEFL_NET_CERTS_H_
-#define EDGEFL_NET_CERTS_H_
+#ifndef EDGEFL_CLI_DEV_PKI_H_
+#define EDGEFL_CLI_DEV_PKI_H_
 
 #include <stdint.h>
 
@@ -28,7 +28,7 @@
 #include "edgefl/status.h"
 
 namespace edgefl {
-namespace net {
+namespace cli {
 
 struct DevPkiOptions {
   std::string out_dir;   // created (0755) if missing, with out_dir/devices
@@ -63,7 +63,7 @@ struct DevPkiOptions {
 // "device-0007" for 7: the id write_dev_pki() gives device number `n` (1-based).
 std::string dev_pki_device_id(uint32_t n);
 
-}  // namespace net
+}  // namespace cli
 }  // namespace edgefl
 
-#endif  // EDGEFL_NET_CERTS_H_
+#endif  // EDGEFL_CLI_DEV_PKI_H_
