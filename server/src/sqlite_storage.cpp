@@ -266,21 +266,6 @@ bool read_update(sqlite3_stmt* s, bool with_payload, UpdateRecord* u) {
   return column_bytes(s, 8, &u->payload);
 }
 
-// A path relative to the state directory: not empty, not absolute, no "." or ".." component, no
-// NUL, no empty component.
-bool valid_relative_path(const std::string& path) {
-  if (path.empty() || path.front() == '/' || path.find('\0') != std::string::npos) return false;
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
-    const std::string part = path.substr(start, end - start);
-    if (part.empty() || part == "." || part == "..") return false;
-    start = end + 1;
-  }
-  return true;
-}
-
 class SqliteStorage final : public Storage {
  public:
   explicit SqliteStorage(sqlite3* db) : db_(db) {}
@@ -494,17 +479,7 @@ Status SqliteStorage::init(std::string* error) {
 static_assert(kApplicationId == 1162103878, "the PRAGMA above spells kApplicationId in decimal");
 
 Status SqliteStorage::create_round(const RoundRecord& round, std::string* error) {
-  if (round.round_id == 0 || !fits_i64(round.round_id))
-    return invalid(error, "create_round: round id out of range");
-  if (round.nonce.size() != 16 && round.nonce.size() != 32) {
-    return invalid(error, "create_round: the nonce must be 16 or 32 bytes");
-  }
-  if (!fits_i64(round.base_model_version))
-    return invalid(error, "create_round: base model version out of range");
-  if (round.state != RoundState::kOpen || round.closed_unix_ms != 0 || round.result_model_version != 0 ||
-      round.accepted_updates != 0) {
-    return invalid(error, "create_round: a new round is open, with no close time, result or count");
-  }
+  EDGEFL_RETURN_IF_ERROR(check_new_round(round, error));
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   Transaction txn(this);
@@ -532,17 +507,7 @@ Status SqliteStorage::create_round(const RoundRecord& round, std::string* error)
 
 Status SqliteStorage::close_round(uint64_t round_id, RoundState state, uint64_t result_model_version,
                                   int64_t closed_unix_ms, std::string* error) {
-  if (round_id == 0 || !fits_i64(round_id)) return invalid(error, "close_round: round id out of range");
-  if (state == RoundState::kCommitted) {
-    if (result_model_version == 0 || !fits_i64(result_model_version)) {
-      return invalid(error, "close_round: a committed round needs its result model version");
-    }
-  } else if (state == RoundState::kAbandoned) {
-    if (result_model_version != 0)
-      return invalid(error, "close_round: an abandoned round has no result model");
-  } else {
-    return invalid(error, "close_round: the new state must be committed or abandoned");
-  }
+  EDGEFL_RETURN_IF_ERROR(check_close(round_id, state, result_model_version, error));
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   Transaction txn(this);
@@ -644,15 +609,7 @@ Status SqliteStorage::last_round_id(uint64_t* out, std::string* error) {
 
 Status SqliteStorage::record_update(const UpdateRecord& update, InsertResult* result, uint64_t* sequence,
                                     std::string* error) {
-  if (result == nullptr) return invalid(error, "record_update: null result");
-  if (update.round_id == 0 || !fits_i64(update.round_id))
-    return invalid(error, "record_update: round id out of range");
-  if (update.device_id.empty() || update.device_id.find('\0') != std::string::npos) {
-    return invalid(error, "record_update: the device id must be non-empty text");
-  }
-  if (update.payload.size() != update.payload_bytes || !fits_i64(update.payload_bytes)) {
-    return invalid(error, "record_update: payload_bytes differs from the payload's size");
-  }
+  EDGEFL_RETURN_IF_ERROR(check_new_update(update, result, error));
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   Transaction txn(this);
@@ -774,13 +731,7 @@ Status SqliteStorage::for_each_update(uint64_t round_id, const std::function<Sta
 }
 
 Status SqliteStorage::record_model(const ModelRecord& model, std::string* error) {
-  if (model.version == 0 || !fits_i64(model.version))
-    return invalid(error, "record_model: version out of range");
-  if (!fits_i64(model.round_id) || !fits_i64(model.bytes))
-    return invalid(error, "record_model: value out of range");
-  if (!valid_relative_path(model.path)) {
-    return invalid(error, "record_model: the path must be relative to the state directory");
-  }
+  EDGEFL_RETURN_IF_ERROR(check_new_model(model, error));
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   Transaction txn(this);

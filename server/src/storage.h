@@ -39,6 +39,10 @@ enum class RoundState : uint8_t { kOpen = 1, kCommitted = 2, kAbandoned = 3 };
 // "open", "committed", "abandoned"; "unknown" for any other value. Never null.
 const char* round_state_name(RoundState state);
 
+// True for a model path record_model() accepts: relative to the state directory, not empty, not
+// absolute, no "." or ".." component, no NUL, no empty component.
+bool valid_relative_path(const std::string& path);
+
 struct RoundRecord {
   uint64_t round_id = 0;            // > 0
   std::vector<uint8_t> nonce;       // 16 or 32 bytes
@@ -71,6 +75,14 @@ struct ModelRecord {
 };
 
 enum class InsertResult : uint8_t { kInserted = 1, kDuplicate = 2 };
+
+// The argument checks every implementation makes before touching its store (kInvalidArgument
+// with the message, or kOk): create_round's record, close_round's arguments, record_update's
+// update and result pointer, record_model's record.
+Status check_new_round(const RoundRecord& round, std::string* error);
+Status check_close(uint64_t round_id, RoundState state, uint64_t result_model_version, std::string* error);
+Status check_new_update(const UpdateRecord& update, const InsertResult* result, std::string* error);
+Status check_new_model(const ModelRecord& model, std::string* error);
 
 class Storage {
  public:

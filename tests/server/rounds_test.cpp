@@ -1,5 +1,6 @@
-// tests/server/rounds_test.cpp: RoundManager in process, with SQLite in a temporary directory
-// and a fake clock: the faults of issue 12 that must cost nothing but themselves.
+// tests/server/rounds_test.cpp: RoundManager in process, with SQLite (or MemoryStorage) in a
+// temporary directory and a fake clock, no sockets: its rules, and the faults that must cost
+// nothing but themselves.
 //
 //   server.rounds.influence   an update that would overflow the model, or is above the norm bound, or
 //                      not finite, is rejected before its ack with its reason; a commit that
@@ -9,6 +10,9 @@
 //                      filesystem: the next model is the FedAvg of the ledger, applied once
 //   server.rounds.leases      offers of silent devices go back to the pool
 //   server.rounds.ids         out-of-range round ids are unknown rounds, not storage failures
+//   server.rounds.seeds       each device's own codec and training seeds (round/seeds.h)
+//   server.rounds.logic       selection, deadlines and quorum, duplicates, stragglers, late
+//                      commits, restart rebuild (over MemoryStorage)
 //
 // Reference model: global + float(sum_i w_i u_i / sum_i w_i) with binary64 sums in acceptance
 // order (FedAvg, server learning rate 1), computed here from the updates the test sent.
@@ -33,6 +37,7 @@
 #include "edgefl/codec.h"
 #include "edgefl/model.h"
 #include "log.h"
+#include "memory_storage.h"
 #include "model_files.h"
 #include "rounds.h"
 #include "safetensors.h"
@@ -58,7 +63,8 @@ std::string make_temp_dir() {
 // Storage that fails chosen calls (kIoError, nothing changed) while `failing` names them.
 class FaultyStorage final : public Storage {
  public:
-  explicit FaultyStorage(std::unique_ptr<Storage> inner) : inner_(std::move(inner)) {}
+  explicit FaultyStorage(std::unique_ptr<Storage> inner) : owned_(std::move(inner)), inner_(owned_.get()) {}
+  explicit FaultyStorage(Storage* borrowed) : inner_(borrowed) {}
   std::map<std::string, int> failing;  // call -> failures left (-1: always)
   std::map<std::string, int> calls;
 
@@ -116,7 +122,8 @@ class FaultyStorage final : public Storage {
     if (e != nullptr) *e = std::string("injected failure of ") + call;
     return true;
   }
-  std::unique_ptr<Storage> inner_;
+  std::unique_ptr<Storage> owned_;
+  Storage* inner_;
 };
 
 struct Update {
@@ -128,6 +135,8 @@ struct Update {
 // One server's round state over a state directory; reopen() is a restart.
 struct Server {
   std::string dir;
+  bool in_memory = false;  // MemoryStorage instead of SQLite (model files still go to `dir`)
+  std::unique_ptr<Storage> memory_store;
   RoundOptions options;
   std::unique_ptr<Storage> sqlite;
   FaultyStorage* faults = nullptr;
@@ -147,8 +156,14 @@ struct Server {
   Status open() {
     std::string error;
     std::unique_ptr<Storage> inner;
-    REQUIRE(open_sqlite_storage(dir + "/state.db", &inner, &error) == Status::kOk);
-    auto faulty = std::make_unique<FaultyStorage>(std::move(inner));
+    std::unique_ptr<FaultyStorage> faulty;
+    if (in_memory) {  // the store outlives reopen(): a restart
+      if (!memory_store) memory_store = make_memory_storage();
+      faulty = std::make_unique<FaultyStorage>(memory_store.get());
+    } else {
+      REQUIRE(open_sqlite_storage(dir + "/state.db", &inner, &error) == Status::kOk);
+      faulty = std::make_unique<FaultyStorage>(std::move(inner));
+    }
     faults = faulty.get();
     storage = std::move(faulty);
     rounds = std::make_unique<RoundManager>(options, storage.get(), &metrics);
@@ -801,6 +816,162 @@ TEST_SUITE("server.rounds.seeds") {
     CHECK(s.metrics.updates_accepted.load() == 0);
     // The same update under its own seed is accepted.
     CHECK(disposition(s.upload(offer, u)) == wire::UpdateDisposition::kAccepted);
+    fs::remove_all(dir);
+  }
+}
+
+// RoundManager's rules over MemoryStorage and the fake clock alone: no database, no sockets.
+TEST_SUITE("server.rounds.logic") {
+  // A hello's answer, whatever it is.
+  wire::Message hello_of(Server & s, const std::string& device) {
+    wire::Hello hello;
+    hello.sdk_version = "test";
+    return s.rounds->hello(device, hello, s.now).message;
+  }
+  // A Commit alone (no upload), as a device whose upload finished before the round closed sends it.
+  wire::Message commit_only(Server & s, const wire::TaskOffer& offer, const std::string& device) {
+    wire::Commit commit;
+    commit.round_id = offer.round_id;
+    commit.round_nonce = offer.round_nonce;
+    commit.upload_id.fill(0x42);
+    commit.total_bytes = 100;
+    commit.sample_count = 1;
+    return s.rounds->commit(device, commit, s.now).message;
+  }
+  wire::RetryReason retry_reason(const wire::Message& m) {
+    const auto* r = std::get_if<wire::RetryLater>(&m);
+    REQUIRE_MESSAGE(r != nullptr,
+                    "expected RetryLater, got " << wire::message_type_name(wire::message_type(m)));
+    return r->reason;
+  }
+
+  TEST_CASE(
+      "selection: ceil(K x over-selection) offers, then RoundFull; an offered device gets its offer again") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 4;
+    o.over_selection = 1.5;  // 6 offers
+    Server s(dir, o);
+    s.in_memory = true;
+    REQUIRE(s.open() == Status::kOk);
+    std::vector<wire::TaskOffer> offers;
+    for (int d = 0; d < 6; ++d) offers.push_back(s.offer("device-" + std::to_string(d)));
+    CHECK(retry_reason(hello_of(s, "device-6")) == wire::RetryReason::kRoundFull);
+    const wire::TaskOffer again = s.offer("device-2");
+    CHECK(again.round_id == offers[2].round_id);
+    CHECK(again.codec_seed == offers[2].codec_seed);
+    CHECK(s.metrics.offers.load() == 7);
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE("selection probability: some check-ins are told NotSelected, and come back") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 50;
+    o.selection_probability = 0.5;
+    Server s(dir, o);
+    s.in_memory = true;
+    REQUIRE(s.open() == Status::kOk);
+    int offered = 0, not_selected = 0;
+    for (int d = 0; d < 60; ++d) {
+      const wire::Message m = hello_of(s, "device-" + std::to_string(d));
+      if (std::holds_alternative<wire::TaskOffer>(m)) {
+        ++offered;
+      } else {
+        CHECK(retry_reason(m) == wire::RetryReason::kNotSelected);
+        ++not_selected;
+      }
+    }
+    CHECK(offered > 15);  // about 30 of 60
+    CHECK(not_selected > 15);
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE(
+      "deadline: a quorum commits what it has; below the quorum the round is abandoned and the model kept") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 4;
+    o.min_quorum = 2;
+    o.deadline_ms = 10000;
+    Server s(dir, o);
+    s.in_memory = true;
+    REQUIRE(s.open() == Status::kOk);
+    const std::vector<float> v1 = s.model();
+    // Round 1: two of four by the deadline -> committed with those two.
+    const std::vector<Update> two = {honest("a", 1, 10), honest("b", 2, 30)};
+    run_round(s, two);
+    s.now += 10001;
+    s.rounds->tick(s.now);
+    REQUIRE(s.rounds->history().size() == 1);
+    CHECK(s.rounds->history()[0].state == RoundState::kCommitted);
+    CHECK(s.rounds->history()[0].accepted == 2);
+    const std::vector<float> v2 = s.model();
+    CHECK(v2 == fedavg(v1, two));
+    // Round 2: one of four -> abandoned at the deadline; the model does not move.
+    run_round(s, {honest("c", 3, 5)});
+    s.now += 10001;
+    s.rounds->tick(s.now);
+    REQUIRE(s.rounds->history().size() == 2);
+    CHECK(s.rounds->history()[1].state == RoundState::kAbandoned);
+    CHECK(s.model() == v2);
+    CHECK(s.rounds->model_version() == 2);
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE("duplicates, stragglers and late commits are answered as such and counted nowhere") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 2;
+    o.over_selection = 2;
+    o.deadline_ms = 10000;
+    Server s(dir, o);
+    s.in_memory = true;
+    REQUIRE(s.open() == Status::kOk);
+    const std::vector<float> v1 = s.model();
+    const Update a = honest("a", 1, 10), b = honest("b", 2, 20);
+    const wire::TaskOffer offer_a = s.offer("a"), offer_b = s.offer("b"), offer_c = s.offer("c");
+    CHECK(disposition(s.upload(offer_a, a)) == wire::UpdateDisposition::kAccepted);
+    // A retried commit (its ack was lost): duplicate, not counted again.
+    CHECK(disposition(s.upload(offer_a, a)) == wire::UpdateDisposition::kDuplicate);
+    CHECK(disposition(s.upload(offer_b, b)) == wire::UpdateDisposition::kAccepted);  // the cohort: commits
+    REQUIRE(s.rounds->history().size() == 1);
+    CHECK(s.model() == fedavg(v1, {a, b}));
+    // c trained for round 1 and commits before its deadline: a straggler.
+    CHECK(disposition(commit_only(s, offer_c, "c")) == wire::UpdateDisposition::kStraggler);
+    // Round 2 is abandoned at its deadline; a commit for it afterwards is late.
+    const wire::TaskOffer offer_d = s.offer("d");
+    s.now += 10001;
+    s.rounds->tick(s.now);
+    CHECK(disposition(commit_only(s, offer_d, "d")) == wire::UpdateDisposition::kLate);
+    CHECK(s.model() == fedavg(v1, {a, b}));
+    CHECK(s.metrics.updates_accepted.load() == 2);
+    CHECK(s.metrics.updates_duplicate.load() == 1);
+    CHECK(s.metrics.updates_straggler.load() == 1);
+    CHECK(s.metrics.updates_late.load() == 1);
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE("a restart rebuilds the open round from the ledger: the model is the FedAvg of all its updates") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 3;
+    Server s(dir, o);
+    s.in_memory = true;
+    REQUIRE(s.open() == Status::kOk);
+    const std::vector<float> v1 = s.model();
+    const std::vector<Update> ups = {honest("a", 1, 7), honest("b", 2, 11), honest("c", 3, 13)};
+    run_round(s, {ups[0], ups[1]});
+    s.reopen();  // a restart over the same store
+    CHECK(s.rounds->model_version() == 1);
+    // The two accepted before the restart are duplicates now; the third completes the round.
+    const wire::TaskOffer offer_c = s.offer("c");
+    CHECK(retry_reason(hello_of(s, "a")) == wire::RetryReason::kRoundFull);  // it contributed already
+    CHECK(disposition(commit_only(s, offer_c, "a")) == wire::UpdateDisposition::kDuplicate);
+    CHECK(disposition(s.upload(offer_c, ups[2])) == wire::UpdateDisposition::kAccepted);
+    REQUIRE(s.rounds->model_version() == 2);
+    CHECK(s.model() == fedavg(v1, ups));
+    CHECK(s.model_file(2) == s.model());
     fs::remove_all(dir);
   }
 }

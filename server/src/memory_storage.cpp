@@ -1,0 +1,258 @@
+#include "memory_storage.h"
+
+#include <stdint.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace edgefl {
+namespace server {
+namespace {
+
+bool fits_i64(uint64_t v) {
+  return v <= uint64_t(INT64_MAX);
+}
+
+Status invalid(std::string* error, std::string message) {
+  if (error != nullptr) *error = std::move(message);
+  return Status::kInvalidArgument;
+}
+
+class MemoryStorage final : public Storage {
+ public:
+  Status create_round(const RoundRecord& round, std::string* error) override {
+    EDGEFL_RETURN_IF_ERROR(check_new_round(round, error));
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    if (rounds_.count(round.round_id) != 0) {
+      return invalid(error, "create_round: round " + std::to_string(round.round_id) + " exists");
+    }
+    if (const RoundRecord* open = find_open()) {
+      return invalid(error, "create_round: round " + std::to_string(open->round_id) + " is still open");
+    }
+    rounds_[round.round_id] = round;
+    return Status::kOk;
+  }
+
+  Status close_round(uint64_t round_id, RoundState state, uint64_t result_model_version,
+                     int64_t closed_unix_ms, std::string* error) override {
+    EDGEFL_RETURN_IF_ERROR(check_close(round_id, state, result_model_version, error));
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    auto it = rounds_.find(round_id);
+    if (it == rounds_.end()) return invalid(error, "close_round: no round " + std::to_string(round_id));
+    RoundRecord& round = it->second;
+    if (round.state != RoundState::kOpen) {
+      return invalid(
+          error, "close_round: round " + std::to_string(round_id) + " is " + round_state_name(round.state));
+    }
+    if (state == RoundState::kCommitted) {
+      auto model = models_.find(result_model_version);
+      if (model == models_.end()) {
+        return invalid(
+            error, "close_round: model version " + std::to_string(result_model_version) + " is not recorded");
+      }
+      if (model->second.round_id != round_id) {
+        return invalid(error, "close_round: model version " + std::to_string(result_model_version) +
+                                  " was recorded for another round");
+      }
+    }
+    uint32_t count = 0;
+    for (auto& [key, update] : updates_) {
+      if (key.first != round_id) continue;
+      ++count;
+      std::vector<uint8_t>().swap(update.payload);  // the ledger row stays, its payload goes
+    }
+    round.state = state;
+    round.result_model_version = result_model_version;
+    round.closed_unix_ms = closed_unix_ms;
+    round.accepted_updates = count;
+    return Status::kOk;
+  }
+
+  Status open_round(std::optional<RoundRecord>* out, std::string* error) override {
+    if (out == nullptr) return invalid(error, "open_round: null output");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    const RoundRecord* open = find_open();
+    *out = open != nullptr ? std::optional<RoundRecord>(*open) : std::nullopt;
+    return Status::kOk;
+  }
+
+  Status get_round(uint64_t round_id, std::optional<RoundRecord>* out, std::string* error) override {
+    if (out == nullptr) return invalid(error, "get_round: null output");
+    if (!fits_i64(round_id)) return invalid(error, "get_round: round id out of range");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    auto it = rounds_.find(round_id);
+    *out = it != rounds_.end() ? std::optional<RoundRecord>(it->second) : std::nullopt;
+    return Status::kOk;
+  }
+
+  Status last_round_id(uint64_t* out, std::string* error) override {
+    if (out == nullptr) return invalid(error, "last_round_id: null output");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    *out = rounds_.empty() ? 0 : rounds_.rbegin()->first;
+    return Status::kOk;
+  }
+
+  Status record_update(const UpdateRecord& update, InsertResult* result, uint64_t* sequence,
+                       std::string* error) override {
+    EDGEFL_RETURN_IF_ERROR(check_new_update(update, result, error));
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    auto round = rounds_.find(update.round_id);
+    if (round == rounds_.end())
+      return invalid(error, "record_update: no round " + std::to_string(update.round_id));
+    if (round->second.state != RoundState::kOpen) {
+      return invalid(error, "record_update: round " + std::to_string(update.round_id) + " is " +
+                                round_state_name(round->second.state));
+    }
+    auto existing = updates_.find({update.round_id, update.device_id});
+    if (existing != updates_.end()) {  // the same upload retried, or a second one: the first stands
+      *result = InsertResult::kDuplicate;
+      if (sequence != nullptr) *sequence = existing->second.sequence;
+      return Status::kOk;
+    }
+    UpdateRecord stored = update;
+    stored.sequence = ++last_sequence_;
+    updates_[{update.round_id, update.device_id}] = std::move(stored);
+    *result = InsertResult::kInserted;
+    if (sequence != nullptr) *sequence = last_sequence_;
+    return Status::kOk;
+  }
+
+  Status find_update(uint64_t round_id, const std::string& device_id, std::optional<UpdateRecord>* out,
+                     std::string* error) override {
+    if (out == nullptr) return invalid(error, "find_update: null output");
+    if (!fits_i64(round_id)) return invalid(error, "find_update: round id out of range");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    auto it = updates_.find({round_id, device_id});
+    if (it == updates_.end()) {
+      out->reset();
+      return Status::kOk;
+    }
+    UpdateRecord u = it->second;
+    u.payload.clear();  // without payload, as documented
+    *out = std::move(u);
+    return Status::kOk;
+  }
+
+  Status count_updates(uint64_t round_id, uint64_t* out, std::string* error) override {
+    if (out == nullptr) return invalid(error, "count_updates: null output");
+    if (!fits_i64(round_id)) return invalid(error, "count_updates: round id out of range");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    uint64_t n = 0;
+    for (const auto& entry : updates_) n += entry.first.first == round_id;
+    *out = n;
+    return Status::kOk;
+  }
+
+  Status for_each_update(uint64_t round_id, const std::function<Status(const UpdateRecord&)>& fn,
+                         std::string* error) override {
+    if (!fn) return invalid(error, "for_each_update: no callback");
+    if (!fits_i64(round_id)) return invalid(error, "for_each_update: round id out of range");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    std::vector<const UpdateRecord*> rows;
+    for (const auto& [key, update] : updates_) {
+      if (key.first == round_id) rows.push_back(&update);
+    }
+    std::sort(rows.begin(), rows.end(),
+              [](const UpdateRecord* a, const UpdateRecord* b) { return a->sequence < b->sequence; });
+    // The lock is held throughout (as with SQLite); a callback that calls back in is refused.
+    iterating_.store(std::this_thread::get_id());
+    struct Done {
+      std::atomic<std::thread::id>* mark;
+      ~Done() { mark->store(std::thread::id()); }
+    } done{&iterating_};
+    for (const UpdateRecord* u : rows) {
+      const Status st = fn(*u);
+      if (st != Status::kOk) return st;
+    }
+    return Status::kOk;
+  }
+
+  Status record_model(const ModelRecord& model, std::string* error) override {
+    EDGEFL_RETURN_IF_ERROR(check_new_model(model, error));
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    if (!models_.empty() && model.version <= models_.rbegin()->first) {
+      return invalid(error, "record_model: version " + std::to_string(model.version) + " is not above " +
+                                std::to_string(models_.rbegin()->first));
+    }
+    if (model.round_id != 0) {
+      auto round = rounds_.find(model.round_id);
+      if (round == rounds_.end() || round->second.state != RoundState::kOpen) {
+        return invalid(error, "record_model: round " + std::to_string(model.round_id) + " is not open");
+      }
+    }
+    models_[model.version] = model;
+    return Status::kOk;
+  }
+
+  Status latest_model(std::optional<ModelRecord>* out, std::string* error) override {
+    if (out == nullptr) return invalid(error, "latest_model: null output");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    *out = models_.empty() ? std::nullopt : std::optional<ModelRecord>(models_.rbegin()->second);
+    return Status::kOk;
+  }
+
+  Status put_setting(const std::string& key, const std::string& value, std::string* error) override {
+    if (key.empty()) return invalid(error, "put_setting: empty key");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    settings_[key] = value;
+    return Status::kOk;
+  }
+
+  Status get_setting(const std::string& key, std::optional<std::string>* value, std::string* error) override {
+    if (value == nullptr) return invalid(error, "get_setting: null output");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    auto it = settings_.find(key);
+    *value = it != settings_.end() ? std::optional<std::string>(it->second) : std::nullopt;
+    return Status::kOk;
+  }
+
+ private:
+  // Takes the lock; refuses a call from inside a for_each_update callback on this thread (which
+  // holds it already), as the SQLite store does.
+  Status enter(std::unique_lock<std::mutex>* lock, std::string* error) {
+    if (iterating_.load() == std::this_thread::get_id()) {
+      return invalid(error, "storage: called from inside a for_each_update callback");
+    }
+    *lock = std::unique_lock<std::mutex>(mutex_);
+    return Status::kOk;
+  }
+  const RoundRecord* find_open() const {
+    for (const auto& entry : rounds_) {
+      if (entry.second.state == RoundState::kOpen) return &entry.second;
+    }
+    return nullptr;
+  }
+
+  std::mutex mutex_;
+  std::atomic<std::thread::id> iterating_{};
+  std::map<uint64_t, RoundRecord> rounds_;
+  std::map<std::pair<uint64_t, std::string>, UpdateRecord> updates_;  // (round, device) -> row
+  std::map<uint64_t, ModelRecord> models_;                            // by version
+  std::map<std::string, std::string> settings_;
+  uint64_t last_sequence_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Storage> make_memory_storage() {
+  return std::make_unique<MemoryStorage>();
+}
+
+}  // namespace server
+}  // namespace edgefl
