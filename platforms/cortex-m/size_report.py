@@ -19,9 +19,12 @@ import sys
 
 # What each object file of edgefl_core holds (sdk/src/...).
 CORE_OBJECTS = {
-    "codec.cpp": "encode/decode/add pipeline; top-k, threshold, random-k; Elias-Fano and Rice "
-                 "indices; Count Sketch (cs)",
-    "values.cpp": "value coders: fp32, fp16, bf16, uniform q1-q8, QSGD, TernGrad, sign, Hadamard (hq)",
+    "codec.cpp": "encode/decode/verify pipeline; top-k, threshold, random-k; Elias-Fano and Rice indices",
+    "skc_codec.cpp": "SKCompress glue: sizes, encoder over the selected set, decoder (EDGEFL_WITH_SKC)",
+    "count_sketch_codec.cpp": "Count Sketch (cs): encode, decode, add (EDGEFL_WITH_COUNT_SKETCH)",
+    "add.cpp": "add_encoded: sums of shared-scale codes, fp32 values and sketches",
+    "values.cpp": "value coders: fp32, fp16, bf16, uniform q1-q8, QSGD, TernGrad, sign, Hadamard (hq: "
+                  "EDGEFL_WITH_HADAMARD)",
     "rans.cpp": "rANS entropy coder (q...:ans, sparq)",
     "skc.cpp": "SKCompress (skc): layout, MinMaxSketch",
     "huffman.cpp": "Huffman coder (skc)",
@@ -35,6 +38,8 @@ CORE_OBJECTS = {
     "kernels_ref.cpp": "scalar kernels (the reference table)",
     "error_feedback.cpp": "error feedback residual",
     "cpu.cpp": "CPU feature detection (none on Cortex-M)",
+    "seeds.cpp": "the seeds of a round (round/seeds.h)",
+    "update_steps.cpp": "the round's update steps (round/update_steps.h)",
 }
 
 OUTPUT_GROUP = {".text": "text", ".ARM.exidx": "text", ".data": "data", ".bss": "bss", ".stack": "stack"}

@@ -35,6 +35,24 @@
 #endif
 #endif
 
+// Codec families in this build: 1 (default) or 0. A family compiled out is refused by name
+// (parse_codec_spec() and encode(): kInvalidSpec; inspect() and the decoders: kUnknownCodec) and
+// none of its code is linked; the Cortex-M size table in the README has a row per switch. The
+// minimal set a small device needs (fp32/fp16/bf16, q1-q8, top-k, random-k, threshold, sparq,
+// QSGD, TernGrad, sign) is always in.
+//   EDGEFL_WITH_SKC           SKCompress (skc): sketch/skc, the quantile sketch, Huffman tables
+//   EDGEFL_WITH_COUNT_SKETCH  Count Sketch (cs)
+//   EDGEFL_WITH_HADAMARD      randomized Hadamard rotation + Lloyd-Max levels (hq1-hq4)
+#ifndef EDGEFL_WITH_SKC
+#define EDGEFL_WITH_SKC 1
+#endif
+#ifndef EDGEFL_WITH_COUNT_SKETCH
+#define EDGEFL_WITH_COUNT_SKETCH 1
+#endif
+#ifndef EDGEFL_WITH_HADAMARD
+#define EDGEFL_WITH_HADAMARD 1
+#endif
+
 static_assert(EDGEFL_MAX_DIMENSION >= 1 && EDGEFL_MAX_DIMENSION <= (1u << 31),
               "EDGEFL_MAX_DIMENSION must be in [1, 2^31]");
 static_assert(EDGEFL_MAX_BLOCK >= 256 && EDGEFL_MAX_BLOCK <= (1u << 24),

@@ -6,64 +6,62 @@
 
 #include <new>
 
+#include "codec/codec_internal.h"
+#include "codec/count_sketch_codec.h"
 #include "codec/format.h"
 #include "codec/index_coding.h"
 #include "codec/kernels.h"
 #include "codec/select.h"
+#include "codec/skc_codec.h"
 #include "codec/values.h"
 #include "core/bitio.h"
 #include "core/rng.h"
-#include "sketch/count_sketch.h"
-#include "sketch/skc.h"
 
 namespace edgefl {
+namespace codec_internal {
 
-namespace {
-
-bool is_sparse(const CodecSpec& s) {
-  return s.sparsifier != SparsifierKind::kNone;
-}
-
-bool is_skc(const CodecSpec& s) {
-  return s.values == ValueCoderKind::kSkCompress;
-}
-
-bool is_count_sketch(const CodecSpec& s) {
-  return s.values == ValueCoderKind::kCountSketch;
-}
-
-skc::Params skc_params(const CodecSpec& s) {
-  skc::Params p;
-  p.bins = s.skc_bins;
-  p.groups = s.skc_groups;
-  p.rows = s.sketch_rows;
-  p.cols = s.skc_cols;
-  p.quantile_k = s.quantile_k;
+values::Params value_params(const CodecSpec& s, uint64_t seed) {
+  values::Params p;
+  p.kind = s.values;
+  p.bits = s.bits;
+  p.block = s.block;
+  p.stochastic = s.stochastic;
+  p.shared = s.values == ValueCoderKind::kUniform && s.shared_step > 0.0f;
+  p.step = s.shared_step;
+  if (s.values == ValueCoderKind::kQsgd) {
+    p.levels = s.levels;
+    p.bits = uint8_t(1 + ceil_log2(uint64_t(s.levels) + 1));
+  }
+  if (p.shared || s.values == ValueCoderKind::kFp32 || s.values == ValueCoderKind::kFp16 ||
+      s.values == ValueCoderKind::kBf16) {
+    p.block = 0;
+  }
+  p.round_key = derive_key(seed, kPurposeRounding);
+  p.sign_key = derive_key(seed, kPurposeHadamardSigns);
+  p.signmag = s.sign_magnitude;
   return p;
 }
 
-// Count Sketch shape at dimension n.
-uint32_t cs_columns(const CodecSpec& s, size_t n) {
-  if (s.sketch_cols != 0) return s.sketch_cols;
-  const double t = s.sketch_cells * double(n) / double(s.sketch_rows);
-  uint32_t c = uint32_t(t);
-  if (double(c) < t) ++c;
-  return c < 1 ? 1 : c;
-}
-size_t cs_heavy_hitters(const CodecSpec& s, size_t n) {
-  if (n == 0) return 0;
-  size_t k = s.k != 0 ? s.k : size_t(s.density * double(n) + 0.5);
-  k = k < 1 ? 1 : k;
-  return k > n ? n : k;
+values::Params params_from_header(const EncodedInfo& h) {
+  values::Params p;
+  p.kind = h.values;
+  p.bits = h.bits;
+  p.block = h.block;
+  p.levels = h.levels;
+  p.stochastic = h.stochastic;
+  p.shared = h.shared_scale;
+  p.step = h.param;
+  p.sign_key = derive_key(h.seed, kPurposeHadamardSigns);
+  p.entropy = h.entropy_coded;
+  p.signmag = h.sign_magnitude;
+  return p;
 }
 
-// The k a spec asks for at dimension n: 0 for n = 0, else in [1, n].
-size_t target_k(const CodecSpec& s, size_t n) {
-  if (n == 0) return 0;
-  size_t k = s.k != 0 ? s.k : size_t(double(s.density) * double(n) + 0.5);
-  if (k < 1) k = 1;
-  return k > n ? n : k;
-}
+}  // namespace codec_internal
+
+using namespace codec_internal;
+
+namespace {
 
 // Sampled top-k (kTopKApprox) finds the same set as the exact select with two passes instead of
 // four: a seeded stratified sample brackets the k-th magnitude from below, one pass collects the
@@ -91,37 +89,6 @@ size_t candidate_capacity(size_t k, size_t n) {
   return want > most ? most : want;
 }
 
-// Largest nnz an encoding of n coordinates under `s` can carry.
-size_t max_nnz(const CodecSpec& s, size_t n) {
-  switch (s.sparsifier) {
-    case SparsifierKind::kNone:
-    case SparsifierKind::kThreshold: return n;
-    default: return target_k(s, n);
-  }
-}
-
-values::Params value_params(const CodecSpec& s, uint64_t seed) {
-  values::Params p;
-  p.kind = s.values;
-  p.bits = s.bits;
-  p.block = s.block;
-  p.stochastic = s.stochastic;
-  p.shared = s.values == ValueCoderKind::kUniform && s.shared_step > 0.0f;
-  p.step = s.shared_step;
-  if (s.values == ValueCoderKind::kQsgd) {
-    p.levels = s.levels;
-    p.bits = uint8_t(1 + ceil_log2(uint64_t(s.levels) + 1));
-  }
-  if (p.shared || s.values == ValueCoderKind::kFp32 || s.values == ValueCoderKind::kFp16 ||
-      s.values == ValueCoderKind::kBf16) {
-    p.block = 0;
-  }
-  p.round_key = derive_key(seed, kPurposeRounding);
-  p.sign_key = derive_key(seed, kPurposeHadamardSigns);
-  p.signmag = s.sign_magnitude;
-  return p;
-}
-
 // Workspace layout (each part 64-byte aligned inside the caller's bytes).
 struct WorkspaceLayout {
   size_t histogram = 0;  // bytes
@@ -143,11 +110,15 @@ struct WorkspaceLayout {
 WorkspaceLayout layout_for(const CodecSpec& s, size_t n) {
   WorkspaceLayout w;
   if (n == 0) return w;
-  if (is_skc(s)) w.sketch = skc::encode_workspace_bytes(skc_params(s), max_nnz(s, n));
+#if EDGEFL_WITH_SKC
+  if (is_skc(s)) w.sketch = skc_encode_workspace(s, n);
+#endif
   if (s.values == ValueCoderKind::kHadamard) w.hadamard = size_t(s.block) * sizeof(float);
-  // cs encodes in place in its output; the workspace is the unsketch scratch that decoding (and
-  // so error feedback) needs: the histogram and one float per coordinate.
-  if (is_count_sketch(s)) w.sketch = 128 + select::kHistogramBins * sizeof(uint32_t) + n * sizeof(float);
+    // cs encodes in place in its output; the workspace is the unsketch scratch that decoding (and
+    // so error feedback) needs: the histogram and one float per coordinate.
+#if EDGEFL_WITH_COUNT_SKETCH
+  if (is_count_sketch(s)) w.sketch = count_sketch_workspace(n);
+#endif
   if (s.entropy_coded) {
     const size_t nnz = max_nnz(s, n);
     w.entropy = nnz + size_t(values::region_bytes(value_params(s, 0), nnz));
@@ -169,10 +140,6 @@ WorkspaceLayout layout_for(const CodecSpec& s, size_t n) {
   const size_t nnz = max_nnz(s, n);
   w.group = (group < nnz ? group : nnz) * sizeof(float);
   return w;
-}
-
-uint8_t* align64(uint8_t* p) {
-  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
 }
 
 size_t index_bound(const CodecSpec& s, size_t n, size_t nnz) {
@@ -263,79 +230,29 @@ Status validate_indices(const EncodedInfo& h, const uint8_t* data) {
   return Status::kOk;
 }
 
-values::Params params_from_header(const EncodedInfo& h) {
-  values::Params p;
-  p.kind = h.values;
-  p.bits = h.bits;
-  p.block = h.block;
-  p.levels = h.levels;
-  p.stochastic = h.stochastic;
-  p.shared = h.shared_scale;
-  p.step = h.param;
-  p.sign_key = derive_key(h.seed, kPurposeHadamardSigns);
-  p.entropy = h.entropy_coded;
-  p.signmag = h.sign_magnitude;
-  return p;
-}
-
 // Verifies everything (header, checksum, indices, values), then calls sink(index, value) for
 // every carried coordinate in ascending index order.
-// skc: parse, decode the sketch tables into the workspace, validate every key, then emit.
-template <typename Sink>
-Status decode_skc(const EncodedInfo& h, const uint8_t* region, Span<uint8_t> workspace, Sink&& sink) {
-  const skc::Params p = skc::params_from_header(h);
-  skc::Layout l;
-  EDGEFL_RETURN_IF_ERROR(skc::parse(p, h.n, h.nnz, region, h.value_bytes, &l));
-  if (workspace.size() < decode_workspace_size(h) || workspace.data() == nullptr)
-    return Status::kWorkspaceTooSmall;
-  uint32_t* table = reinterpret_cast<uint32_t*>(align64(workspace.data()));
-  uint8_t* cells = reinterpret_cast<uint8_t*>(table) + entropy::huffman_decoder_table_bytes();
-  EDGEFL_RETURN_IF_ERROR(skc::decode_sketches(p, l, cells, table));
-  EDGEFL_RETURN_IF_ERROR(skc::visit(p, l, h.n, h.seed, cells, false, [](size_t, float) {}));
-  sink.begin();
-  return skc::visit(p, l, h.n, h.seed, cells, true, sink);
-}
-
-// Count Sketch: every coordinate's estimate into the workspace, then the top nnz of them.
-template <typename Sink>
-Status decode_count_sketch(const EncodedInfo& h, const uint8_t* cells, Span<uint8_t> workspace, Sink&& sink) {
-  if (workspace.size() < decode_workspace_size(h) || workspace.data() == nullptr)
-    return Status::kWorkspaceTooSmall;
-  uint8_t* cursor = align64(workspace.data());
-  uint32_t* histogram = reinterpret_cast<uint32_t*>(cursor);
-  float* estimates = reinterpret_cast<float*>(align64(cursor + select::kHistogramBins * sizeof(uint32_t)));
-  const unsigned rows = h.levels;
-  count_sketch::RowHash hashes[count_sketch::kMaxRows];
-  for (unsigned r = 0; r < rows; ++r) hashes[r] = count_sketch::row_hash(h.seed, r);
-  for (uint32_t i = 0; i < h.n; ++i)
-    estimates[i] = count_sketch::estimate(cells, rows, h.block, hashes, i, h.param);
-  select::Selection sel;
-  sel.k = h.nnz;
-  if (h.nnz < h.n) {
-    sel.rule = select::Selection::Rule::kAboveWithTies;
-    EDGEFL_RETURN_IF_ERROR(select::radix_select(estimates, h.n, h.nnz, histogram, &sel.threshold, &sel.ties));
-  }
-  sink.begin();
-  sel.for_each(estimates, h.n, [&](uint32_t i) { sink(size_t(i), estimates[i]); });
-  return Status::kOk;
-}
-
 // Any dimension (verify()).
 constexpr size_t kAnyDimension = ~size_t{0};
 
 template <typename Sink>
 Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> workspace, Sink&& sink,
                    EncodedInfo* info = nullptr) {
+  (void)workspace;  // only the sketch families use it
   EncodedInfo h;
   EDGEFL_RETURN_IF_ERROR(inspect(bytes, &h));
   if (expected_n != kAnyDimension && h.n != expected_n) return Status::kDimensionMismatch;
   if (info != nullptr) *info = h;
+#if EDGEFL_WITH_SKC
   if (h.values == ValueCoderKind::kSkCompress) {
     return decode_skc(h, bytes.data() + h.header_bytes, workspace, sink);
   }
+#endif
+#if EDGEFL_WITH_COUNT_SKETCH
   if (h.values == ValueCoderKind::kCountSketch) {
     return decode_count_sketch(h, bytes.data() + h.header_bytes, workspace, sink);
   }
+#endif
   const uint8_t* index_data = bytes.data() + h.header_bytes;
   const uint8_t* value_data = index_data + h.index_bytes;
   EDGEFL_RETURN_IF_ERROR(validate_indices(h, index_data));
@@ -383,45 +300,6 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
   }
   return Status::kOk;
 }
-
-// Where a decode's (index, value) pairs go: begin() once after verification, then apply() for
-// batches of pairs in ascending index order. decode and both decode_adds are consumers of one
-// instantiation of every payload decoder (BatchSink); a template instantiation per accumulator
-// type cost about 9 KiB of Cortex-M flash each, and one indirect call per batch costs nothing
-// measurable.
-struct DecodeConsumer {
-  void* context;
-  void (*begin)(void* context);
-  void (*apply)(void* context, const uint32_t* index, const float* value, uint32_t count);
-  // Values of the consecutive indices first .. first + count - 1.
-  void (*apply_run)(void* context, size_t first, const float* value, uint32_t count);
-};
-
-class BatchSink {
- public:
-  explicit BatchSink(const DecodeConsumer& consumer) : consumer_(consumer) {}
-  void begin() { consumer_.begin(consumer_.context); }
-  void operator()(size_t i, float v) {
-    index_[count_] = uint32_t(i);  // i < n <= EDGEFL_MAX_DIMENSION
-    value_[count_] = v;
-    if (++count_ == kBatch) flush();
-  }
-  void run(size_t first, const float* v, uint32_t count) {
-    flush();
-    consumer_.apply_run(consumer_.context, first, v, count);
-  }
-  void flush() {
-    if (count_ > 0) consumer_.apply(consumer_.context, index_, value_, count_);
-    count_ = 0;
-  }
-
- private:
-  static constexpr uint32_t kBatch = 128;  // 1 KiB of stack
-  const DecodeConsumer& consumer_;
-  uint32_t count_ = 0;
-  uint32_t index_[kBatch];
-  float value_[kBatch];
-};
 
 Status decode_batched(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> workspace,
                       const DecodeConsumer& consumer, EncodedInfo* info = nullptr) {
@@ -525,47 +403,6 @@ Status check_shared_scale_range(const CodecSpec& spec, const values::Params& p, 
   return Status::kOk;
 }
 
-// Count Sketch (cs): stochastic integer codes of x / step added into rows x cols int32 cells,
-// written in place in the payload.
-Status encode_count_sketch(const CodecSpec& spec, const float* x, size_t n, uint64_t seed,
-                           const Kernels& kern, uint8_t* payload, EncodedInfo* h) {
-  const uint32_t max_bits = n > 0 ? kern.max_abs_bits(x, n) : 0;
-  if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
-  // Codes must fit in int32 (and so must every cell: checked as they are added).
-  if (double(bits_float(max_bits)) / double(spec.shared_step) >= 2147483647.0)
-    return Status::kValueOutOfRange;
-  const unsigned rows = spec.sketch_rows;
-  const uint32_t cols = cs_columns(spec, n);
-  h->nnz = uint32_t(cs_heavy_hitters(spec, n));
-  h->bits = 32;
-  h->block = cols;
-  h->levels = rows;
-  h->param = spec.shared_step;
-  h->stochastic = true;
-  h->shared_scale = false;
-  h->index_coding = IndexCoding::kNone;
-  h->value_bytes = size_t(rows) * cols * 4;
-  memset(payload, 0, h->value_bytes);
-  count_sketch::RowHash hashes[count_sketch::kMaxRows];
-  for (unsigned r = 0; r < rows; ++r) hashes[r] = count_sketch::row_hash(seed, r);
-  const uint32_t round_key = derive_key(seed, kPurposeRounding);
-  for (size_t i = 0; i < n; ++i) {
-    if (x[i] == 0.0f) continue;
-    const double t = double(x[i]) / double(spec.shared_step);
-    const double floor_t = double(int64_t(t) - (double(int64_t(t)) > t ? 1 : 0));
-    const int64_t code =
-        int64_t(floor_t) + (double(unit_float(hash32(round_key, uint32_t(i)))) < t - floor_t ? 1 : 0);
-    if (code == 0) continue;
-    for (unsigned r = 0; r < rows; ++r) {
-      uint8_t* cell = payload + 4 * (size_t(r) * cols + hashes[r].column(uint32_t(i), cols));
-      const int64_t sum = int64_t(int32_t(load_le32(cell))) + int64_t(hashes[r].sign(uint32_t(i))) * code;
-      if (sum > 2147483647 || sum < -2147483647) return Status::kValueOutOfRange;
-      store_le32(cell, uint32_t(int32_t(sum)));
-    }
-  }
-  return Status::kOk;
-}
-
 // Approximate top-k: the threshold and ties of the k largest magnitudes, found among candidates
 // bracketed by a seeded sample. False when the sample's bracket missed (then the caller selects
 // over the whole vector).
@@ -654,46 +491,6 @@ Status select_coordinates(const CodecSpec& spec, const float* x, size_t n, uint6
   return Status::kOk;
 }
 
-// SKCompress: three passes over the set (quantiles; group counts and key widths; sketch inserts
-// and keys), then the Huffman-coded tables. Zeros the sparsifier kept are not carried.
-Status encode_skc(const CodecSpec& spec, const select::Selection& sel, const float* x, size_t n,
-                  uint64_t seed, uint8_t* sketch_memory, uint8_t* payload, size_t capacity, EncodedInfo* h) {
-  const skc::Params sp = skc_params(spec);
-  size_t carried = 0;
-  size_t region = 0;
-  if (n == 0) {
-    region = skc::write_empty_region(payload);
-  } else {
-    skc::Encoder* enc = new (sketch_memory) skc::Encoder(sp, max_nnz(spec, n), seed, sketch_memory);
-    sel.for_each(x, n, [&](uint32_t i) {
-      if (x[i] != 0.0f) {
-        enc->observe(x[i]);
-        ++carried;
-      }
-    });
-    enc->plan();
-    sel.for_each(x, n, [&](uint32_t i) {
-      if (x[i] != 0.0f) enc->count(i, x[i]);
-    });
-    EDGEFL_RETURN_IF_ERROR(enc->layout(payload, capacity));
-    sel.for_each(x, n, [&](uint32_t i) {
-      if (x[i] != 0.0f) enc->insert(i, x[i]);
-    });
-    EDGEFL_RETURN_IF_ERROR(enc->finish(&region));
-  }
-  h->nnz = uint32_t(carried);
-  h->index_coding = IndexCoding::kNone;
-  h->index_bytes = 0;
-  h->value_bytes = region;
-  h->bits = 8;
-  h->block = sp.bins;
-  h->levels = skc::header_levels(sp);
-  h->param = sp.cols;
-  h->stochastic = false;
-  h->shared_scale = false;
-  return Status::kOk;
-}
-
 // The index region (Elias-Fano, Rice or none) and the value region of the selected coordinates,
 // in one pass through the group buffer. For Rice the values go after the worst-case index region
 // first, then move down.
@@ -775,8 +572,12 @@ size_t workspace_size(const CodecSpec& spec, size_t n) {
 size_t encoded_bound(const CodecSpec& spec, size_t n) {
   if (validate_codec_spec(spec) != Status::kOk) return 0;
   const size_t nnz = max_nnz(spec, n);
-  if (is_skc(spec)) return kEncodedHeaderBytes + size_t(skc::region_bound(skc_params(spec), nnz));
-  if (is_count_sketch(spec)) return kEncodedHeaderBytes + size_t(spec.sketch_rows) * cs_columns(spec, n) * 4;
+#if EDGEFL_WITH_SKC
+  if (is_skc(spec)) return skc_encoded_bound(spec, n);
+#endif
+#if EDGEFL_WITH_COUNT_SKETCH
+  if (is_count_sketch(spec)) return count_sketch_encoded_bound(spec, n);
+#endif
   const values::Params p = value_params(spec, 0);
   return kEncodedHeaderBytes + index_bound(spec, n, nnz) + size_t(values::region_bytes(p, nnz));
 }
@@ -797,7 +598,9 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
   if (p.shared && n > 0) EDGEFL_RETURN_IF_ERROR(check_shared_scale_range(spec, p, x, n, kern));
 
   if (is_count_sketch(spec)) {
+#if EDGEFL_WITH_COUNT_SKETCH
     EDGEFL_RETURN_IF_ERROR(encode_count_sketch(spec, x, n, seed, kern, payload, &h));
+#endif
   } else if (!is_sparse(spec) && !is_skc(spec)) {
     if (n > 0 && kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
     h.index_coding = IndexCoding::kNone;
@@ -810,8 +613,10 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
     EDGEFL_RETURN_IF_ERROR(select_coordinates(spec, x, n, seed, ws, kern, &sel, &value_scale));
     h.nnz = uint32_t(sel.k);
     if (is_skc(spec)) {
+#if EDGEFL_WITH_SKC
       EDGEFL_RETURN_IF_ERROR(
           encode_skc(spec, sel, x, n, seed, ws.sketch, payload, out.size() - kEncodedHeaderBytes, &h));
+#endif
     } else {
       EDGEFL_RETURN_IF_ERROR(encode_sparse(spec, p, sel, x, n, ws, value_scale, payload, &h));
     }
@@ -839,14 +644,13 @@ Status inspect(Span<const uint8_t> bytes, EncodedInfo* info) {
 }
 
 size_t decode_workspace_size(const EncodedInfo& info) {
-  if (info.values == ValueCoderKind::kSkCompress) {
-    // 64: alignment of the Huffman decoder table; decode_workspace_bytes() holds the table and
-    // the cells.
-    return 64 + skc::decode_workspace_bytes(skc::params_from_header(info), info.nnz);
-  }
-  if (info.values == ValueCoderKind::kCountSketch) {
-    return 128 + select::kHistogramBins * sizeof(uint32_t) + size_t(info.n) * sizeof(float);
-  }
+  (void)info;  // without the sketch families: always 0
+#if EDGEFL_WITH_SKC
+  if (info.values == ValueCoderKind::kSkCompress) return skc_decode_workspace(info);
+#endif
+#if EDGEFL_WITH_COUNT_SKETCH
+  if (info.values == ValueCoderKind::kCountSketch) return count_sketch_decode_workspace(info);
+#endif
   return 0;
 }
 
@@ -906,112 +710,6 @@ Status verify(Span<const uint8_t> bytes, Span<uint8_t> workspace, EncodedInfo* i
 Status decode_add(Span<const uint8_t> bytes, double weight, Span<double> accumulator,
                   Span<uint8_t> workspace) {
   return decode_add_to(bytes, weight, accumulator, workspace);
-}
-
-bool is_summable(const EncodedInfo& info) {
-  if (info.values == ValueCoderKind::kCountSketch) return true;
-  if (info.values == ValueCoderKind::kSkCompress) return false;
-  const bool support =
-      info.sparsifier == SparsifierKind::kNone || info.sparsifier == SparsifierKind::kRandomK;
-  const bool ints = info.values == ValueCoderKind::kUniform && info.shared_scale;
-  return support && (ints || info.values == ValueCoderKind::kFp32);
-}
-
-size_t add_encoded_bound(const EncodedInfo& a, const EncodedInfo& b) {
-  (void)b;
-  if (a.values == ValueCoderKind::kCountSketch) return a.total_bytes;
-  // At most 32-bit codes (or fp32 values) for every carried coordinate.
-  return kEncodedHeaderBytes + size_t(a.nnz) * 4;
-}
-
-Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> out, size_t* written) {
-  if (written == nullptr) return Status::kInvalidArgument;
-  *written = 0;
-  EncodedInfo ha, hb;
-  EDGEFL_RETURN_IF_ERROR(inspect(a, &ha));
-  EDGEFL_RETURN_IF_ERROR(inspect(b, &hb));
-  if (!is_summable(ha) || !is_summable(hb)) return Status::kNotSummable;
-  if (ha.values == ValueCoderKind::kCountSketch || hb.values == ValueCoderKind::kCountSketch) {
-    // Cell by cell, exactly, when both sketches share dimension, shape, step, seed and k.
-    if (ha.values != hb.values || ha.n != hb.n || ha.nnz != hb.nnz || ha.levels != hb.levels ||
-        ha.block != hb.block || ha.seed != hb.seed || memcmp(&ha.param, &hb.param, 4) != 0) {
-      return Status::kIncompatible;
-    }
-    if (uint64_t(ha.contributions) + hb.contributions > 0xFFFFFFFFull) return Status::kOverflow;
-    if (out.size() < ha.total_bytes || out.data() == nullptr) return Status::kBufferTooSmall;
-    const uint8_t* ca = a.data() + ha.header_bytes;
-    const uint8_t* cb = b.data() + hb.header_bytes;
-    for (size_t i = 0; i < ha.value_bytes; i += 4) {
-      const int64_t sum = int64_t(int32_t(load_le32(ca + i))) + int64_t(int32_t(load_le32(cb + i)));
-      if (sum > 2147483647 || sum < -2147483647) return Status::kOverflow;
-    }
-    uint8_t* cells = out.data() + kEncodedHeaderBytes;
-    for (size_t i = 0; i < ha.value_bytes; i += 4) {
-      store_le32(cells + i, uint32_t(int32_t(load_le32(ca + i)) + int32_t(load_le32(cb + i))));
-    }
-    EncodedInfo h = ha;
-    h.contributions = ha.contributions + hb.contributions;
-    format::seal(h, out.data());
-    *written = h.total_bytes;
-    return Status::kOk;
-  }
-  if (ha.n != hb.n || ha.sparsifier != hb.sparsifier || ha.values != hb.values || ha.nnz != hb.nnz ||
-      ha.shared_scale != hb.shared_scale || ha.randk_unscaled != hb.randk_unscaled) {
-    return Status::kIncompatible;
-  }
-  if (ha.sparsifier == SparsifierKind::kRandomK && ha.seed != hb.seed) return Status::kIncompatible;
-  if (ha.shared_scale && memcmp(&ha.param, &hb.param, 4) != 0) return Status::kIncompatible;
-  if (uint64_t(ha.contributions) + hb.contributions > 0xFFFFFFFFull) return Status::kOverflow;
-  const values::Params pa = params_from_header(ha), pb = params_from_header(hb);
-  const uint8_t* va = a.data() + ha.header_bytes;  // no index region for summable encodings
-  const uint8_t* vb = b.data() + hb.header_bytes;
-  EDGEFL_RETURN_IF_ERROR(values::validate_region(pa, va, ha.nnz));
-  EDGEFL_RETURN_IF_ERROR(values::validate_region(pb, vb, hb.nnz));
-
-  EncodedInfo h = ha;
-  h.contributions = ha.contributions + hb.contributions;
-  h.stochastic = ha.stochastic || hb.stochastic;
-  uint8_t* payload = out.data() + kEncodedHeaderBytes;
-  if (ha.values == ValueCoderKind::kFp32) {
-    h.value_bytes = size_t(ha.nnz) * 4;
-    if (out.size() < kEncodedHeaderBytes + h.value_bytes) return Status::kBufferTooSmall;
-    for (uint32_t i = 0; i < ha.nnz; ++i) {
-      float x, y;
-      memcpy(&x, va + 4 * size_t(i), 4);
-      memcpy(&y, vb + 4 * size_t(i), 4);
-      const float s = x + y;
-      if (is_nonfinite_bits(float_bits(s))) return Status::kOverflow;
-      memcpy(payload + 4 * size_t(i), &s, 4);
-    }
-  } else {
-    // Integer codes: find the width of the largest |sum|, then write the sums at that width.
-    BitReader ra(va, ha.value_bytes), rb(vb, hb.value_bytes);
-    const unsigned sa = 64 - ha.bits, sb = 64 - hb.bits;
-    int64_t max_abs = 0;
-    for (uint32_t i = 0; i < ha.nnz; ++i) {
-      const int64_t s = (int64_t(ra.get(ha.bits) << sa) >> sa) + (int64_t(rb.get(hb.bits) << sb) >> sb);
-      const int64_t m = s < 0 ? -s : s;
-      max_abs = m > max_abs ? m : max_abs;
-    }
-    if (max_abs > 2147483647) return Status::kOverflow;
-    unsigned width = 2;
-    while (width < 32 && max_abs > (int64_t(1) << (width - 1)) - 1) ++width;
-    h.bits = uint8_t(width);
-    h.value_bytes = (size_t(ha.nnz) * width + 7) / 8;
-    if (out.size() < kEncodedHeaderBytes + h.value_bytes) return Status::kBufferTooSmall;
-    BitReader ra2(va, ha.value_bytes), rb2(vb, hb.value_bytes);
-    BitWriter w(payload, h.value_bytes);
-    for (uint32_t i = 0; i < ha.nnz; ++i) {
-      const int64_t s = (int64_t(ra2.get(ha.bits) << sa) >> sa) + (int64_t(rb2.get(hb.bits) << sb) >> sb);
-      w.put(uint64_t(s), width);
-    }
-    w.finish();
-  }
-  h.index_bytes = 0;
-  h.total_bytes = kEncodedHeaderBytes + h.value_bytes;
-  format::seal(h, out.data());
-  *written = h.total_bytes;
-  return Status::kOk;
 }
 
 }  // namespace edgefl

@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "codec/codec_internal.h"
 #include "codec/index_coding.h"
 #include "codec/values.h"
 #include "core/bitio.h"
@@ -141,7 +142,8 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   if (memcmp(p, kMagic, 4) != 0) return Status::kBadMagic;
   if (p[4] != kFormatVersion) return Status::kUnsupportedVersion;
   if (p[5] > uint8_t(SparsifierKind::kRandomK) || p[6] < uint8_t(ValueCoderKind::kFp32) ||
-      p[6] > uint8_t(ValueCoderKind::kCountSketch) || p[7] > uint8_t(IndexCoding::kRice)) {
+      p[6] > uint8_t(ValueCoderKind::kCountSketch) || p[7] > uint8_t(IndexCoding::kRice) ||
+      !codec_internal::codec_family_compiled(ValueCoderKind(p[6]))) {  // edgefl/config.h
     return Status::kUnknownCodec;
   }
   EncodedInfo h;
@@ -184,8 +186,10 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
     if (h.values == ValueCoderKind::kCountSketch) {
       if (h.value_bytes != uint64_t(h.levels) * h.block * 4) return Status::kSizeMismatch;
     } else {
+#if EDGEFL_WITH_SKC
       const uint64_t bound = skc::region_bound(skc::params_from_header(h), h.nnz);
       if (h.value_bytes < 13 || h.value_bytes > bound) return Status::kSizeMismatch;
+#endif
     }
     h.total_bytes = kHeaderBytes + h.value_bytes;
     if (bytes.size() < h.total_bytes) return Status::kTruncated;

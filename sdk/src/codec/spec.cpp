@@ -2,6 +2,7 @@
 // Freestanding: no strtod/printf (newlib's strtod allocates); numbers are parsed and printed here.
 #include <string.h>
 
+#include "codec/codec_internal.h"
 #include "codec/values.h"
 #include "core/bitio.h"
 #include "core/text.h"
@@ -217,6 +218,7 @@ bool parse_value_name(const char* begin, const char* end, CodecSpec* s) {
     s->block = 0;
     return true;
   }
+#if EDGEFL_WITH_SKC
   if (is("skc")) {
     s->values = ValueCoderKind::kSkCompress;
     s->bits = 8;
@@ -224,6 +226,8 @@ bool parse_value_name(const char* begin, const char* end, CodecSpec* s) {
     s->sketch_rows = 2;
     return true;
   }
+#endif
+#if EDGEFL_WITH_COUNT_SKETCH
   if (is("cs")) {
     s->values = ValueCoderKind::kCountSketch;
     s->bits = 32;
@@ -234,6 +238,7 @@ bool parse_value_name(const char* begin, const char* end, CodecSpec* s) {
     s->shared_step = 1.0f / 1048576.0f;
     return true;
   }
+#endif
   if (is("qsgd")) {
     s->values = ValueCoderKind::kQsgd;
     s->levels = 7;
@@ -259,12 +264,14 @@ bool parse_value_name(const char* begin, const char* end, CodecSpec* s) {
     s->block = 256;
     return true;
   }
+#if EDGEFL_WITH_HADAMARD
   if (len == 3 && begin[0] == 'h' && begin[1] == 'q' && begin[2] >= '1' && begin[2] <= '4') {
     s->values = ValueCoderKind::kHadamard;
     s->bits = uint8_t(begin[2] - '0');
     s->block = 256;
     return true;
   }
+#endif
   return false;
 }
 
@@ -321,6 +328,7 @@ bool parse_stage(const char* begin, const char* end, bool want_sparsifier, Codec
 }  // namespace
 
 Status validate_codec_spec(const CodecSpec& s) {
+  if (!codec_internal::codec_family_compiled(s.values)) return Status::kInvalidSpec;  // edgefl/config.h
   auto finite_positive = [](float v) { return v > 0.0f && v <= 3.0e38f; };
   switch (s.sparsifier) {
     case SparsifierKind::kNone: break;

@@ -37,6 +37,7 @@ constexpr Thresholds make_thresholds(const float* levels, unsigned count) {
 constexpr Thresholds kThresholds[4] = {make_thresholds(kLevels1, 2), make_thresholds(kLevels2, 4),
                                        make_thresholds(kLevels3, 8), make_thresholds(kLevels4, 16)};
 
+#if EDGEFL_WITH_HADAMARD
 // Packs one code per byte into `bits`-wide fields, LSB-first.
 void pack_codes(const uint8_t* codes, uint32_t count, unsigned bits, uint8_t* out) {
   const size_t bytes = (size_t(count) * bits + 7) / 8;
@@ -95,6 +96,7 @@ void encode_hadamard(const Params& p, const float* v, uint32_t count, uint32_t f
   pack_codes(codes, padded, p.bits, out + 4);
   memcpy(out, &alpha, 4);
 }
+#endif  // EDGEFL_WITH_HADAMARD
 
 }  // namespace
 
@@ -269,6 +271,7 @@ Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t fi
     case ValueCoderKind::kTernGrad: return encode_terngrad_group(p, v, count, first, out);
     case ValueCoderKind::kScaledSign: return encode_sign_group(v, count, out);
     case ValueCoderKind::kHadamard: {
+#if EDGEFL_WITH_HADAMARD
       float m = 0.0f;
       for (uint32_t i = 0; i < count; ++i) {
         const float a = v[i] < 0.0f ? -v[i] : v[i];
@@ -277,6 +280,10 @@ Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t fi
       if (!(m <= 1e18f)) return Status::kValueOutOfRange;  // keeps the sum of squares finite
       encode_hadamard(p, v, count, first, out, scratch);
       return Status::kOk;
+#else
+      (void)scratch;
+      return Status::kInvalidSpec;
+#endif
     }
     case ValueCoderKind::kSkCompress:
     case ValueCoderKind::kCountSketch: break;  // coded in sketch/, never in groups

@@ -13,6 +13,7 @@
 #include "core/half.h"
 #include "core/rng.h"
 #include "edgefl/codec.h"
+#include "edgefl/config.h"
 #include "entropy/rans.h"
 
 namespace edgefl {
@@ -339,6 +340,7 @@ void decode_region(const Params& p, const uint8_t* data, uint64_t total, Sink&& 
         break;
       }
       case ValueCoderKind::kHadamard: {
+#if EDGEFL_WITH_HADAMARD
         const uint32_t padded = next_pow2(count);
         float buf[kMaxHadamardBlock];
         const float* levels = lloyd_max_levels(p.bits);
@@ -349,6 +351,7 @@ void decode_region(const Params& p, const uint8_t* data, uint64_t total, Sink&& 
           const uint32_t h = hash32(p.sign_key, uint32_t(pos + i));
           sink(pos + i, (h & 1u) ? -buf[i] : buf[i]);
         }
+#endif
         break;
       }
       default: return;

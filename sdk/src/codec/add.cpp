@@ -1,0 +1,104 @@
+// codec/add.cpp: the sum of two encodings without decoding to floats where the codes are
+// integers (shared-scale codes, fp32 values, Count Sketch cells): add_encoded() and its bounds.
+#include <string.h>
+
+#include "codec/codec_internal.h"
+#include "codec/count_sketch_codec.h"
+#include "codec/format.h"
+#include "core/bitio.h"
+#include "edgefl/codec.h"
+
+namespace edgefl {
+
+using namespace codec_internal;
+
+bool is_summable(const EncodedInfo& info) {
+  if (info.values == ValueCoderKind::kCountSketch) return true;
+  if (info.values == ValueCoderKind::kSkCompress) return false;
+  const bool support =
+      info.sparsifier == SparsifierKind::kNone || info.sparsifier == SparsifierKind::kRandomK;
+  const bool ints = info.values == ValueCoderKind::kUniform && info.shared_scale;
+  return support && (ints || info.values == ValueCoderKind::kFp32);
+}
+
+size_t add_encoded_bound(const EncodedInfo& a, const EncodedInfo& b) {
+  (void)b;
+  if (a.values == ValueCoderKind::kCountSketch) return a.total_bytes;
+  // At most 32-bit codes (or fp32 values) for every carried coordinate.
+  return kEncodedHeaderBytes + size_t(a.nnz) * 4;
+}
+
+Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> out, size_t* written) {
+  if (written == nullptr) return Status::kInvalidArgument;
+  *written = 0;
+  EncodedInfo ha, hb;
+  EDGEFL_RETURN_IF_ERROR(inspect(a, &ha));
+  EDGEFL_RETURN_IF_ERROR(inspect(b, &hb));
+  if (!is_summable(ha) || !is_summable(hb)) return Status::kNotSummable;
+  if (ha.values == ValueCoderKind::kCountSketch || hb.values == ValueCoderKind::kCountSketch) {
+#if EDGEFL_WITH_COUNT_SKETCH
+    return add_count_sketches(a, b, ha, hb, out, written);
+#else
+    return Status::kUnknownCodec;  // inspect() refuses them first
+#endif
+  }
+  if (ha.n != hb.n || ha.sparsifier != hb.sparsifier || ha.values != hb.values || ha.nnz != hb.nnz ||
+      ha.shared_scale != hb.shared_scale || ha.randk_unscaled != hb.randk_unscaled) {
+    return Status::kIncompatible;
+  }
+  if (ha.sparsifier == SparsifierKind::kRandomK && ha.seed != hb.seed) return Status::kIncompatible;
+  if (ha.shared_scale && memcmp(&ha.param, &hb.param, 4) != 0) return Status::kIncompatible;
+  if (uint64_t(ha.contributions) + hb.contributions > 0xFFFFFFFFull) return Status::kOverflow;
+  const values::Params pa = params_from_header(ha), pb = params_from_header(hb);
+  const uint8_t* va = a.data() + ha.header_bytes;  // no index region for summable encodings
+  const uint8_t* vb = b.data() + hb.header_bytes;
+  EDGEFL_RETURN_IF_ERROR(values::validate_region(pa, va, ha.nnz));
+  EDGEFL_RETURN_IF_ERROR(values::validate_region(pb, vb, hb.nnz));
+
+  EncodedInfo h = ha;
+  h.contributions = ha.contributions + hb.contributions;
+  h.stochastic = ha.stochastic || hb.stochastic;
+  uint8_t* payload = out.data() + kEncodedHeaderBytes;
+  if (ha.values == ValueCoderKind::kFp32) {
+    h.value_bytes = size_t(ha.nnz) * 4;
+    if (out.size() < kEncodedHeaderBytes + h.value_bytes) return Status::kBufferTooSmall;
+    for (uint32_t i = 0; i < ha.nnz; ++i) {
+      float x, y;
+      memcpy(&x, va + 4 * size_t(i), 4);
+      memcpy(&y, vb + 4 * size_t(i), 4);
+      const float s = x + y;
+      if (is_nonfinite_bits(float_bits(s))) return Status::kOverflow;
+      memcpy(payload + 4 * size_t(i), &s, 4);
+    }
+  } else {
+    // Integer codes: find the width of the largest |sum|, then write the sums at that width.
+    BitReader ra(va, ha.value_bytes), rb(vb, hb.value_bytes);
+    const unsigned sa = 64 - ha.bits, sb = 64 - hb.bits;
+    int64_t max_abs = 0;
+    for (uint32_t i = 0; i < ha.nnz; ++i) {
+      const int64_t s = (int64_t(ra.get(ha.bits) << sa) >> sa) + (int64_t(rb.get(hb.bits) << sb) >> sb);
+      const int64_t m = s < 0 ? -s : s;
+      max_abs = m > max_abs ? m : max_abs;
+    }
+    if (max_abs > 2147483647) return Status::kOverflow;
+    unsigned width = 2;
+    while (width < 32 && max_abs > (int64_t(1) << (width - 1)) - 1) ++width;
+    h.bits = uint8_t(width);
+    h.value_bytes = (size_t(ha.nnz) * width + 7) / 8;
+    if (out.size() < kEncodedHeaderBytes + h.value_bytes) return Status::kBufferTooSmall;
+    BitReader ra2(va, ha.value_bytes), rb2(vb, hb.value_bytes);
+    BitWriter w(payload, h.value_bytes);
+    for (uint32_t i = 0; i < ha.nnz; ++i) {
+      const int64_t s = (int64_t(ra2.get(ha.bits) << sa) >> sa) + (int64_t(rb2.get(hb.bits) << sb) >> sb);
+      w.put(uint64_t(s), width);
+    }
+    w.finish();
+  }
+  h.index_bytes = 0;
+  h.total_bytes = kEncodedHeaderBytes + h.value_bytes;
+  format::seal(h, out.data());
+  *written = h.total_bytes;
+  return Status::kOk;
+}
+
+}  // namespace edgefl
