@@ -3,7 +3,9 @@
 #include <string.h>
 
 #include "codec/codec_internal.h"
+#include "codec/count_sketch_codec.h"
 #include "codec/index_coding.h"
+#include "codec/skc_codec.h"
 #include "codec/values.h"
 #include "core/bitio.h"
 #include "core/crc32c.h"
@@ -56,21 +58,13 @@ Status check_sketch_parameters(const EncodedInfo& h) {
       h.shared_scale) {
     return Status::kBadParameters;
   }
-  if (h.values == ValueCoderKind::kSkCompress) {
-    const unsigned rows = h.levels & 15u, groups = h.levels >> 4;
-    if (h.sparsifier == SparsifierKind::kRandomK || h.bits != 8 || h.block < 2 || h.block > 256 || rows < 1 ||
-        rows > 4 || groups < 2 || groups > 16 || !(h.param > 0.0f && h.param <= 4.0f) || h.stochastic ||
-        h.contributions != 1) {
-      return Status::kBadParameters;
-    }
-    return Status::kOk;
-  }
-  if (h.sparsifier != SparsifierKind::kNone || h.bits != 32 || h.levels < 1 || h.levels > 15 || h.block < 1 ||
-      (h.n > 0 && h.nnz == 0) || h.block > EDGEFL_MAX_DIMENSION ||
-      !(h.param > 0.0f && h.param <= values::kMaxScale / 2147483648.0f)) {
-    return Status::kBadParameters;
-  }
-  return Status::kOk;
+#if EDGEFL_WITH_SKC
+  if (h.values == ValueCoderKind::kSkCompress) return codec_internal::check_skc_header(h);
+#endif
+#if EDGEFL_WITH_COUNT_SKETCH
+  if (h.values == ValueCoderKind::kCountSketch) return codec_internal::check_count_sketch_header(h);
+#endif
+  return Status::kUnknownCodec;  // read_header() refuses a family left out before this
 }
 
 Status check_parameters(const EncodedInfo& h) {

@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "codec/codec_internal.h"
+#include "codec/count_sketch_codec.h"
+#include "codec/skc_codec.h"
+#include "codec/spec_args.h"
 #include "codec/values.h"
 #include "core/bitio.h"
 #include "core/text.h"
@@ -11,6 +14,10 @@
 namespace edgefl {
 
 namespace {
+
+using codec_internal::Arg;
+using codec_internal::parse_float;
+using codec_internal::parse_uint;
 
 struct Cursor {
   const char* p;
@@ -22,36 +29,6 @@ struct Cursor {
     p += len;
     return true;
   }
-};
-
-bool parse_uint(const char* begin, const char* end, uint32_t* out) {
-  if (begin == end) return false;
-  uint64_t v = 0;
-  for (const char* p = begin; p < end; ++p) {
-    if (*p < '0' || *p > '9') return false;
-    v = v * 10 + uint64_t(*p - '0');
-    if (v > 0xFFFFFFFFull) return false;
-  }
-  *out = uint32_t(v);
-  return true;
-}
-
-bool parse_float(const char* begin, const char* end, float* out) {
-  double v;
-  if (!text::parse_decimal(begin, end, &v)) return false;
-  if (!(v <= 3.0e38)) return false;
-  *out = float(v);
-  return true;
-}
-
-// One argument of a stage: key=value, a bare flag, or a positional number (key empty).
-struct Arg {
-  const char* key;
-  size_t key_len;
-  const char* value;
-  size_t value_len;
-  bool key_is(const char* k) const { return strlen(k) == key_len && memcmp(key, k, key_len) == 0; }
-  const char* value_end() const { return value + value_len; }
 };
 
 bool split_arg(const char* begin, const char* end, Arg* arg) {
@@ -111,54 +88,16 @@ bool apply_sparsifier_arg(const Arg& a, bool first, CodecSpec* s) {
   return false;
 }
 
-bool apply_sketch_arg(const Arg& a, CodecSpec* s) {
-  uint32_t v = 0;
-  if (s->values == ValueCoderKind::kSkCompress) {
-    if (a.key_is("cols")) {
-      return parse_float(a.value, a.value_end(), &s->skc_cols);
-    }
-    if (!parse_uint(a.value, a.value_end(), &v) || v > 65535) return false;
-    if (a.key_is("bins")) {
-      s->skc_bins = uint16_t(v);
-    } else if (a.key_is("groups") && v <= 255) {
-      s->skc_groups = uint8_t(v);
-    } else if (a.key_is("rows") && v <= 255) {
-      s->sketch_rows = uint8_t(v);
-    } else if (a.key_is("k")) {
-      s->quantile_k = uint16_t(v);
-    } else {
-      return false;
-    }
-    return true;
-  }
-  // Count Sketch.
-  if (a.key_len == 0 || a.key_is("cells")) {
-    s->sketch_cols = 0;
-    return text::parse_decimal(a.value, a.value_end(), &s->sketch_cells);
-  }
-  if (a.key_is("top")) {
-    s->k = 0;
-    return text::parse_decimal(a.value, a.value_end(), &s->density);
-  }
-  if (a.key_is("step")) return parse_float(a.value, a.value_end(), &s->shared_step);
-  if (!parse_uint(a.value, a.value_end(), &v)) return false;
-  if (a.key_is("cols")) {
-    s->sketch_cols = v;
-    s->sketch_cells = 0.0;
-  } else if (a.key_is("rows") && v <= 255) {
-    s->sketch_rows = uint8_t(v);
-  } else if (a.key_is("k")) {
-    s->k = v;
-    s->density = 0.0;
-  } else {
-    return false;
-  }
-  return true;
-}
-
 bool apply_value_arg(const Arg& a, CodecSpec* s) {
   if (s->values == ValueCoderKind::kSkCompress || s->values == ValueCoderKind::kCountSketch) {
-    return (a.key_len == 0 || a.value_len > 0) && apply_sketch_arg(a, s);
+    if (a.key_len != 0 && a.value_len == 0) return false;
+#if EDGEFL_WITH_SKC
+    if (s->values == ValueCoderKind::kSkCompress) return codec_internal::apply_skc_arg(a, s);
+#endif
+#if EDGEFL_WITH_COUNT_SKETCH
+    if (s->values == ValueCoderKind::kCountSketch) return codec_internal::apply_count_sketch_arg(a, s);
+#endif
+    return false;
   }
   if (a.key_is("block") && a.value_len > 0 && s->values != ValueCoderKind::kQsgd &&
       s->values != ValueCoderKind::kFp32 && s->values != ValueCoderKind::kFp16 &&
@@ -219,25 +158,10 @@ bool parse_value_name(const char* begin, const char* end, CodecSpec* s) {
     return true;
   }
 #if EDGEFL_WITH_SKC
-  if (is("skc")) {
-    s->values = ValueCoderKind::kSkCompress;
-    s->bits = 8;
-    s->block = 0;
-    s->sketch_rows = 2;
-    return true;
-  }
+  if (is("skc")) return codec_internal::set_skc_defaults(s);
 #endif
 #if EDGEFL_WITH_COUNT_SKETCH
-  if (is("cs")) {
-    s->values = ValueCoderKind::kCountSketch;
-    s->bits = 32;
-    s->block = 0;
-    s->sketch_rows = 5;
-    s->sketch_cells = 0.1;
-    s->density = 0.01;
-    s->shared_step = 1.0f / 1048576.0f;
-    return true;
-  }
+  if (is("cs")) return codec_internal::set_count_sketch_defaults(s);
 #endif
   if (is("qsgd")) {
     s->values = ValueCoderKind::kQsgd;
@@ -347,26 +271,12 @@ Status validate_codec_spec(const CodecSpec& s) {
       break;
     default: return Status::kInvalidSpec;
   }
-  if (s.values == ValueCoderKind::kSkCompress) {
-    if (s.sparsifier == SparsifierKind::kRandomK || s.index_coding != IndexCoding::kNone || s.bits != 8 ||
-        s.skc_bins < 2 || s.skc_bins > 256 || s.skc_groups < 2 || s.skc_groups > 16 || s.sketch_rows < 1 ||
-        s.sketch_rows > 4 || !(s.skc_cols > 0.0f && s.skc_cols <= 4.0f) || s.quantile_k < 16 ||
-        s.quantile_k > 1024 || s.quantile_k % 2 != 0) {
-      return Status::kInvalidSpec;
-    }
-    return Status::kOk;
-  }
-  if (s.values == ValueCoderKind::kCountSketch) {
-    const bool cells_ok = s.sketch_cols != 0 ? s.sketch_cols <= EDGEFL_MAX_DIMENSION
-                                             : (s.sketch_cells > 0.0 && s.sketch_cells <= 4.0);
-    const bool top_ok = s.k != 0 || (s.density > 0.0 && s.density <= 1.0);
-    if (s.sparsifier != SparsifierKind::kNone || s.index_coding != IndexCoding::kNone || s.bits != 32 ||
-        s.sketch_rows < 1 || s.sketch_rows > 15 || !cells_ok || !top_ok || !finite_positive(s.shared_step) ||
-        s.shared_step > values::kMaxScale / 2147483648.0f) {
-      return Status::kInvalidSpec;
-    }
-    return Status::kOk;
-  }
+#if EDGEFL_WITH_SKC
+  if (s.values == ValueCoderKind::kSkCompress) return codec_internal::validate_skc_spec(s);
+#endif
+#if EDGEFL_WITH_COUNT_SKETCH
+  if (s.values == ValueCoderKind::kCountSketch) return codec_internal::validate_count_sketch_spec(s);
+#endif
   if (s.sparsifier == SparsifierKind::kNone || s.sparsifier == SparsifierKind::kRandomK) {
     if (s.index_coding != IndexCoding::kNone && s.index_coding != IndexCoding::kEliasFano) {
       return Status::kInvalidSpec;
@@ -535,36 +445,14 @@ size_t format_codec_spec(const CodecSpec& s, char* buf, size_t cap) {
       a.put_uint(s.block);
       break;
     case ValueCoderKind::kSkCompress:
-      a.put("skc:bins=");
-      a.put_uint(s.skc_bins);
-      a.put(",groups=");
-      a.put_uint(s.skc_groups);
-      a.put(",rows=");
-      a.put_uint(s.sketch_rows);
-      a.put(",cols=");
-      a.put_float(s.skc_cols);
-      a.put(",k=");
-      a.put_uint(s.quantile_k);
+#if EDGEFL_WITH_SKC
+      codec_internal::format_skc_spec(s, &a);
+#endif
       break;
     case ValueCoderKind::kCountSketch:
-      if (s.sketch_cols != 0) {
-        a.put("cs:cols=");
-        a.put_uint(s.sketch_cols);
-      } else {
-        a.put("cs:cells=");
-        a.put_double(s.sketch_cells);
-      }
-      a.put(",rows=");
-      a.put_uint(s.sketch_rows);
-      if (s.k != 0) {
-        a.put(",k=");
-        a.put_uint(s.k);
-      } else {
-        a.put(",top=");
-        a.put_double(s.density);
-      }
-      a.put(",step=");
-      a.put_float(s.shared_step);
+#if EDGEFL_WITH_COUNT_SKETCH
+      codec_internal::format_count_sketch_spec(s, &a);
+#endif
       break;
   }
   if (cap > 0) buf[a.len < cap ? a.len : cap - 1] = '\0';
