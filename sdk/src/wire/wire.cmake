@@ -1,4 +1,4 @@
-# sdk/proto.cmake, included from sdk/CMakeLists.txt: edgefl::wire, the wire protocol of federated
+# sdk/src/wire/wire.cmake, included from sdk/CMakeLists.txt: edgefl::wire, the wire protocol of federated
 # rounds (edgefl/wire.h): frames, the FlatBuffers schema proto/edgefl_wire.fbs, encode, decode,
 # validation. Hosted C++17 only (it allocates): never built for a freestanding target.
 #
@@ -25,7 +25,7 @@ if(NOT edgefl_flatc_result EQUAL 0 OR NOT edgefl_flatc_version VERSION_EQUAL Fla
                       "headers are ${FlatBuffers_VERSION}; they must match")
 endif()
 
-set(edgefl_wire_fbs ${CMAKE_CURRENT_LIST_DIR}/proto/edgefl_wire.fbs)
+set(edgefl_wire_fbs ${PROJECT_SOURCE_DIR}/sdk/proto/edgefl_wire.fbs)
 set(edgefl_wire_gen_dir ${CMAKE_CURRENT_BINARY_DIR}/generated)
 set(edgefl_wire_gen_header ${edgefl_wire_gen_dir}/edgefl_wire_generated.h)
 add_custom_command(
@@ -47,16 +47,16 @@ target_include_directories(edgefl_wire_schema SYSTEM INTERFACE ${edgefl_wire_gen
 add_dependencies(edgefl_wire_schema edgefl_wire_generate)
 
 add_library(edgefl_wire STATIC
-  ${CMAKE_CURRENT_LIST_DIR}/src/wire/frame.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/src/wire/validate.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/src/wire/decode.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/src/wire/encode.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/src/wire/messages.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/frame.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/validate.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/decode.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/encode.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/messages.cpp
 )
 add_library(edgefl::wire ALIAS edgefl_wire)
 set_target_properties(edgefl_wire PROPERTIES EXPORT_NAME wire OUTPUT_NAME edgefl_wire CXX_EXTENSIONS OFF)
 target_compile_features(edgefl_wire PUBLIC cxx_std_17)
 # Public headers (sdk/include) come with edgefl::core; src/ holds the internal headers.
-target_include_directories(edgefl_wire PRIVATE ${CMAKE_CURRENT_LIST_DIR}/src)
+target_include_directories(edgefl_wire PRIVATE ${PROJECT_SOURCE_DIR}/sdk/src)
 target_link_libraries(edgefl_wire PUBLIC edgefl::core PRIVATE $<BUILD_INTERFACE:edgefl_wire_schema>)
 edgefl_target_options(edgefl_wire)

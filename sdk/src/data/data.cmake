@@ -1,16 +1,16 @@
-# sdk/data.cmake: edgefl::data, hosted helpers for simulation and examples: IDX / Fashion-MNIST
+# sdk/src/data/data.cmake: edgefl::data, hosted helpers for simulation and examples: IDX / Fashion-MNIST
 # loading (zlib for .gz) and seeded client partitions (included by sdk/CMakeLists.txt after
 # edgefl_core). Hosted C++17 only: never built for a freestanding target.
 if(NOT EDGEFL_FREESTANDING)
   find_package(ZLIB REQUIRED)
   add_library(edgefl_data STATIC
-    ${CMAKE_CURRENT_LIST_DIR}/src/data/idx.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/src/data/partition.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/idx.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/partition.cpp
   )
   add_library(edgefl::data ALIAS edgefl_data)
   set_target_properties(edgefl_data PROPERTIES EXPORT_NAME data OUTPUT_NAME edgefl_data CXX_EXTENSIONS OFF)
   target_compile_features(edgefl_data PUBLIC cxx_std_17)
-  target_include_directories(edgefl_data PRIVATE ${CMAKE_CURRENT_LIST_DIR}/src)
+  target_include_directories(edgefl_data PRIVATE ${PROJECT_SOURCE_DIR}/sdk/src)
   # edgefl::core brings the public include directory; ZLIB stays private (a static archive
   # passes it on as link-only).
   target_link_libraries(edgefl_data PUBLIC edgefl::core PRIVATE ZLIB::ZLIB)
@@ -20,7 +20,7 @@ if(NOT EDGEFL_FREESTANDING)
 
   # edgefl::dataset_trainer (edgefl/dataset_trainer.h): the built-in LocalTrainer of edgefl::Client
   # rounds, SgdTrainer on a Dataset. Needs only edgefl/client.h's interface, not edgefl::net.
-  add_library(edgefl_dataset_trainer STATIC ${CMAKE_CURRENT_LIST_DIR}/src/data/dataset_trainer.cpp)
+  add_library(edgefl_dataset_trainer STATIC ${CMAKE_CURRENT_LIST_DIR}/dataset_trainer.cpp)
   add_library(edgefl::dataset_trainer ALIAS edgefl_dataset_trainer)
   set_target_properties(edgefl_dataset_trainer PROPERTIES EXPORT_NAME dataset_trainer
                         OUTPUT_NAME edgefl_dataset_trainer CXX_EXTENSIONS OFF)
