@@ -133,8 +133,8 @@ TEST_SUITE("seeds") {
         const double shared = vnmse_of_mean(spec, x, k, kRounds, per_round);
         const double ratio = independent * k / one;  // 1 when the error falls as 1/K
         MESSAGE(std::string(text) << ": K=" << k << " vNMSE(1)=" << one << " vNMSE(K)=" << independent
-                     << " K*vNMSE(K)/vNMSE(1)=" << ratio << " (one seed per round: " << shared * k / one
-                     << ")");
+                                  << " K*vNMSE(K)/vNMSE(1)=" << ratio
+                                  << " (one seed per round: " << shared * k / one << ")");
         CHECK(ratio > 0.8);
         CHECK(ratio < 1.2);
         CHECK(shared * k / one > 0.8 * k);  // shared seed: no averaging out
