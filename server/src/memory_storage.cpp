@@ -12,15 +12,6 @@ namespace edgefl {
 namespace server {
 namespace {
 
-bool fits_i64(uint64_t v) {
-  return v <= uint64_t(INT64_MAX);
-}
-
-Status invalid(std::string* error, std::string message) {
-  if (error != nullptr) *error = std::move(message);
-  return Status::kInvalidArgument;
-}
-
 class MemoryStorage final : public Storage {
  public:
   Status create_round(const RoundRecord& round, std::string* error) override {
@@ -28,10 +19,11 @@ class MemoryStorage final : public Storage {
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     if (rounds_.count(round.round_id) != 0) {
-      return invalid(error, "create_round: round " + std::to_string(round.round_id) + " exists");
+      return invalid_argument(error, "create_round: round " + std::to_string(round.round_id) + " exists");
     }
     if (const RoundRecord* open = find_open()) {
-      return invalid(error, "create_round: round " + std::to_string(open->round_id) + " is still open");
+      return invalid_argument(error,
+                              "create_round: round " + std::to_string(open->round_id) + " is still open");
     }
     rounds_[round.round_id] = round;
     return Status::kOk;
@@ -43,21 +35,22 @@ class MemoryStorage final : public Storage {
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     auto it = rounds_.find(round_id);
-    if (it == rounds_.end()) return invalid(error, "close_round: no round " + std::to_string(round_id));
+    if (it == rounds_.end())
+      return invalid_argument(error, "close_round: no round " + std::to_string(round_id));
     RoundRecord& round = it->second;
     if (round.state != RoundState::kOpen) {
-      return invalid(
+      return invalid_argument(
           error, "close_round: round " + std::to_string(round_id) + " is " + round_state_name(round.state));
     }
     if (state == RoundState::kCommitted) {
       auto model = models_.find(result_model_version);
       if (model == models_.end()) {
-        return invalid(
+        return invalid_argument(
             error, "close_round: model version " + std::to_string(result_model_version) + " is not recorded");
       }
       if (model->second.round_id != round_id) {
-        return invalid(error, "close_round: model version " + std::to_string(result_model_version) +
-                                  " was recorded for another round");
+        return invalid_argument(error, "close_round: model version " + std::to_string(result_model_version) +
+                                           " was recorded for another round");
       }
     }
     uint32_t count = 0;
@@ -74,7 +67,7 @@ class MemoryStorage final : public Storage {
   }
 
   Status open_round(std::optional<RoundRecord>* out, std::string* error) override {
-    if (out == nullptr) return invalid(error, "open_round: null output");
+    if (out == nullptr) return invalid_argument(error, "open_round: null output");
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     const RoundRecord* open = find_open();
@@ -83,8 +76,8 @@ class MemoryStorage final : public Storage {
   }
 
   Status get_round(uint64_t round_id, std::optional<RoundRecord>* out, std::string* error) override {
-    if (out == nullptr) return invalid(error, "get_round: null output");
-    if (!fits_i64(round_id)) return invalid(error, "get_round: round id out of range");
+    if (out == nullptr) return invalid_argument(error, "get_round: null output");
+    if (!fits_i64(round_id)) return invalid_argument(error, "get_round: round id out of range");
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     auto it = rounds_.find(round_id);
@@ -93,7 +86,7 @@ class MemoryStorage final : public Storage {
   }
 
   Status last_round_id(uint64_t* out, std::string* error) override {
-    if (out == nullptr) return invalid(error, "last_round_id: null output");
+    if (out == nullptr) return invalid_argument(error, "last_round_id: null output");
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     *out = rounds_.empty() ? 0 : rounds_.rbegin()->first;
@@ -107,10 +100,10 @@ class MemoryStorage final : public Storage {
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     auto round = rounds_.find(update.round_id);
     if (round == rounds_.end())
-      return invalid(error, "record_update: no round " + std::to_string(update.round_id));
+      return invalid_argument(error, "record_update: no round " + std::to_string(update.round_id));
     if (round->second.state != RoundState::kOpen) {
-      return invalid(error, "record_update: round " + std::to_string(update.round_id) + " is " +
-                                round_state_name(round->second.state));
+      return invalid_argument(error, "record_update: round " + std::to_string(update.round_id) + " is " +
+                                         round_state_name(round->second.state));
     }
     auto existing = updates_.find({update.round_id, update.device_id});
     if (existing != updates_.end()) {  // the same upload retried, or a second one: the first stands
@@ -128,8 +121,8 @@ class MemoryStorage final : public Storage {
 
   Status find_update(uint64_t round_id, const std::string& device_id, std::optional<UpdateRecord>* out,
                      std::string* error) override {
-    if (out == nullptr) return invalid(error, "find_update: null output");
-    if (!fits_i64(round_id)) return invalid(error, "find_update: round id out of range");
+    if (out == nullptr) return invalid_argument(error, "find_update: null output");
+    if (!fits_i64(round_id)) return invalid_argument(error, "find_update: round id out of range");
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     auto it = updates_.find({round_id, device_id});
@@ -144,8 +137,8 @@ class MemoryStorage final : public Storage {
   }
 
   Status count_updates(uint64_t round_id, uint64_t* out, std::string* error) override {
-    if (out == nullptr) return invalid(error, "count_updates: null output");
-    if (!fits_i64(round_id)) return invalid(error, "count_updates: round id out of range");
+    if (out == nullptr) return invalid_argument(error, "count_updates: null output");
+    if (!fits_i64(round_id)) return invalid_argument(error, "count_updates: round id out of range");
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     uint64_t n = 0;
@@ -156,8 +149,8 @@ class MemoryStorage final : public Storage {
 
   Status for_each_update(uint64_t round_id, const std::function<Status(const UpdateRecord&)>& fn,
                          std::string* error) override {
-    if (!fn) return invalid(error, "for_each_update: no callback");
-    if (!fits_i64(round_id)) return invalid(error, "for_each_update: round id out of range");
+    if (!fn) return invalid_argument(error, "for_each_update: no callback");
+    if (!fits_i64(round_id)) return invalid_argument(error, "for_each_update: round id out of range");
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     std::vector<const UpdateRecord*> rows;
@@ -184,13 +177,14 @@ class MemoryStorage final : public Storage {
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     if (!models_.empty() && model.version <= models_.rbegin()->first) {
-      return invalid(error, "record_model: version " + std::to_string(model.version) + " is not above " +
-                                std::to_string(models_.rbegin()->first));
+      return invalid_argument(error, "record_model: version " + std::to_string(model.version) +
+                                         " is not above " + std::to_string(models_.rbegin()->first));
     }
     if (model.round_id != 0) {
       auto round = rounds_.find(model.round_id);
       if (round == rounds_.end() || round->second.state != RoundState::kOpen) {
-        return invalid(error, "record_model: round " + std::to_string(model.round_id) + " is not open");
+        return invalid_argument(error,
+                                "record_model: round " + std::to_string(model.round_id) + " is not open");
       }
     }
     models_[model.version] = model;
@@ -198,7 +192,7 @@ class MemoryStorage final : public Storage {
   }
 
   Status latest_model(std::optional<ModelRecord>* out, std::string* error) override {
-    if (out == nullptr) return invalid(error, "latest_model: null output");
+    if (out == nullptr) return invalid_argument(error, "latest_model: null output");
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     *out = models_.empty() ? std::nullopt : std::optional<ModelRecord>(models_.rbegin()->second);
@@ -206,7 +200,7 @@ class MemoryStorage final : public Storage {
   }
 
   Status put_setting(const std::string& key, const std::string& value, std::string* error) override {
-    if (key.empty()) return invalid(error, "put_setting: empty key");
+    if (key.empty()) return invalid_argument(error, "put_setting: empty key");
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     settings_[key] = value;
@@ -214,7 +208,7 @@ class MemoryStorage final : public Storage {
   }
 
   Status get_setting(const std::string& key, std::optional<std::string>* value, std::string* error) override {
-    if (value == nullptr) return invalid(error, "get_setting: null output");
+    if (value == nullptr) return invalid_argument(error, "get_setting: null output");
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     auto it = settings_.find(key);
@@ -227,7 +221,7 @@ class MemoryStorage final : public Storage {
   // holds it already), as the SQLite store does.
   Status enter(std::unique_lock<std::mutex>* lock, std::string* error) {
     if (iterating_.load() == std::this_thread::get_id()) {
-      return invalid(error, "storage: called from inside a for_each_update callback");
+      return invalid_argument(error, "storage: called from inside a for_each_update callback");
     }
     *lock = std::unique_lock<std::mutex>(mutex_);
     return Status::kOk;

@@ -130,15 +130,6 @@ constexpr const char* kQuerySql[kQueryCount] = {
 #undef EDGEFL_ROUND_COLUMNS
 #undef EDGEFL_UPDATE_COLUMNS
 
-bool fits_i64(uint64_t v) {
-  return v <= uint64_t(INT64_MAX);
-}
-
-Status invalid(std::string* error, std::string message) {
-  if (error != nullptr) *error = std::move(message);
-  return Status::kInvalidArgument;
-}
-
 // Binds parameters 1, 2, ... in order; remembers the first failure.
 class Binder {
  public:
@@ -334,7 +325,7 @@ class SqliteStorage final : public Storage {
   // (the iteration holds the lock and a cached statement).
   Status enter(std::unique_lock<std::mutex>* lock, std::string* error) {
     if (iterating_.load() == std::this_thread::get_id()) {
-      return invalid(error, "storage: called from inside a for_each_update callback");
+      return invalid_argument(error, "storage: called from inside a for_each_update callback");
     }
     *lock = std::unique_lock<std::mutex>(mu_);
     return Status::kOk;
@@ -486,10 +477,12 @@ Status SqliteStorage::create_round(const RoundRecord& round, std::string* error)
   EDGEFL_RETURN_IF_ERROR(txn.begin(error));
   std::optional<RoundRecord> existing;
   EDGEFL_RETURN_IF_ERROR(get_round_locked(kGetRound, round.round_id, &existing, error));
-  if (existing) return invalid(error, "create_round: round " + std::to_string(round.round_id) + " exists");
+  if (existing)
+    return invalid_argument(error, "create_round: round " + std::to_string(round.round_id) + " exists");
   EDGEFL_RETURN_IF_ERROR(get_round_locked(kGetOpenRound, 0, &existing, error));
   if (existing)
-    return invalid(error, "create_round: round " + std::to_string(existing->round_id) + " is still open");
+    return invalid_argument(error,
+                            "create_round: round " + std::to_string(existing->round_id) + " is still open");
   sqlite3_stmt* s = nullptr;
   EDGEFL_RETURN_IF_ERROR(statement(kInsertRound, &s, error));
   {
@@ -514,9 +507,9 @@ Status SqliteStorage::close_round(uint64_t round_id, RoundState state, uint64_t 
   EDGEFL_RETURN_IF_ERROR(txn.begin(error));
   std::optional<RoundRecord> round;
   EDGEFL_RETURN_IF_ERROR(get_round_locked(kGetRound, round_id, &round, error));
-  if (!round) return invalid(error, "close_round: no round " + std::to_string(round_id));
+  if (!round) return invalid_argument(error, "close_round: no round " + std::to_string(round_id));
   if (round->state != RoundState::kOpen) {
-    return invalid(
+    return invalid_argument(
         error, "close_round: round " + std::to_string(round_id) + " is " + round_state_name(round->state));
   }
   sqlite3_stmt* s = nullptr;
@@ -526,13 +519,13 @@ Status SqliteStorage::close_round(uint64_t round_id, RoundState state, uint64_t 
     if (sqlite3_bind_int64(s, 1, int64_t(result_model_version)) != SQLITE_OK) return io_error("bind", error);
     const int rc = sqlite3_step(s);
     if (rc == SQLITE_DONE) {
-      return invalid(
+      return invalid_argument(
           error, "close_round: model version " + std::to_string(result_model_version) + " is not recorded");
     }
     if (rc != SQLITE_ROW) return io_error("select model", error);
     if (sqlite3_column_int64(s, 0) != int64_t(round_id)) {
-      return invalid(error, "close_round: model version " + std::to_string(result_model_version) +
-                                " was recorded for another round");
+      return invalid_argument(error, "close_round: model version " + std::to_string(result_model_version) +
+                                         " was recorded for another round");
     }
   }
   EDGEFL_RETURN_IF_ERROR(statement(kCloseRound, &s, error));
@@ -573,7 +566,7 @@ Status SqliteStorage::get_round_locked(Query q, uint64_t round_id, std::optional
 }
 
 Status SqliteStorage::open_round(std::optional<RoundRecord>* out, std::string* error) {
-  if (out == nullptr) return invalid(error, "open_round: null output");
+  if (out == nullptr) return invalid_argument(error, "open_round: null output");
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   std::optional<RoundRecord> r;
@@ -583,8 +576,8 @@ Status SqliteStorage::open_round(std::optional<RoundRecord>* out, std::string* e
 }
 
 Status SqliteStorage::get_round(uint64_t round_id, std::optional<RoundRecord>* out, std::string* error) {
-  if (out == nullptr) return invalid(error, "get_round: null output");
-  if (!fits_i64(round_id)) return invalid(error, "get_round: round id out of range");
+  if (out == nullptr) return invalid_argument(error, "get_round: null output");
+  if (!fits_i64(round_id)) return invalid_argument(error, "get_round: round id out of range");
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   std::optional<RoundRecord> r;
@@ -594,7 +587,7 @@ Status SqliteStorage::get_round(uint64_t round_id, std::optional<RoundRecord>* o
 }
 
 Status SqliteStorage::last_round_id(uint64_t* out, std::string* error) {
-  if (out == nullptr) return invalid(error, "last_round_id: null output");
+  if (out == nullptr) return invalid_argument(error, "last_round_id: null output");
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   sqlite3_stmt* s = nullptr;
@@ -616,10 +609,10 @@ Status SqliteStorage::record_update(const UpdateRecord& update, InsertResult* re
   EDGEFL_RETURN_IF_ERROR(txn.begin(error));
   std::optional<RoundRecord> round;
   EDGEFL_RETURN_IF_ERROR(get_round_locked(kGetRound, update.round_id, &round, error));
-  if (!round) return invalid(error, "record_update: no round " + std::to_string(update.round_id));
+  if (!round) return invalid_argument(error, "record_update: no round " + std::to_string(update.round_id));
   if (round->state != RoundState::kOpen) {
-    return invalid(error, "record_update: round " + std::to_string(update.round_id) + " is " +
-                              round_state_name(round->state));
+    return invalid_argument(error, "record_update: round " + std::to_string(update.round_id) + " is " +
+                                       round_state_name(round->state));
   }
   sqlite3_stmt* s = nullptr;
   EDGEFL_RETURN_IF_ERROR(statement(kFindUpdate, &s, error));
@@ -665,8 +658,8 @@ Status SqliteStorage::record_update(const UpdateRecord& update, InsertResult* re
 
 Status SqliteStorage::find_update(uint64_t round_id, const std::string& device_id,
                                   std::optional<UpdateRecord>* out, std::string* error) {
-  if (out == nullptr) return invalid(error, "find_update: null output");
-  if (!fits_i64(round_id)) return invalid(error, "find_update: round id out of range");
+  if (out == nullptr) return invalid_argument(error, "find_update: null output");
+  if (!fits_i64(round_id)) return invalid_argument(error, "find_update: round id out of range");
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   sqlite3_stmt* s = nullptr;
@@ -688,8 +681,8 @@ Status SqliteStorage::find_update(uint64_t round_id, const std::string& device_i
 }
 
 Status SqliteStorage::count_updates(uint64_t round_id, uint64_t* out, std::string* error) {
-  if (out == nullptr) return invalid(error, "count_updates: null output");
-  if (!fits_i64(round_id)) return invalid(error, "count_updates: round id out of range");
+  if (out == nullptr) return invalid_argument(error, "count_updates: null output");
+  if (!fits_i64(round_id)) return invalid_argument(error, "count_updates: round id out of range");
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   sqlite3_stmt* s = nullptr;
@@ -706,8 +699,8 @@ Status SqliteStorage::count_updates(uint64_t round_id, uint64_t* out, std::strin
 
 Status SqliteStorage::for_each_update(uint64_t round_id, const std::function<Status(const UpdateRecord&)>& fn,
                                       std::string* error) {
-  if (!fn) return invalid(error, "for_each_update: no callback");
-  if (!fits_i64(round_id)) return invalid(error, "for_each_update: round id out of range");
+  if (!fn) return invalid_argument(error, "for_each_update: no callback");
+  if (!fits_i64(round_id)) return invalid_argument(error, "for_each_update: round id out of range");
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   sqlite3_stmt* s = nullptr;
@@ -745,8 +738,8 @@ Status SqliteStorage::record_model(const ModelRecord& model, std::string* error)
       uint64_t latest = 0;
       if (!column_u64(s, 0, &latest)) return corrupt_row("models", error);
       if (model.version <= latest) {
-        return invalid(error, "record_model: version " + std::to_string(model.version) + " is not above " +
-                                  std::to_string(latest));
+        return invalid_argument(error, "record_model: version " + std::to_string(model.version) +
+                                           " is not above " + std::to_string(latest));
       }
     } else if (rc != SQLITE_DONE) {
       return io_error("select model", error);
@@ -756,7 +749,8 @@ Status SqliteStorage::record_model(const ModelRecord& model, std::string* error)
     std::optional<RoundRecord> round;
     EDGEFL_RETURN_IF_ERROR(get_round_locked(kGetRound, model.round_id, &round, error));
     if (!round || round->state != RoundState::kOpen) {
-      return invalid(error, "record_model: round " + std::to_string(model.round_id) + " is not open");
+      return invalid_argument(error,
+                              "record_model: round " + std::to_string(model.round_id) + " is not open");
     }
   }
   EDGEFL_RETURN_IF_ERROR(statement(kInsertModel, &s, error));
@@ -775,7 +769,7 @@ Status SqliteStorage::record_model(const ModelRecord& model, std::string* error)
 }
 
 Status SqliteStorage::latest_model(std::optional<ModelRecord>* out, std::string* error) {
-  if (out == nullptr) return invalid(error, "latest_model: null output");
+  if (out == nullptr) return invalid_argument(error, "latest_model: null output");
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   sqlite3_stmt* s = nullptr;
@@ -798,7 +792,7 @@ Status SqliteStorage::latest_model(std::optional<ModelRecord>* out, std::string*
 }
 
 Status SqliteStorage::put_setting(const std::string& key, const std::string& value, std::string* error) {
-  if (key.empty()) return invalid(error, "put_setting: empty key");
+  if (key.empty()) return invalid_argument(error, "put_setting: empty key");
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   Transaction txn(this);
@@ -816,7 +810,7 @@ Status SqliteStorage::put_setting(const std::string& key, const std::string& val
 
 Status SqliteStorage::get_setting(const std::string& key, std::optional<std::string>* value,
                                   std::string* error) {
-  if (value == nullptr) return invalid(error, "get_setting: null output");
+  if (value == nullptr) return invalid_argument(error, "get_setting: null output");
   std::unique_lock<std::mutex> lock;
   EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
   sqlite3_stmt* s = nullptr;
@@ -841,7 +835,7 @@ Status SqliteStorage::get_setting(const std::string& key, std::optional<std::str
 
 Status open_sqlite_storage(const std::string& db_path, std::unique_ptr<Storage>* out, std::string* error) {
   if (out == nullptr || db_path.empty() || db_path.find('\0') != std::string::npos) {
-    return invalid(error, "open_sqlite_storage: null output or empty path");
+    return invalid_argument(error, "open_sqlite_storage: null output or empty path");
   }
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;  // our mutex serialises
 #ifdef SQLITE_OPEN_EXRESCODE

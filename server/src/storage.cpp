@@ -5,69 +5,58 @@
 
 namespace edgefl {
 namespace server {
-namespace {
-
-bool fits_i64(uint64_t v) {
-  return v <= uint64_t(INT64_MAX);
-}
-
-Status invalid(std::string* error, std::string message) {
-  if (error != nullptr) *error = std::move(message);
-  return Status::kInvalidArgument;
-}
-
-}  // namespace
 
 Status check_new_round(const RoundRecord& round, std::string* error) {
   if (round.round_id == 0 || !fits_i64(round.round_id))
-    return invalid(error, "create_round: round id out of range");
+    return invalid_argument(error, "create_round: round id out of range");
   if (round.nonce.size() != 16 && round.nonce.size() != 32) {
-    return invalid(error, "create_round: the nonce must be 16 or 32 bytes");
+    return invalid_argument(error, "create_round: the nonce must be 16 or 32 bytes");
   }
   if (!fits_i64(round.base_model_version))
-    return invalid(error, "create_round: base model version out of range");
+    return invalid_argument(error, "create_round: base model version out of range");
   if (round.state != RoundState::kOpen || round.closed_unix_ms != 0 || round.result_model_version != 0 ||
       round.accepted_updates != 0) {
-    return invalid(error, "create_round: a new round is open, with no close time, result or count");
+    return invalid_argument(error, "create_round: a new round is open, with no close time, result or count");
   }
   return Status::kOk;
 }
 
 Status check_close(uint64_t round_id, RoundState state, uint64_t result_model_version, std::string* error) {
-  if (round_id == 0 || !fits_i64(round_id)) return invalid(error, "close_round: round id out of range");
+  if (round_id == 0 || !fits_i64(round_id))
+    return invalid_argument(error, "close_round: round id out of range");
   if (state == RoundState::kCommitted) {
     if (result_model_version == 0 || !fits_i64(result_model_version)) {
-      return invalid(error, "close_round: a committed round needs its result model version");
+      return invalid_argument(error, "close_round: a committed round needs its result model version");
     }
   } else if (state == RoundState::kAbandoned) {
     if (result_model_version != 0)
-      return invalid(error, "close_round: an abandoned round has no result model");
+      return invalid_argument(error, "close_round: an abandoned round has no result model");
   } else {
-    return invalid(error, "close_round: the new state must be committed or abandoned");
+    return invalid_argument(error, "close_round: the new state must be committed or abandoned");
   }
   return Status::kOk;
 }
 
 Status check_new_update(const UpdateRecord& update, const InsertResult* result, std::string* error) {
-  if (result == nullptr) return invalid(error, "record_update: null result");
+  if (result == nullptr) return invalid_argument(error, "record_update: null result");
   if (update.round_id == 0 || !fits_i64(update.round_id))
-    return invalid(error, "record_update: round id out of range");
+    return invalid_argument(error, "record_update: round id out of range");
   if (update.device_id.empty() || update.device_id.find('\0') != std::string::npos) {
-    return invalid(error, "record_update: the device id must be non-empty text");
+    return invalid_argument(error, "record_update: the device id must be non-empty text");
   }
   if (update.payload.size() != update.payload_bytes || !fits_i64(update.payload_bytes)) {
-    return invalid(error, "record_update: payload_bytes differs from the payload's size");
+    return invalid_argument(error, "record_update: payload_bytes differs from the payload's size");
   }
   return Status::kOk;
 }
 
 Status check_new_model(const ModelRecord& model, std::string* error) {
   if (model.version == 0 || !fits_i64(model.version))
-    return invalid(error, "record_model: version out of range");
+    return invalid_argument(error, "record_model: version out of range");
   if (!fits_i64(model.round_id) || !fits_i64(model.bytes))
-    return invalid(error, "record_model: value out of range");
+    return invalid_argument(error, "record_model: value out of range");
   if (!valid_relative_path(model.path)) {
-    return invalid(error, "record_model: the path must be relative to the state directory");
+    return invalid_argument(error, "record_model: the path must be relative to the state directory");
   }
   return Status::kOk;
 }

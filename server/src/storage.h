@@ -24,6 +24,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "edgefl/status.h"
@@ -75,6 +76,16 @@ struct ModelRecord {
 };
 
 enum class InsertResult : uint8_t { kInserted = 1, kDuplicate = 2 };
+
+// Helpers of every implementation: whether an unsigned value fits the stores' signed 64-bit
+// columns, and a kInvalidArgument with its message in `*error` (when not null).
+inline bool fits_i64(uint64_t v) {
+  return v <= uint64_t(INT64_MAX);
+}
+inline Status invalid_argument(std::string* error, std::string message) {
+  if (error != nullptr) *error = std::move(message);
+  return Status::kInvalidArgument;
+}
 
 // The argument checks every implementation makes before touching its store (kInvalidArgument
 // with the message, or kOk): create_round's record, close_round's arguments, record_update's
