@@ -12,8 +12,10 @@
 namespace edgefl {
 namespace cli {
 
+// One run of --compare: its label ("UPLINK" or "UPLINK@DOWNLINK"), seed and rounds.
 struct CodecRun {
   std::string codec;
+  uint64_t seed = 0;
   std::vector<RoundRecord> records;
 };
 
@@ -32,18 +34,27 @@ constexpr size_t kTargetWindow = 5;
 
 struct RunSummary {
   double final_acc = 0, best_acc = 0;
-  double total_uplink_bytes = 0, uplink_bytes_per_round = 0, total_sim_s = 0;
-  bool reached = false;        // the target accuracy was reached (trailing mean, see above)
-  double bytes_to_target = 0;  // cumulative uplink bytes at that round
-  double time_to_target = 0;   // simulated seconds at that round
+  double total_uplink_bytes = 0, total_downlink_bytes = 0, uplink_bytes_per_round = 0, total_sim_s = 0;
+  bool reached = false;             // the target accuracy was reached (trailing mean, see above)
+  double bytes_to_target = 0;       // cumulative uplink bytes at that round
+  double down_bytes_to_target = 0;  // cumulative downlink bytes at that round
+  double time_to_target = 0;        // simulated seconds at that round
 };
 
 RunSummary summarize(const std::vector<RoundRecord>& records, double target_acc);
 
 // Writes report.md, accuracy_vs_uplink.svg and accuracy_vs_time.svg into `dir` and prints the
-// table on `out`. False (with *error) if a file cannot be written.
+// table on `out`. `runs` holds, for each seed in turn, the baseline first and then the other
+// codecs in the same order; each run is compared with its own seed's baseline (target: that
+// baseline's final accuracy - 0.5 pp unless settings.target_acc is set), and with several seeds
+// the table gives the mean and the range over seeds. False (with *error) if a file cannot be
+// written.
 bool write_report(const std::string& dir, const std::vector<CodecRun>& runs, const ReportSettings& settings,
                   std::ostream& out, std::string* error);
+
+// Reads a JSONL file written by `edgefl sim --json` back into records (the fields the report
+// uses). False with *error if it cannot be read or a line lacks a field.
+bool read_jsonl(const std::string& path, std::vector<RoundRecord>* records, std::string* error);
 
 // A codec spec as a file name ("topk:0.01+q4" -> "topk_0.01_q4").
 std::string sanitize_file_name(const std::string& text);

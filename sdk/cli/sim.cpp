@@ -26,6 +26,7 @@
 #include "json_writer.h"
 #include "npy.h"
 #include "report.h"
+#include "round/downlink.h"
 #include "round/seeds.h"
 #include "round/update_steps.h"
 
@@ -76,7 +77,8 @@ struct Worker {
 
 struct ClientOutcome {
   FitResult fit;
-  size_t bytes = 0;
+  size_t bytes = 0;           // upload
+  size_t download_bytes = 0;  // the download stream (round/downlink.h), length prefixes included
   double train_s = 0, encode_s = 0, decode_s = 0;
   Status status = Status::kOk;
   const char* stage = "";
@@ -127,8 +129,9 @@ class Simulation {
       return "invalid --model '" + c_.model + "'";
     if (parse_codec_spec(c_.codec.c_str(), &codec_) != Status::kOk)
       return "invalid --codec '" + c_.codec + "'";
-    if (parse_codec_spec(c_.downlink.c_str(), &downlink_) != Status::kOk) {
-      return "invalid --downlink '" + c_.downlink + "'";
+    whole_downloads_ = c_.downlink == "full";
+    if (!whole_downloads_ && parse_codec_spec(c_.downlink.c_str(), &downlink_) != Status::kOk) {
+      return "invalid --downlink '" + c_.downlink + "' (full, or a codec spec for the patches)";
     }
     if (parse_server_optimizer_spec(c_.server_optimizer.c_str(), &optimizer_spec_) != Status::kOk) {
       return "invalid --server-opt '" + c_.server_optimizer + "'";
@@ -163,10 +166,16 @@ class Simulation {
   std::string allocate() {
     n_ = parameter_count(model_);
     global_.resize(n_);
-    received_.resize(n_);
     mean_delta_.resize(n_);
     server_decoded_.resize(n_);
     init_parameters(model_, c_.seed, {global_.data(), n_});
+    // Version 1 of the public model: the initial model on the bf16 grid (round/downlink.h). A
+    // device builds it from the model spec and the seed, as edgefl::Client does for built-in models.
+    public_ = global_;
+    if (round_to_bf16_grid({public_.data(), n_}) != Status::kOk) return "initial model not finite";
+    held_.assign(c_.clients, 0);
+    version_ = 1;
+    patch_bytes_.assign(2, 0);
     aggregator_memory_.resize(StreamingAggregator::storage_bytes(n_));
     if (aggregator_.init({aggregator_memory_.data(), aggregator_memory_.size()}, n_) != Status::kOk) {
       return "aggregator init";
@@ -176,8 +185,14 @@ class Simulation {
         Status::kOk) {
       return "server optimizer init";
     }
-    down_workspace_.resize(workspace_size(downlink_, n_));
-    down_encoded_.resize(encoded_bound(downlink_, n_));
+    CodecSpec bf16{};
+    if (parse_codec_spec("bf16", &bf16) != Status::kOk) return "bf16 codec";
+    whole_bytes_ = kStreamPrefixBytes + encoded_bound(bf16, n_);
+    if (!whole_downloads_) {
+      down_workspace_.resize(workspace_size(downlink_, n_));
+      down_encoded_.resize(encoded_bound(downlink_, n_));
+      patch_decoded_.resize(n_);
+    }
     // Per-client error-feedback residuals, carried across rounds.
     const size_t ef_bytes = use_ef_ ? ErrorFeedback::storage_bytes(n_, ef_precision_) : 0;
     ef_memory_.resize(ef_bytes * c_.clients);
@@ -225,28 +240,66 @@ class Simulation {
     rec.round = round;
     const std::vector<uint32_t> selected =
         select_clients(c_.clients, c_.per_round, derive_seed(c_.seed, round, 0, 1));
-    // Downlink: the global model through the downlink codec; every client trains from it.
-    size_t down_size = 0;
-    Status s = encode(downlink_, {global_.data(), n_}, downlink_seed(round_seed(c_.seed, round)),
-                      {down_workspace_.data(), down_workspace_.size()},
-                      {down_encoded_.data(), down_encoded_.size()}, &down_size);
-    if (s == Status::kOk) s = decode({down_encoded_.data(), down_size}, {received_.data(), n_});
-    if (s != Status::kOk) return std::string("downlink codec: ") + status_name(s);
+    // Downlink: each selected client brings its public model to the current version.
     std::vector<ClientOutcome> outcomes(selected.size());
+    for (size_t i = 0; i < selected.size(); ++i) outcomes[i].download_bytes = download_bytes(selected[i]);
     std::string error = run_clients(round, selected, &outcomes);
     if (!error.empty()) return error;
     // Server: mean delta, then the server optimizer.
     const Clock::time_point t_server = Clock::now();
-    s = aggregator_.mean({mean_delta_.data(), n_});
+    Status s = aggregator_.mean({mean_delta_.data(), n_});
     if (s == Status::kOk) s = optimizer_.apply({global_.data(), n_}, {mean_delta_.data(), n_});
     if (s != Status::kOk) return std::string("server update: ") + status_name(s);
-    account(outcomes, down_size, seconds_since(t_server), &rec, total);
+    error = publish(round);
+    if (!error.empty()) return error;
+    account(outcomes, seconds_since(t_server), &rec, total);
     error = evaluate(round, &rec);
     if (!error.empty()) return error;
     rec.wall_s = seconds_since(round_start);
     records_->push_back(rec);
     write_json(rec);
     print_progress(rec);
+    return "";
+  }
+
+  // The download of `client` this round, in bytes, as edgefl-server serves it: the whole bf16
+  // model, or the patches since the version the client holds when they are smaller (a client
+  // that holds nothing builds version 1 from the model spec and the seed). The client then holds
+  // the current version.
+  size_t download_bytes(uint32_t client) {
+    const uint64_t held = std::max<uint64_t>(held_[client], 1);
+    held_[client] = version_;
+    if (whole_downloads_) return whole_bytes_;
+    size_t chain = 0;
+    for (uint64_t v = held + 1; v <= version_ && chain < whole_bytes_; ++v) chain += patch_bytes_[v];
+    return std::min(chain, whole_bytes_);
+  }
+
+  // The server's downlink step after the model update (round/downlink.h): the next public model,
+  // either the server model rounded to bf16 (whole downloads) or the public model moved by a
+  // compressed patch of (server model - public model).
+  std::string publish(size_t round) {
+    ++version_;
+    if (whole_downloads_) {
+      public_ = global_;
+      if (round_to_bf16_grid({public_.data(), n_}) != Status::kOk) return "the model is not finite";
+      patch_bytes_.push_back(whole_bytes_);
+      return "";
+    }
+    size_t size = 0;
+    Status s = make_patch(downlink_, {global_.data(), n_}, {public_.data(), n_},
+                          downlink_seed(round_seed(c_.seed, round)), {patch_decoded_.data(), n_},
+                          {down_workspace_.data(), down_workspace_.size()},
+                          {down_encoded_.data(), down_encoded_.size()}, &size);
+    if (s == Status::kOk) {
+      const Span<const uint8_t> patch{down_encoded_.data(), size};
+      const size_t ws = stream_decode_workspace(patch);
+      if (ws > patch_decode_workspace_.size()) patch_decode_workspace_.resize(ws);
+      s = apply_patch(patch, {public_.data(), n_}, {patch_decoded_.data(), n_},
+                      {patch_decode_workspace_.data(), patch_decode_workspace_.size()});
+    }
+    if (s != Status::kOk) return std::string("downlink patch: ") + status_name(s);
+    patch_bytes_.push_back(kStreamPrefixBytes + size);
     return "";
   }
 
@@ -317,7 +370,7 @@ class Simulation {
     o->status = w.trainer.set_data(view);
     if (o->status == Status::kOk) {
       w.trainer.set_seed(seeds.training);
-      o->status = w.trainer.fit({received_.data(), n_}, {w.delta.data(), n_}, &o->fit);
+      o->status = w.trainer.fit({public_.data(), n_}, {w.delta.data(), n_}, &o->fit);
     }
     o->train_s = seconds_since(t0);
     o->stage = "train";
@@ -339,7 +392,7 @@ class Simulation {
     if (c_.save_update_path.empty() && c_.capture_update == nullptr) return;
     std::vector<float> raw(n_);
     w.trainer.set_seed(seeds.training);
-    if (w.trainer.fit({received_.data(), n_}, {raw.data(), n_}, &o->fit) != Status::kOk) return;
+    if (w.trainer.fit({public_.data(), n_}, {raw.data(), n_}, &o->fit) != Status::kOk) return;
     std::string e;
     if (!c_.save_update_path.empty() && !write_npy_f32_file(c_.save_update_path, raw.data(), n_, &e)) {
       o->status = Status::kInvalidArgument;
@@ -370,20 +423,20 @@ class Simulation {
 
   // Round accounting and the link model: the round lasts as long as its slowest client, then
   // the server decodes the updates one by one and steps the model.
-  void account(const std::vector<ClientOutcome>& outcomes, size_t down_size, double server_s,
-               RoundRecord* rec, RoundRecord* total) const {
+  void account(const std::vector<ClientOutcome>& outcomes, double server_s, RoundRecord* rec,
+               RoundRecord* total) const {
     const double up_bps = c_.uplink_mbps * 1e6, down_bps = c_.downlink_mbps * 1e6;
     double slowest = 0, loss_sum = 0, acc_sum = 0;
     for (const ClientOutcome& o : outcomes) {
       rec->uplink_bytes += o.bytes;
-      rec->downlink_bytes += down_size;
+      rec->downlink_bytes += o.download_bytes;
       rec->train_s += o.train_s;
       rec->encode_s += o.encode_s;
       rec->decode_s += o.decode_s;
       rec->samples += o.fit.samples;
       loss_sum += double(o.fit.loss) * o.fit.samples;
       acc_sum += double(o.fit.accuracy) * o.fit.samples;
-      const double client_s = c_.rtt_ms / 1e3 + double(down_size) * 8 / down_bps +
+      const double client_s = c_.rtt_ms / 1e3 + double(o.download_bytes) * 8 / down_bps +
                               (o.train_s + o.encode_s) * c_.compute_scale + double(o.bytes) * 8 / up_bps;
       slowest = std::max(slowest, client_s);
     }
@@ -443,6 +496,7 @@ class Simulation {
     JsonObjectWriter j;
     j.add_uint("round", rec.round)
         .add_string("codec", c_.codec)
+        .add_string("downlink", c_.downlink)
         .add_number("test_acc", any ? rec.test_acc : NAN, 6)
         .add_number("test_loss", any ? rec.test_loss : NAN, 6)
         .add_bool("evaluated", rec.evaluated)
@@ -491,7 +545,16 @@ class Simulation {
   std::vector<std::vector<uint32_t>> parts_;
   size_t eval_count_ = 0;
   size_t n_ = 0;
-  std::vector<float> global_, received_, mean_delta_;
+  std::vector<float> global_, mean_delta_;  // global_: the server model
+  // The downlink (round/downlink.h): the public model the clients train from, its version, the
+  // version each client holds (0: none), each version's patch in bytes (with its prefix).
+  bool whole_downloads_ = false;  // --downlink full: the whole bf16 model every round
+  std::vector<float> public_, patch_decoded_;
+  std::vector<uint64_t> held_;
+  uint64_t version_ = 1;
+  std::vector<size_t> patch_bytes_;
+  size_t whole_bytes_ = 0;
+  std::vector<uint8_t> patch_decode_workspace_;
   std::vector<float> server_decoded_;    // the update being checked and added
   std::vector<uint8_t> decode_scratch_;  // decode workspace of the sketch codecs, grown once
   std::vector<uint8_t> aggregator_memory_;
@@ -512,29 +575,46 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
   return Simulation(c, records, err).run();
 }
 
-int run_compare(const SimConfig& base, const std::vector<std::string>& codecs, const std::string& report_dir,
-                double target_acc, std::ostream& out, std::ostream& err) {
-  if (codecs.empty()) {
+int run_compare(const SimConfig& base, const CompareOptions& options, std::ostream& out, std::ostream& err) {
+  if (options.codecs.empty()) {
     err << "edgefl sim: --compare needs at least one codec\n";
     return 2;
   }
+  const std::vector<uint64_t> seeds =
+      options.seeds.empty() ? std::vector<uint64_t>{base.seed} : options.seeds;
   std::vector<CodecRun> runs;
-  for (const std::string& codec : codecs) {
-    SimConfig c = base;
-    c.codec = codec;
-    c.json_path = report_dir + "/" + sanitize_file_name(codec) + ".jsonl";
-    if (!base.quiet)
-      err << "edgefl sim: --compare run " << runs.size() + 1 << "/" << codecs.size() << ": " << codec << "\n";
-    CodecRun run;
-    run.codec = codec;
-    if (int code = run_sim(c, &run.records, err); code != 0) return code;
-    runs.push_back(std::move(run));
+  const size_t total = seeds.size() * options.codecs.size();
+  for (uint64_t seed : seeds) {
+    for (const std::string& codec : options.codecs) {
+      SimConfig c = base;
+      c.seed = seed;
+      // "UPLINK@DOWNLINK" sets the downlink of one run; without '@', --downlink applies.
+      const size_t at = codec.find('@');
+      c.codec = codec.substr(0, at);
+      if (at != std::string::npos) c.downlink = codec.substr(at + 1);
+      c.json_path = options.report_dir + "/" + sanitize_file_name(codec) +
+                    (seeds.size() > 1 ? "-seed" + std::to_string(seed) : std::string()) + ".jsonl";
+      CodecRun run;
+      run.codec = codec;
+      run.seed = seed;
+      std::string error;
+      if (options.reuse && read_jsonl(c.json_path, &run.records, &error) && run.records.size() == c.rounds) {
+        if (!base.quiet) err << "edgefl sim: --compare reuses " << c.json_path << "\n";
+      } else {
+        if (!base.quiet) {
+          err << "edgefl sim: --compare run " << runs.size() + 1 << "/" << total << ": " << codec << ", seed "
+              << seed << "\n";
+        }
+        if (int code = run_sim(c, &run.records, err); code != 0) return code;
+      }
+      runs.push_back(std::move(run));
+    }
   }
   std::string error;
   ReportSettings settings;
-  settings.target_acc = target_acc;
+  settings.target_acc = options.target_acc;
   settings.description = describe(base);
-  if (!write_report(report_dir, runs, settings, out, &error)) {
+  if (!write_report(options.report_dir, runs, settings, out, &error)) {
     err << "edgefl sim: " << error << "\n";
     return 1;
   }
@@ -568,7 +648,7 @@ std::string describe(const SimConfig& c) {
     << " local epoch(s), lr " << c.train.learning_rate << ", momentum " << c.train.momentum << ", server "
     << c.server_optimizer << ", downlink " << c.downlink << ", error feedback " << c.error_feedback
     << ", link " << c.uplink_mbps << " Mbit/s up / " << c.downlink_mbps << " Mbit/s down / " << c.rtt_ms
-    << " ms RTT, seed " << c.seed;
+    << " ms RTT";
   return o.str();
 }
 
@@ -585,10 +665,13 @@ const char kSimUsage[] =
     "  --model SPEC         cnn | cnn:C1-C2-H | mlp:784-H...-10 (cnn)\n"
     "  --partition SPEC     iid | dirichlet:ALPHA | shards:K (dirichlet:0.5)\n"
     "  --codec SPEC         uplink codec (bf16)\n"
-    "  --compare LIST       ';'-separated codecs, run with the same seeds (the first is the baseline)\n"
+    "  --compare LIST       ';'-separated runs UPLINK[@DOWNLINK], same seeds (the first is the baseline)\n"
+    "  --seeds LIST         ','-separated seeds for --compare: every run once per seed (--seed)\n"
+    "  --reuse              --compare: take a run from its JSONL in --report when it is complete\n"
     "  --report DIR         where --compare writes report.md, the plots and the JSONL (sim-report)\n"
     "  --target-acc A       accuracy for bytes/time-to-target (default: baseline final - 0.005)\n"
-    "  --downlink SPEC      codec of the model sent to clients (bf16)\n"
+    "  --downlink SPEC      full: the whole bf16 model every round; or the codec of the patches that\n"
+    "                       move the clients' public model (round/downlink.h) (full)\n"
     "  --ef MODE            error feedback: none | fp32 | bf16 | auto (auto: fp32 for biased codecs)\n"
     "  --server-opt SPEC    fedavg[:lr=X] | fedavgm:lr=X,momentum=M | fedadam:lr=X,b1=,b2=,tau= (fedavg)\n"
     "  --lr X --momentum M --weight-decay W --prox-mu MU --batch B --epochs E   local SGD (0.05 0.9 0 0 32 "
@@ -627,8 +710,8 @@ bool to_double(const std::string& s, double* out) {
 
 int run_sim_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   SimConfig c;
-  std::string compare, report_dir = "sim-report";
-  double target_acc = 0;
+  std::string compare, seed_list;
+  CompareOptions compare_options;
   auto usage = [&](const std::string& what) {
     err << "edgefl sim: " << what << "\n" << kSimUsage;
     return 2;
@@ -639,8 +722,8 @@ int run_sim_command(int argc, const char* const* argv, std::ostream& out, std::o
       out << kSimUsage;
       return 0;
     }
-    if (arg == "--quiet") {
-      c.quiet = true;
+    if (arg == "--quiet" || arg == "--reuse") {
+      (arg == "--quiet" ? c.quiet : compare_options.reuse) = true;
       continue;
     }
     if (i + 1 >= argc) return usage("missing value after " + arg);
@@ -663,9 +746,12 @@ int run_sim_command(int argc, const char* const* argv, std::ostream& out, std::o
     else if (arg == "--compare")
       compare = v;
     else if (arg == "--report")
-      report_dir = v;
+      compare_options.report_dir = v;
+    else if (arg == "--seeds")
+      seed_list = v;
     else if (arg == "--target-acc")
-      ok = to_double(v, &target_acc) && target_acc > 0 && target_acc <= 1;
+      ok = to_double(v, &compare_options.target_acc) && compare_options.target_acc > 0 &&
+           compare_options.target_acc <= 1;
     else if (arg == "--downlink")
       c.downlink = v;
     else if (arg == "--ef")
@@ -711,17 +797,22 @@ int run_sim_command(int argc, const char* const* argv, std::ostream& out, std::o
     if (!ok) return usage("invalid value '" + v + "' for " + arg);
   }
   if (!compare.empty()) {
-    std::vector<std::string> codecs;
     std::string item;
     std::istringstream list(compare);
     while (std::getline(list, item, ';')) {
-      if (!item.empty()) codecs.push_back(item);
+      if (!item.empty()) compare_options.codecs.push_back(item);
     }
-    if (!make_directories(report_dir)) {
-      err << "edgefl sim: cannot create " << report_dir << "\n";
+    std::istringstream seeds(seed_list);
+    while (std::getline(seeds, item, ',')) {
+      size_t seed = 0;
+      if (!to_size(item, &seed)) return usage("invalid seed '" + item + "' in --seeds");
+      compare_options.seeds.push_back(seed);
+    }
+    if (!make_directories(compare_options.report_dir)) {
+      err << "edgefl sim: cannot create " << compare_options.report_dir << "\n";
       return 1;
     }
-    return run_compare(c, codecs, report_dir, target_acc, out, err);
+    return run_compare(c, compare_options, out, err);
   }
   std::vector<RoundRecord> records;
   return run_sim(c, &records, err);

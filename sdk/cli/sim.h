@@ -24,7 +24,9 @@ struct SimConfig {
   std::string model = "cnn";                // edgefl/model.h spec
   std::string partition = "dirichlet:0.5";  // iid | dirichlet:ALPHA | shards:K
   std::string codec = "bf16";               // uplink codec spec
-  std::string downlink = "bf16";            // codec of the global model sent to the clients
+  // full: the whole bf16 model every round (the 16-bit baseline); else the codec of the patches
+  // that move the clients' public model towards the server model (round/downlink.h).
+  std::string downlink = "full";
   std::string error_feedback = "auto";      // none | fp32 | bf16 | auto (fp32 for biased codecs)
   std::string server_optimizer = "fedavg";  // edgefl/aggregate.h spec
   uint64_t seed = 1;
@@ -64,11 +66,20 @@ bool make_real_update(const std::string& model, size_t round, std::vector<float>
 // Runs one simulation; fills `records` (one per round). Progress on `err` unless quiet.
 int run_sim(const SimConfig& config, std::vector<RoundRecord>* records, std::ostream& err);
 
-// Runs the simulation once per codec in `codecs` (the first is the baseline, normally bf16) with
-// the same seeds, and writes report.md, accuracy_vs_uplink.svg, accuracy_vs_time.svg and one
-// JSONL per codec into `report_dir`. target_acc <= 0: the baseline's final accuracy - 0.005.
-int run_compare(const SimConfig& base, const std::vector<std::string>& codecs, const std::string& report_dir,
-                double target_acc, std::ostream& out, std::ostream& err);
+// What `edgefl sim --compare` runs: each entry of `codecs` ("UPLINK" or "UPLINK@DOWNLINK"; the
+// first is the baseline, normally bf16 with the whole model downloaded) once per seed.
+struct CompareOptions {
+  std::vector<std::string> codecs;
+  std::vector<uint64_t> seeds;  // empty: the SimConfig's seed
+  std::string report_dir = "sim-report";
+  double target_acc = 0;  // <= 0: each seed's baseline final accuracy - 0.005
+  bool reuse = false;     // take a run from its JSONL in report_dir when it has every round
+};
+
+// Runs the comparison with the same seeds for every codec and writes report.md, the plots
+// (accuracy against uplink bytes, against bytes both ways, against simulated time) and one JSONL
+// per run into options.report_dir.
+int run_compare(const SimConfig& base, const CompareOptions& options, std::ostream& out, std::ostream& err);
 
 // One line describing the setup of a run (model, clients, partition, link, ...).
 std::string describe(const SimConfig& config);

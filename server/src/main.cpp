@@ -37,6 +37,8 @@ const char kUsage[] =
     "  --insecure-plaintext-for-tests   no TLS at all; device ids are made up. Tests only.\n"
     "rounds:\n"
     "  --model SPEC            model (cnn); --codec SPEC uplink codec devices use (sparq:0.1)\n"
+    "  --downlink-codec SPEC   codec of the patches that bring devices to the new model; the whole\n"
+    "                          model goes as bf16 when that is smaller (sparq:0.05)\n"
     "  --optimizer SPEC        fedavg | fedavgm | fedadam[:lr=...] (fedavg)\n"
     "  --rounds R              rounds to run, then exit (0 = until stopped) (0)\n"
     "  --cohort K              accepted updates that complete a round (4)\n"
@@ -133,6 +135,8 @@ bool set_round_option(const std::string& a, const std::string& v, edgefl::server
     r->model_spec = v;
   } else if (a == "--codec") {
     r->uplink_codec = v;
+  } else if (a == "--downlink-codec") {
+    r->downlink_codec = v;
   } else if (a == "--optimizer") {
     r->optimizer = v;
   } else if (a == "--rounds") {

@@ -90,18 +90,6 @@ std::string optimizer_file_name(uint64_t version) {
   return name;
 }
 
-void to_le_bytes(const std::vector<float>& values, std::vector<uint8_t>* out) {
-  out->resize(values.size() * 4);
-  for (size_t i = 0; i < values.size(); ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &values[i], 4);
-    (*out)[4 * i + 0] = static_cast<uint8_t>(bits);
-    (*out)[4 * i + 1] = static_cast<uint8_t>(bits >> 8);
-    (*out)[4 * i + 2] = static_cast<uint8_t>(bits >> 16);
-    (*out)[4 * i + 3] = static_cast<uint8_t>(bits >> 24);
-  }
-}
-
 }  // namespace
 
 RoundManager::RoundManager(RoundOptions options, Storage* storage, Metrics* metrics)
@@ -122,6 +110,10 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
   }
   if (parse_codec_spec(options_.uplink_codec.c_str(), &codec_) != Status::kOk) {
     *error = "invalid uplink codec '" + options_.uplink_codec + "'";
+    return Status::kInvalidSpec;
+  }
+  if (parse_codec_spec(options_.downlink_codec.c_str(), &downlink_) != Status::kOk) {
+    *error = "invalid downlink codec '" + options_.downlink_codec + "'";
     return Status::kInvalidSpec;
   }
   if (parse_server_optimizer_spec(options_.optimizer.c_str(), &optimizer_spec_) != Status::kOk) {
@@ -206,11 +198,21 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
 Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
   std::optional<ModelRecord> latest;
   EDGEFL_RETURN_IF_ERROR(storage_->latest_model(&latest, error));
+  // Whether version 1 is the seeded initial model, fixed when the state directory is created.
+  std::optional<std::string> seed_setting;
+  EDGEFL_RETURN_IF_ERROR(storage_->get_setting("initial_model_seed", &seed_setting, error));
+  if (!latest && !seed_setting) {
+    EDGEFL_RETURN_IF_ERROR(storage_->put_setting("initial_model_seed", std::to_string(options_.seed), error));
+    seed_setting = std::to_string(options_.seed);
+  }
+  initial_model_seed_ = seed_setting ? std::strtoull(seed_setting->c_str(), nullptr, 10) : 0;
+  EDGEFL_RETURN_IF_ERROR(public_.init(downlink_, n_, initial_model_seed_ != 0, error));
   if (!latest) {
     global_.assign(n_, 0.0f);
     init_parameters(spec_, options_.seed, {global_.data(), n_});
     // Versions count from 1 (the initial model); round 0 stands for "no round".
     model_version_ = 1;
+    EDGEFL_RETURN_IF_ERROR(public_.reset({global_.data(), n_}, 1, error));
     EDGEFL_RETURN_IF_ERROR(write_model(
         {global_.data(), n_}, {optimizer_memory_.data(), optimizer_memory_.size()}, 1, 0, now_ms, error));
     log_info("model_created")
@@ -241,11 +243,9 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
         return Status::kIoError;
       }
     }
+    EDGEFL_RETURN_IF_ERROR(public_.load(options_.state_dir, model_version_, {global_.data(), n_}, error));
     log_info("model_loaded").kv("version", model_version_).kv("file", latest->path);
   }
-  to_le_bytes(global_, &model_bytes_);
-  const tls::Sha256Digest d = tls::sha256({model_bytes_.data(), model_bytes_.size()});
-  std::memcpy(model_digest_.data(), d.data(), d.size());
   metrics_->model_version.store(model_version_);
   return Status::kOk;
 }
@@ -262,6 +262,10 @@ Status RoundManager::write_model(Span<const float> model, Span<const uint8_t> op
     EDGEFL_RETURN_IF_ERROR(
         write_file_atomic(options_.state_dir, optimizer_file_name(version), optimizer_state, error));
   }
+  // The public model's files (and the patch that made it) before the version is recorded.
+  EDGEFL_RETURN_IF_ERROR(version == public_.version()
+                             ? public_.write_current(options_.state_dir, error)
+                             : public_.write_candidate(options_.state_dir, version, error));
   const std::string name = model_file_name(version);
   EDGEFL_RETURN_IF_ERROR(write_file_atomic(options_.state_dir, name, {file.data(), file.size()}, error));
   // The newest model also under a fixed name, for tools (PyTorch, Hugging Face) to pick up.
@@ -468,6 +472,10 @@ Status RoundManager::compute_candidate(std::string* error) {
              "): the new model would not be finite";
     return s;
   }
+  // The devices' next public model: a patch towards the new server model (round/downlink.h).
+  s = public_.prepare_next({candidate_.data(), n_},
+                           downlink_seed(round_seed(options_.seed, open_->record.round_id)), error);
+  if (s != Status::kOk) return s;
   candidate_ready_ = true;
   return Status::kOk;
 }
@@ -530,9 +538,7 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
               optimizer_memory_.begin());
     candidate_ready_ = false;
     model_version_ = result_version;
-    to_le_bytes(global_, &model_bytes_);
-    const tls::Sha256Digest d = tls::sha256({model_bytes_.data(), model_bytes_.size()});
-    std::memcpy(model_digest_.data(), d.data(), d.size());
+    public_.commit_candidate();
     metrics_->model_version.store(model_version_);
   }
   (commit ? metrics_->rounds_committed : metrics_->rounds_abandoned).fetch_add(1);
@@ -660,13 +666,19 @@ DeviceSeeds RoundManager::seeds_of(const std::string& device, uint64_t round_id)
   return device_seeds(round_seed(options_.seed, round_id), device.data(), device.size(), codec_);
 }
 
-wire::TaskOffer RoundManager::make_offer(const std::string& device, int64_t now_ms) const {
+wire::TaskOffer RoundManager::make_offer(const std::string& device, const wire::Hello& hello,
+                                         int64_t now_ms) {
   wire::TaskOffer offer;
   offer.round_id = open_->record.round_id;
   offer.round_nonce = open_->record.nonce;
   offer.model_version = model_version_;
-  offer.model_bytes = model_bytes_.size();
-  offer.model_digest = model_digest_;
+  const PublicModel::Download& download = public_.download_for(
+      hello.model_version, (hello.capability_flags & wire::kCapabilityNeedsWholeModel) != 0);
+  offer.base_model_version = download.base;
+  offer.model_bytes = download.stream.size();
+  offer.model_digest = download.digest;
+  offer.public_model_digest = public_.digest();
+  offer.initial_model_seed = initial_model_seed_;
   offer.parameter_count = static_cast<uint32_t>(n_);
   char spec_text[wire::kMaxModelSpecChars + 1];
   format_model_spec(spec_, spec_text, sizeof spec_text);
@@ -675,7 +687,7 @@ wire::TaskOffer RoundManager::make_offer(const std::string& device, int64_t now_
   const DeviceSeeds seeds = seeds_of(device, open_->record.round_id);  // round/seeds.h
   offer.training.seed = seeds.training;
   offer.uplink_codec = options_.uplink_codec;
-  offer.downlink_codec = "";
+  offer.downlink_codec = options_.downlink_codec;
   offer.codec_seed = seeds.codec;
   offer.deadline_ms = static_cast<uint32_t>(std::max<int64_t>(1, open_->record.deadline_unix_ms - now_ms));
   offer.max_upload_bytes = max_upload_bytes_;
@@ -684,7 +696,6 @@ wire::TaskOffer RoundManager::make_offer(const std::string& device, int64_t now_
 }
 
 Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, int64_t now_ms) {
-  (void)hello;
   auto retry_later = [&](wire::RetryReason reason, uint32_t after_ms) {
     metrics_->retry_later.fetch_add(1);
     const uint32_t window =
@@ -731,7 +742,7 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
       .kv("round", round.record.round_id)
       .kv("device", device)
       .kv("again", already_offered ? 1 : 0);
-  return Reply{wire::Message{make_offer(device, now_ms)}, false};
+  return Reply{wire::Message{make_offer(device, hello, now_ms)}, false};
 }
 
 Reply RoundManager::model_request(const std::string& device, const wire::ModelRequest& request,
@@ -750,25 +761,26 @@ Reply RoundManager::model_request(const std::string& device, const wire::ModelRe
                        "round " + std::to_string(request.round_id) +
                            " has no task for this device (its offer expired and the round is full)");
   }
-  if (request.offset >= model_bytes_.size()) {
+  const PublicModel::Download* download = public_.download_from(request.base_model_version);
+  if (download == nullptr || download->stream.empty()) {
+    return error_reply(wire::ErrorCode::kUnknownRound,
+                       "no download of version " + std::to_string(model_version_) + " from version " +
+                           std::to_string(request.base_model_version) + " is served; say Hello again");
+  }
+  const std::vector<uint8_t>& stream = download->stream;
+  if (request.offset >= stream.size()) {
     return error_reply(wire::ErrorCode::kOffsetMismatch,
-                       "offset beyond the model (" + std::to_string(model_bytes_.size()) + " bytes)");
+                       "offset beyond the download (" + std::to_string(stream.size()) + " bytes)");
   }
-  // Whole float32 values per chunk (the model and every offset are multiples of 4 bytes).
-  const uint64_t length = std::min<uint64_t>({request.max_length, options_.max_chunk_bytes,
-                                              model_bytes_.size() - request.offset}) &
-                          ~uint64_t{3};
-  if (length == 0 || request.offset % 4 != 0) {
-    return error_reply(wire::ErrorCode::kBadMessage,
-                       "model requests take whole float32 values (multiples of 4 bytes)");
-  }
+  const uint64_t length =
+      std::min<uint64_t>({request.max_length, options_.max_chunk_bytes, stream.size() - request.offset});
   wire::ModelChunk chunk;
   chunk.round_id = request.round_id;
   chunk.model_version = model_version_;
   chunk.offset = request.offset;
-  chunk.total_bytes = model_bytes_.size();
-  chunk.data.assign(model_bytes_.begin() + static_cast<ptrdiff_t>(request.offset),
-                    model_bytes_.begin() + static_cast<ptrdiff_t>(request.offset + length));
+  chunk.total_bytes = stream.size();
+  chunk.data.assign(stream.begin() + static_cast<ptrdiff_t>(request.offset),
+                    stream.begin() + static_cast<ptrdiff_t>(request.offset + length));
   metrics_->download_bytes.fetch_add(length);
   open_->download_bytes += length;
   return Reply{wire::Message{std::move(chunk)}, false};

@@ -58,6 +58,7 @@
 #include "edgefl/trainer.h"
 #include "edgefl/wire.h"
 #include "metrics.h"
+#include "public_model.h"
 #include "round/seeds.h"
 #include "round/update_steps.h"
 #include "storage.h"
@@ -68,6 +69,9 @@ namespace edgefl::server {
 struct RoundOptions {
   std::string model_spec = "cnn";  // edgefl/model.h grammar
   std::string uplink_codec = "sparq:0.1";
+  // The codec of the patches that move the devices' public model (sdk/src/round/downlink.h,
+  // server/src/public_model.h); the whole model always travels as bf16.
+  std::string downlink_codec = "sparq:0.05";
   std::string optimizer = "fedavg";           // edgefl/aggregate.h grammar
   wire::TrainingConfig training;              // sent to devices in every offer
   uint32_t cohort = 4;                        // accepted updates that complete a round
@@ -115,7 +119,7 @@ class RoundManager {
   [[nodiscard]] Status start(int64_t now_ms, std::string* error);
 
   Reply hello(const std::string& device, const wire::Hello& hello, int64_t now_ms);
-  // Model bytes are little-endian float32 (the TaskOffer's downlink codec is "").
+  // Serves the download stream the device's offer named (public_model.h).
   Reply model_request(const std::string& device, const wire::ModelRequest& request, int64_t now_ms);
   Reply upload_start(const std::string& device, const wire::UploadStart& start, int64_t now_ms);
   // No reply on success (nullopt): chunks stream until the Commit.
@@ -208,7 +212,7 @@ class RoundManager {
   // recently come back at about target_checkins_per_s.
   uint32_t steered_window(const std::string& device, int64_t now_ms);
   void evaluate(RoundSummary* summary);
-  wire::TaskOffer make_offer(const std::string& device, int64_t now_ms) const;
+  wire::TaskOffer make_offer(const std::string& device, const wire::Hello& hello, int64_t now_ms);
   // commit(), step by step: the answer when the commit is not for the open round's upload (a
   // duplicate, a closed round, a stale nonce, a closing round); then counting a checked update
   // (ledger first, then the aggregate, then the ack).
@@ -240,8 +244,9 @@ class RoundManager {
   uint64_t bf16_update_bytes_ = 0;
 
   std::vector<float> global_;
-  std::vector<uint8_t> model_bytes_;  // global_ as little-endian float32, what devices download
-  wire::Digest model_digest_{};
+  PublicModel public_;  // what devices hold and download (public_model.h)
+  CodecSpec downlink_{};
+  uint64_t initial_model_seed_ = 0;  // != 0: version 1 is the seeded initial model
   uint64_t model_version_ = 0;
   std::vector<uint8_t> optimizer_memory_;
   ServerOptimizer optimizer_;

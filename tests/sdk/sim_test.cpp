@@ -12,6 +12,7 @@
 #include "edgefl/codec.h"
 #include "edgefl/model.h"
 #include "report.h"
+#include "round/downlink.h"
 #include "sim.h"
 
 namespace {
@@ -63,7 +64,8 @@ TEST_SUITE("sim") {
     uint64_t cum = 0;
     for (const auto& r : records) {
       CHECK(r.uplink_bytes == per_client * c.per_round);
-      CHECK(r.downlink_bytes == per_client * c.per_round);  // bf16 downlink of the same model
+      // --downlink full: the whole model in bf16 every round, with its stream length prefix.
+      CHECK(r.downlink_bytes == (per_client + edgefl::kStreamPrefixBytes) * c.per_round);
       cum += r.uplink_bytes;
       CHECK(r.cum_uplink_bytes == cum);
       CHECK(r.sim_time_s > 0);
@@ -89,6 +91,31 @@ TEST_SUITE("sim") {
     CHECK(d.back().test_acc != a.back().test_acc);
   }
 
+  TEST_CASE("patched downloads: nothing in round 1, then the patches since a client's version, capped") {
+    edgefl::cli::SimConfig c = tiny_config();
+    c.codec = "sparq:0.1";
+    const auto full = run(c);
+    c.downlink = "sparq:0.05";
+    const auto patched = run(c);
+    edgefl::ModelSpec model;
+    REQUIRE(edgefl::parse_model_spec(c.model.c_str(), &model) == edgefl::Status::kOk);
+    const uint64_t whole = 2 * edgefl::parameter_count(model) + edgefl::kEncodedHeaderBytes + 4;
+    REQUIRE(patched.size() == full.size());
+    CHECK(patched[0].downlink_bytes == 0);  // every client builds version 1 from the seed
+    for (size_t i = 1; i < patched.size(); ++i) {
+      CHECK(patched[i].downlink_bytes > 0);
+      CHECK(patched[i].downlink_bytes <= whole * c.per_round);
+      CHECK(full[i].downlink_bytes == whole * c.per_round);
+    }
+    CHECK(patched.back().cum_downlink_bytes * 4 < full.back().cum_downlink_bytes);
+    CHECK(patched.back().test_acc > 0.5);  // the clients still learn from the patched public model
+    c.downlink = "q3";
+    std::vector<edgefl::cli::RoundRecord> none;
+    std::ostringstream log;
+    CHECK(edgefl::cli::run_sim(c, &none, log) != 0);  // not a codec
+    CHECK(log.str().find("invalid --downlink 'q3'") != std::string::npos);
+  }
+
   TEST_CASE("a compressed codec sends fewer bytes than bf16 for the same rounds") {
     edgefl::cli::SimConfig c = tiny_config();
     c.codec = "bf16";
@@ -110,9 +137,11 @@ TEST_SUITE("sim") {
       // (0.84); the final accuracy is the mean of all 8 (fewer than 10): 0.825.
       x.test_acc = std::min(0.5 + 0.1 * double(r), 0.9);
       x.cum_uplink_bytes = 1000 * r;
+      x.cum_downlink_bytes = 1000 * r;
       x.sim_time_s = 10.0 * double(r);
       a.records.push_back(x);
-      x.cum_uplink_bytes = 250 * r;  // a quarter of the bytes
+      x.cum_uplink_bytes = 250 * r;    // a quarter of the bytes up
+      x.cum_downlink_bytes = 100 * r;  // a tenth down
       x.sim_time_s = 5.0 * double(r);
       b.records.push_back(x);
     }
@@ -132,9 +161,24 @@ TEST_SUITE("sim") {
     std::ifstream md(dir + "/report.md");
     std::stringstream text;
     text << md.rdbuf();
-    CHECK(
-        text.str().find("| `q4` | 0.8250 | +0.00 | 0.00 MB | 0.2 kB | 0.00 MB | 0.250 | 30.0 s | 0.500 |") !=
-        std::string::npos);
+    // At round 6: up 1500 of 6000 bytes, down 600 of 6000, total 2100 of 12000, 30 of 60 s.
+    CHECK(text.str().find("| `q4` | 0.8250 | 0.00 | 0.00 MB | 0.2500 | 0.00 MB | 0.1000 | 0.00 MB | 0.1750 | "
+                          "30.0 s | 0.500 |") != std::string::npos);
+    // Two seeds: the mean and the range of each column.
+    edgefl::cli::CodecRun a2 = a, b2 = b;
+    a.seed = b.seed = 1;
+    a2.seed = b2.seed = 2;
+    for (auto& x : b2.records) x.cum_uplink_bytes /= 2;  // seed 2: an eighth of the bytes up
+    REQUIRE(edgefl::cli::write_report(dir, {a, b, a2, b2}, settings, out, &error));
+    std::ifstream md2(dir + "/report.md");
+    std::stringstream text2;
+    text2 << md2.rdbuf();
+    CHECK(text2.str().find("| `q4` | 0.8250 (0.8250–0.8250) | 0.00 (0.00–0.00) | 0.00 (0.00–0.00) MB | "
+                           "0.1875 (0.1250–0.2500) | ") != std::string::npos);
+    CHECK(text2.str().find("| 0.1437 (0.1125–0.1750) |") !=
+          std::string::npos);  // total: (2100, 1350) / 12000
+    CHECK(text2.str().find("seeds 1, 2") != std::string::npos);
+    CHECK_FALSE(edgefl::cli::write_report(dir, {a, b, a2}, settings, out, &error));  // a seed short
     std::ifstream svg(dir + "/accuracy_vs_uplink.svg");
     std::string first;
     std::getline(svg, first);

@@ -129,6 +129,7 @@ void check_fields(const w::Hello& a, const w::Hello& b) {
   CHECK(a.cpu_cores == b.cpu_cores);
   CHECK(a.uplink_kbps == b.uplink_kbps);
   CHECK(a.downlink_kbps == b.downlink_kbps);
+  CHECK(a.model_version == b.model_version);
 }
 void check_fields(const w::TaskOffer& a, const w::TaskOffer& b) {
   CHECK(a.round_id == b.round_id);
@@ -152,6 +153,9 @@ void check_fields(const w::TaskOffer& a, const w::TaskOffer& b) {
   CHECK(a.deadline_ms == b.deadline_ms);
   CHECK(a.max_upload_bytes == b.max_upload_bytes);
   CHECK(a.max_chunk_bytes == b.max_chunk_bytes);
+  CHECK(a.base_model_version == b.base_model_version);
+  CHECK(a.public_model_digest == b.public_model_digest);
+  CHECK(a.initial_model_seed == b.initial_model_seed);
 }
 void check_fields(const w::RetryLater& a, const w::RetryLater& b) {
   CHECK(a.retry_after_ms == b.retry_after_ms);
@@ -163,6 +167,7 @@ void check_fields(const w::ModelRequest& a, const w::ModelRequest& b) {
   CHECK(a.model_version == b.model_version);
   CHECK(a.offset == b.offset);
   CHECK(a.max_length == b.max_length);
+  CHECK(a.base_model_version == b.base_model_version);
 }
 void check_fields(const w::ModelChunk& a, const w::ModelChunk& b) {
   CHECK(a.round_id == b.round_id);
@@ -463,13 +468,17 @@ TEST_SUITE("wire.roundtrip") {
     }
   }
 
-  TEST_CASE("optional fields may be empty: no model spec, raw downlink, no metrics, empty error text") {
+  TEST_CASE(
+      "optional fields may be empty: no model spec, nothing to download, no metrics, empty error text") {
     w::TaskOffer offer = samples::task_offer();
     offer.model_spec.clear();
-    offer.downlink_codec.clear();
+    offer.initial_model_seed = 0;
     check_round_trip(offer);
-    offer.downlink_codec = "bf16";
-    offer.model_bytes = 123;  // any size once the download is encoded
+    offer.base_model_version = offer.model_version;  // the device holds the model already
+    offer.model_bytes = 0;
+    check_round_trip(offer);
+    offer.base_model_version = 0;  // the whole model
+    offer.model_bytes = 123;
     check_round_trip(offer);
     w::Commit commit = samples::commit();
     commit.metrics.clear();
@@ -689,24 +698,31 @@ TEST_SUITE("wire.malformed") {
       CHECK(decode(good).status == Status::kOk);
     }
 
-    auto offer = [](bool with_training, bool with_digest) {
+    auto offer = [](bool with_training, bool with_digest, bool with_public_digest = true) {
       const w::TaskOffer m = samples::task_offer();
       flatbuffers::FlatBufferBuilder b;
       const auto nonce = b.CreateVector(m.round_nonce);
       const auto digest = with_digest ? b.CreateVector(m.model_digest.data(), m.model_digest.size())
                                       : flatbuffers::Offset<flatbuffers::Vector<uint8_t>>();
+      const auto public_digest =
+          with_public_digest ? b.CreateVector(m.public_model_digest.data(), m.public_model_digest.size())
+                             : flatbuffers::Offset<flatbuffers::Vector<uint8_t>>();
       const auto training = with_training ? fbw::CreateTrainingConfig(b, 32, 1, 0, 0.1f, 0.0f, 0.0f, 0.0f, 1)
                                           : flatbuffers::Offset<fbw::TrainingConfig>();
       const auto uplink = b.CreateString(m.uplink_codec);
+      const auto downlink = b.CreateString(m.downlink_codec);
       const auto body = fbw::CreateTaskOffer(b, m.round_id, nonce, m.model_version, m.model_bytes, digest,
-                                             m.parameter_count, 0, training, uplink, 0, 0, m.deadline_ms,
-                                             m.max_upload_bytes, m.max_chunk_bytes);
+                                             m.parameter_count, 0, training, uplink, downlink, 0,
+                                             m.deadline_ms, m.max_upload_bytes, m.max_chunk_bytes,
+                                             m.base_model_version, public_digest, m.initial_model_seed);
       fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, fbw::Message::TaskOffer, body.Union()));
       return frame_of(MessageType::kTaskOffer, b);
     };
     cases.push_back({"training absent", offer(false, true), Violation::kMissing, "TaskOffer.training"});
     cases.push_back(
         {"model digest absent", offer(true, false), Violation::kMissing, "TaskOffer.model_digest"});
+    cases.push_back({"public model digest absent", offer(true, true, false), Violation::kMissing,
+                     "TaskOffer.public_model_digest"});
     CHECK(decode(offer(true, true)).status == Status::kOk);
 
     for (const Case& c : cases) {
@@ -808,7 +824,7 @@ std::vector<RuleCase> rule_cases() {
       "hello: memory above 2^48", h, [](w::Hello& m) { m.memory_budget_bytes = (1ull << 48) + 1; },
       V::kOutOfRange, "Hello.memory_budget_bytes"));
   c.push_back(rule(
-      "hello: unknown capability bit", h, [](w::Hello& m) { m.capability_flags = 1u << 3; }, V::kOutOfRange,
+      "hello: unknown capability bit", h, [](w::Hello& m) { m.capability_flags = 1u << 4; }, V::kOutOfRange,
       "Hello.capability_flags"));
   c.push_back(rule(
       "hello: 1025 cores", h, [](w::Hello& m) { m.cpu_cores = 1025; }, V::kOutOfRange, "Hello.cpu_cores"));
@@ -892,8 +908,19 @@ std::vector<RuleCase> rule_cases() {
       "offer: 129-char codec", o, [](w::TaskOffer& m) { m.uplink_codec = "fp32" + std::string(125, ' '); },
       V::kTooLong, "TaskOffer.uplink_codec"));
   c.push_back(rule(
-      "offer: raw model of the wrong size", o, [](w::TaskOffer& m) { m.model_bytes += 4; }, V::kInconsistent,
+      "offer: patches from a version after the model's", o,
+      [](w::TaskOffer& m) { m.base_model_version = m.model_version + 1; }, V::kInconsistent,
+      "TaskOffer.base_model_version"));
+  c.push_back(rule(
+      "offer: bytes to download from the version held", o,
+      [](w::TaskOffer& m) { m.base_model_version = m.model_version; }, V::kOutOfRange,
       "TaskOffer.model_bytes"));
+  c.push_back(rule(
+      "offer: model version 0", o, [](w::TaskOffer& m) { m.model_version = 0; }, V::kOutOfRange,
+      "TaskOffer.model_version"));
+  c.push_back(rule(
+      "offer: no downlink codec", o, [](w::TaskOffer& m) { m.downlink_codec.clear(); }, V::kEmpty,
+      "TaskOffer.downlink_codec"));
   c.push_back(rule(
       "offer: no deadline", o, [](w::TaskOffer& m) { m.deadline_ms = 0; }, V::kOutOfRange,
       "TaskOffer.deadline_ms"));

@@ -61,6 +61,7 @@
 #include "edgefl/model.h"
 #include "edgefl/wire.h"
 #include "net/tls_stream.h"
+#include "round/downlink.h"
 #include "safetensors.h"
 #include "sqlite_storage.h"
 #include "tls/digest.h"
@@ -450,16 +451,6 @@ std::vector<float> read_model(const std::string& path) {
   return params;
 }
 
-std::vector<float> floats_of(const std::vector<uint8_t>& le) {
-  std::vector<float> out(le.size() / 4);
-  for (size_t i = 0; i < out.size(); ++i) {
-    const uint32_t bits = uint32_t{le[4 * i]} | uint32_t{le[4 * i + 1]} << 8 | uint32_t{le[4 * i + 2]} << 16 |
-                          uint32_t{le[4 * i + 3]} << 24;
-    std::memcpy(&out[i], &bits, 4);
-  }
-  return out;
-}
-
 // A deterministic update for `tag`: smooth, of both signs, about 1e-2.
 std::vector<float> synthetic_delta(size_t n, uint32_t tag) {
   std::vector<float> delta(n);
@@ -577,8 +568,9 @@ struct Link {
   }
 };
 
-wire::Hello make_hello() {
+wire::Hello make_hello(uint64_t held_model_version = 0) {
   wire::Hello h;
+  h.model_version = held_model_version;
   h.sdk_version = "edgefl e2e";
   h.supported_sparsifiers = wire::kKnownSparsifierBits;
   h.supported_value_coders = wire::kKnownValueCoderBits;
@@ -588,11 +580,11 @@ wire::Hello make_hello() {
 }
 
 // Says Hello until the server offers a task, waiting as RetryLater says (30 s at most in all).
-Status await_offer(Link& link, wire::TaskOffer* offer, std::string* what) {
+Status await_offer(Link& link, wire::TaskOffer* offer, std::string* what, uint64_t held_model_version = 0) {
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   for (;;) {
     wire::Message reply;
-    const Status s = link.exchange(wire::Message{make_hello()}, &reply);
+    const Status s = link.exchange(wire::Message{make_hello(held_model_version)}, &reply);
     if (s != Status::kOk) {
       *what = "hello: " + link.error;
       return s;
@@ -622,6 +614,7 @@ Status download_model(Link& link, const wire::TaskOffer& offer, uint32_t chunk, 
     wire::ModelRequest request;
     request.round_id = offer.round_id;
     request.model_version = offer.model_version;
+    request.base_model_version = offer.base_model_version;
     request.offset = bytes->size();
     request.max_length = chunk;
     wire::Message reply;
@@ -643,6 +636,63 @@ Status download_model(Link& link, const wire::TaskOffer& offer, uint32_t chunk, 
     return Status::kChecksumMismatch;
   }
   return Status::kOk;
+}
+
+// The public model after the download `stream` of `offer` (round/downlink.h), as a device
+// computes it: *model holds the device's model of version `held` (or nothing) and receives the
+// new one, which must match the offer's public model digest.
+Status apply_download(const wire::TaskOffer& offer, uint64_t held, const std::vector<uint8_t>& stream,
+                      std::vector<float>* model, std::string* what) {
+  const size_t n = offer.parameter_count;
+  std::vector<float> scratch(n);
+  std::vector<uint8_t> workspace;
+  if (offer.base_model_version == 1 && held == 0) {  // the seeded initial model
+    ModelSpec spec;
+    REQUIRE(parse_model_spec(offer.model_spec.c_str(), &spec) == Status::kOk);
+    model->assign(n, 0.0f);
+    init_parameters(spec, offer.initial_model_seed, {model->data(), n});
+    REQUIRE(round_to_bf16_grid({model->data(), n}) == Status::kOk);
+  } else if (offer.base_model_version != 0 && offer.base_model_version != held) {
+    *what = "the offer patches version " + std::to_string(offer.base_model_version);
+    return Status::kProtocolError;
+  }
+  size_t offset = 0;
+  while (offset < stream.size()) {
+    Span<const uint8_t> encoding;
+    Status s = stream_next({stream.data(), stream.size()}, &offset, &encoding);
+    if (s == Status::kOk && offer.base_model_version == 0) {
+      model->assign(n, 0.0f);
+      s = apply_whole_model(encoding, {model->data(), n});
+    } else if (s == Status::kOk) {
+      workspace.resize(std::max(workspace.size(), stream_decode_workspace(encoding)));
+      s = apply_patch(encoding, {model->data(), n}, {scratch.data(), n},
+                      {workspace.data(), workspace.size()});
+    }
+    if (s != Status::kOk) {
+      *what = std::string("the download does not apply: ") + status_name(s);
+      return s;
+    }
+  }
+  const tls::Sha256Digest d = tls::sha256_of_floats({model->data(), model->size()});
+  if (std::memcmp(d.data(), offer.public_model_digest.data(), d.size()) != 0) {
+    *what = "the public model does not match the offer's digest";
+    return Status::kChecksumMismatch;
+  }
+  return Status::kOk;
+}
+
+// The public model of `version` as the server stored it (public_model.h).
+std::vector<float> read_public_model(const std::string& state, uint64_t version) {
+  char name[48];
+  std::snprintf(name, sizeof name, "/public-v%06llu.bin", static_cast<unsigned long long>(version));
+  std::ifstream in(state + name, std::ios::binary);
+  REQUIRE_MESSAGE(in.good(), "no public model file " << state << name);
+  const std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EncodedInfo info;
+  REQUIRE(read_header({file.data(), file.size()}, &info) == Status::kOk);
+  std::vector<float> model(info.n);
+  REQUIRE(apply_whole_model({file.data(), file.size()}, {model.data(), model.size()}) == Status::kOk);
+  return model;
 }
 
 // UploadStart, then UploadChunks of `chunk` bytes from the offset the server reports, stopping
@@ -985,8 +1035,9 @@ TEST_SUITE("e2e.rounds") {
     const Pki pki = make_pki(tmp / "pki", 3);
     const std::string state = tmp / "state";
     ServerProcess server(tmp);
-    START_SERVER(
-        server, server_args(pki, state, "fp32", {"--cohort", "3", "--rounds", "2", "--over-selection", "1"}));
+    START_SERVER(server, server_args(pki, state, "fp32",
+                                     {"--cohort", "3", "--rounds", "2", "--over-selection", "1",
+                                      "--downlink-codec", "q8"}));
     INFO("server log:\n" << server.all_logs());
 
     // One thread per device, each a plain protocol client for two rounds.
@@ -994,8 +1045,9 @@ TEST_SUITE("e2e.rounds") {
       std::string id;
       uint32_t samples = 0;
       std::unique_ptr<tls::TlsCredentials> creds;
-      std::vector<Update> updates;               // per round
-      std::vector<std::vector<uint8_t>> models;  // the model served in each round
+      std::vector<Update> updates;             // per round
+      std::vector<std::vector<float>> models;  // the public model of each round, as the device built it
+      std::vector<uint64_t> download_bases;    // TaskOffer.base_model_version of each round
       std::vector<uint64_t> model_versions;
       std::vector<UpdateDisposition> dispositions;
       std::string failure;
@@ -1009,6 +1061,8 @@ TEST_SUITE("e2e.rounds") {
     }
     const uint16_t port = server.port();
     auto device = [port](DeviceRun* run, uint32_t index) {
+      std::vector<float> public_model;
+      uint64_t held = 0;
       for (uint64_t round = 1; round <= 2; ++round) {
         Link link;
         if (link.connect(port, run->creds.get()) != Status::kOk) {
@@ -1016,11 +1070,12 @@ TEST_SUITE("e2e.rounds") {
           return;
         }
         wire::TaskOffer offer;
-        std::vector<uint8_t> model;
+        std::vector<uint8_t> stream;
         Update u;
         std::string what;
-        if (await_offer(link, &offer, &what) != Status::kOk ||
-            download_model(link, offer, 16384, &model, &what) != Status::kOk ||
+        if (await_offer(link, &offer, &what, held) != Status::kOk ||
+            download_model(link, offer, 16384, &stream, &what) != Status::kOk ||
+            apply_download(offer, held, stream, &public_model, &what) != Status::kOk ||
             make_update(offer, run->id, index * 10 + static_cast<uint32_t>(round), run->samples, &u, &what) !=
                 Status::kOk ||
             send_upload(link, u, 8192, 0, nullptr, nullptr, &what) != Status::kOk) {
@@ -1043,7 +1098,9 @@ TEST_SUITE("e2e.rounds") {
           return;
         }
         run->dispositions.push_back(ack->disposition);
-        run->models.push_back(std::move(model));
+        run->models.push_back(public_model);
+        run->download_bases.push_back(offer.base_model_version);
+        held = offer.model_version;
         run->model_versions.push_back(offer.model_version);
         run->updates.push_back(std::move(u));
         link.conn.close();
@@ -1069,11 +1126,26 @@ TEST_SUITE("e2e.rounds") {
     const std::vector<float> v2 = read_model(model_path(state, 2));
     const std::vector<float> v3 = read_model(model_path(state, 3));
     CHECK(read_model(state + "/global.safetensors") == v3);
-    // What the devices downloaded is the model file of that version, bit for bit.
+    // What the devices built is the server's public model of that version, bit for bit: version
+    // 1 from the seed (nothing downloaded), version 2 from version 1 and one patch.
+    const std::vector<float> p1 = read_public_model(state, 1), p2 = read_public_model(state, 2);
+    std::vector<float> v1_bf16 = v1;
+    REQUIRE(round_to_bf16_grid({v1_bf16.data(), v1_bf16.size()}) == Status::kOk);
+    CHECK(p1 == v1_bf16);
     for (const DeviceRun& run : runs) {
-      CHECK(floats_of(run.models[0]) == v1);
-      CHECK(floats_of(run.models[1]) == v2);
+      CHECK(run.models[0] == p1);
+      CHECK(run.models[1] == p2);
+      CHECK(run.download_bases == std::vector<uint64_t>{1, 1});
     }
+    // The q8 patch moved the public model most of the way to the server model (the rest stays in
+    // the server's residual, v2 - p2, for the next patch).
+    double before = 0, after = 0;
+    for (size_t i = 0; i < v2.size(); ++i) {
+      before += (double(v2[i]) - p1[i]) * (double(v2[i]) - p1[i]);
+      after += (double(v2[i]) - p2[i]) * (double(v2[i]) - p2[i]);
+    }
+    CHECK(before > 0);
+    CHECK(after < 0.05 * before);
     for (size_t round = 0; round < 2; ++round) {
       CAPTURE(round + 1);
       std::vector<const Update*> updates;
@@ -1696,7 +1768,8 @@ TEST_SUITE("e2e.resume") {
       CHECK(r.resumed_at == 3 * kChunk);
       CHECK(r.uploaded_bytes >= r.update_bytes);
       CHECK(r.uploaded_bytes <= r.update_bytes + kChunk);
-      CHECK(r.model_bytes == 4 * read_model(model_path(state, 3)).size());
+      CHECK(r.model_bytes > 0);  // the patches since the version this client held, or the whole model
+      CHECK(r.model_bytes <= 2 * read_model(model_path(state, 3)).size() + 64);
 
       Update expected;
       expected.decoded = synthetic_delta(read_model(model_path(state, 3)).size(), 3);  // fp32: exact
@@ -1913,7 +1986,8 @@ TEST_SUITE("e2e.rounds") {
       RoundResult result;
       CHECK(client.run_round(trainer, &result, &error) == Status::kMemoryBudgetExceeded);
       CHECK(error.find("above the memory budget") != std::string::npos);
-      CHECK(error.find("model 50.9 kB + delta 50.9 kB") != std::string::npos);
+      CHECK(error.find("model 50.9 kB + download ") != std::string::npos);
+      CHECK(error.find(" + delta 50.9 kB") != std::string::npos);
       CHECK(result.memory.total() > o.memory_budget_bytes);
       CHECK(result.model_bytes == 0);  // refused before the download
     }

@@ -47,6 +47,7 @@ inline w::Hello hello() {
   m.cpu_cores = 8;
   m.uplink_kbps = 1000;
   m.downlink_kbps = 10000;
+  m.model_version = 33;
   return m;
 }
 
@@ -55,7 +56,7 @@ inline w::TaskOffer task_offer() {
   m.round_id = 42;
   m.round_nonce = pattern(32, 0x11);
   m.model_version = 41;
-  m.model_bytes = 4 * 55050;
+  m.model_bytes = 8 * 1031 + 4;
   m.model_digest = digest(0x21);
   m.parameter_count = 55050;
   m.model_spec = "cnn";
@@ -68,11 +69,14 @@ inline w::TaskOffer task_offer() {
   m.training.prox_mu = 0.01f;
   m.training.seed = 0x0123456789ABCDEFull;
   m.uplink_codec = "topk:0.01+q4";
-  m.downlink_codec = "";
+  m.downlink_codec = "sparq:0.05";
   m.codec_seed = 0xFEDCBA9876543210ull;
   m.deadline_ms = 600000;
   m.max_upload_bytes = 1u << 20;
   m.max_chunk_bytes = 256u << 10;
+  m.base_model_version = 33;
+  m.public_model_digest = digest(0x5A);
+  m.initial_model_seed = 7;
   return m;
 }
 
@@ -90,6 +94,7 @@ inline w::ModelRequest model_request() {
   m.model_version = 41;
   m.offset = 65536;
   m.max_length = 65536;
+  m.base_model_version = 33;
   return m;
 }
 

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -59,7 +60,9 @@ struct RoundTask {
   TrainConfig training;  // hyper-parameters (and the round's training seed)
   std::string codec;     // the uplink codec spec
   uint64_t codec_seed = 0;
-  uint32_t deadline_ms = 0;  // from the offer's receipt
+  uint32_t deadline_ms = 0;     // from the offer's receipt
+  uint64_t download_bytes = 0;  // the model download of this round (TaskOffer.model_bytes)
+  std::string downlink_codec;   // the codec of its patches (round/downlink.h)
 };
 
 // The app's training engine for network rounds.
@@ -134,14 +137,17 @@ struct ClientOptions {
 
 // Memory a round needs, in bytes, as planned before it starts.
 struct MemoryPlan {
-  size_t model = 0;            // the global model (float32)
+  size_t model = 0;            // the public model (float32), kept between rounds
+  size_t download = 0;         // the download stream and the decode workspace of its patches
   size_t delta = 0;            // the update (float32)
   size_t residual = 0;         // error-feedback residual (0 if the codec needs none)
   size_t codec_workspace = 0;  // workspace_size(codec, n)
   size_t encoded = 0;          // encoded_bound(codec, n)
   size_t trainer = 0;          // LocalTrainer::memory_bytes()
   size_t tls = 0;              // TLS record buffers and handshake state (estimate for our config)
-  size_t total() const { return model + delta + residual + codec_workspace + encoded + trainer + tls; }
+  size_t total() const {
+    return model + download + delta + residual + codec_workspace + encoded + trainer + tls;
+  }
   std::string describe() const;  // "model 221 kB + delta 221 kB + ... = 1.2 MB"
 };
 
@@ -235,9 +241,16 @@ class Client {
   std::unique_ptr<Pending> pending_;  // an encoded update not yet acked
   std::atomic<bool> cancelled_{false};
   uint64_t rng_state_ = 0;
-  // The last downloaded model, by version.
+  // The public model (round/downlink.h) and its version (~0: none). Patches apply to it in place;
+  // it is trusted again only when its SHA-256 matches the offer's.
   uint64_t model_version_ = ~0ull;
   std::vector<float> model_;
+  // The download stream of (download_version_, download_base_, download_digest_), kept across
+  // reconnects so that an interrupted download resumes where it stopped.
+  std::vector<uint8_t> download_;
+  uint64_t download_version_ = 0, download_base_ = 0;
+  std::array<uint8_t, 32> download_digest_{};  // wire::Digest
+  bool needs_whole_model_ = false;             // a patched model failed its digest: ask for the whole one
   std::vector<float> delta_;
   std::vector<uint8_t> workspace_;
   std::vector<uint8_t> residual_memory_;

@@ -171,7 +171,10 @@ constexpr uint16_t kMaxCpuCores = 1024;
 constexpr uint32_t kCapabilityCharging = 1u << 0;
 constexpr uint32_t kCapabilityUnmetered = 1u << 1;
 constexpr uint32_t kCapabilityIdle = 1u << 2;
-constexpr uint32_t kKnownCapabilityFlags = kCapabilityCharging | kCapabilityUnmetered | kCapabilityIdle;
+// The device needs the whole model (its last patched model failed the public-model digest).
+constexpr uint32_t kCapabilityNeedsWholeModel = 1u << 3;
+constexpr uint32_t kKnownCapabilityFlags =
+    kCapabilityCharging | kCapabilityUnmetered | kCapabilityIdle | kCapabilityNeedsWholeModel;
 
 // Hello.supported_* masks: bit i stands for the id i of edgefl::SparsifierKind, ValueCoderKind
 // and IndexCoding (edgefl/codec.h); bits without a kind must be 0.
@@ -239,6 +242,7 @@ struct Hello {
   uint16_t cpu_cores = 0;                        // 0 = unknown, else <= kMaxCpuCores
   uint32_t uplink_kbps = 0;                      // 0 = unknown
   uint32_t downlink_kbps = 0;                    // 0 = unknown
+  uint64_t model_version = 0;                    // public model version held; 0 = none
 };
 
 // Local training hyper-parameters (the fields of edgefl::TrainConfig, edgefl/trainer.h).
@@ -257,18 +261,23 @@ struct TrainingConfig {
 struct TaskOffer {
   uint64_t round_id = 0;             // > 0
   std::vector<uint8_t> round_nonce;  // 16 or 32 bytes, not all zero
-  uint64_t model_version = 0;
-  uint64_t model_bytes = 0;      // 1 .. kMaxModelBytes; = 4 * parameter_count if downlink_codec is empty
-  Digest model_digest{};         // SHA-256 of the model download
-  uint32_t parameter_count = 0;  // 1 .. kMaxParameterCount
-  std::string model_spec;        // 0..kMaxModelSpecChars printable ASCII, no space
+  uint64_t model_version = 0;        // >= 1: the public model the round trains from
+  uint64_t model_bytes = 0;          // 1 .. kMaxModelBytes; 0 iff base_model_version == model_version
+  Digest model_digest{};             // SHA-256 of the download stream
+  uint32_t parameter_count = 0;      // 1 .. kMaxParameterCount
+  std::string model_spec;            // 0..kMaxModelSpecChars printable ASCII, no space
   TrainingConfig training;
   std::string uplink_codec;    // a codec spec that parse_codec_spec() accepts
-  std::string downlink_codec;  // "" (raw float32) or a codec spec
+  std::string downlink_codec;  // the codec spec of this round's patches (round/downlink.h)
   uint64_t codec_seed = 0;
   uint32_t deadline_ms = 0;       // 1 .. kMaxDeadlineMs, from receipt
   uint64_t max_upload_bytes = 0;  // 1 .. kMaxUploadBytes
   uint32_t max_chunk_bytes = 0;   // 1 .. kMaxChunkBytes
+  // The download (round/downlink.h): 0 = the whole model (one dense bf16 encoding); b >= 1 = the
+  // patches b+1 .. model_version for a device holding version b (b <= model_version).
+  uint64_t base_model_version = 0;
+  Digest public_model_digest{};     // SHA-256 of the public model (float32 little-endian) after applying
+  uint64_t initial_model_seed = 0;  // != 0: version 1 = init_parameters(model_spec, seed) on the bf16 grid
 };
 
 // server -> client: come back at a uniformly random time in [retry_after_ms, + retry_window_ms].
@@ -282,8 +291,9 @@ struct RetryLater {
 struct ModelRequest {
   uint64_t round_id = 0;  // > 0
   uint64_t model_version = 0;
-  uint64_t offset = 0;      // < kMaxModelBytes
-  uint32_t max_length = 0;  // 1 .. kMaxChunkBytes
+  uint64_t offset = 0;              // < kMaxModelBytes
+  uint32_t max_length = 0;          // 1 .. kMaxChunkBytes
+  uint64_t base_model_version = 0;  // the offer's: which download stream
 };
 
 // server -> client. On the wire the data also carries its CRC32C: encode() computes it, decode()

@@ -8,8 +8,10 @@
 #include <thread>
 
 #include "core/rng.h"
+#include "edgefl/model.h"
 #include "edgefl/wire.h"
 #include "net/tls_stream.h"
+#include "round/downlink.h"
 #include "round/update_steps.h"
 #include "tls/digest.h"
 #include "tls/tls_credentials.h"
@@ -85,9 +87,9 @@ const char* round_outcome_name(RoundOutcome outcome) {
 }
 
 std::string MemoryPlan::describe() const {
-  return "model " + kb(model) + " + delta " + kb(delta) + " + residual " + kb(residual) +
-         " + codec workspace " + kb(codec_workspace) + " + encoded update " + kb(encoded) + " + trainer " +
-         kb(trainer) + " + TLS " + kb(tls) + " = " + kb(total());
+  return "model " + kb(model) + " + download " + kb(download) + " + delta " + kb(delta) + " + residual " +
+         kb(residual) + " + codec workspace " + kb(codec_workspace) + " + encoded update " + kb(encoded) +
+         " + trainer " + kb(trainer) + " + TLS " + kb(tls) + " = " + kb(total());
 }
 
 // An encoded update waiting for its ack, kept across reconnects so that the upload resumes.
@@ -142,7 +144,12 @@ MemoryPlan Client::plan_memory(const RoundTask& task, const LocalTrainer& traine
   MemoryPlan plan;
   const size_t n = task.parameter_count;
   plan.model = 4 * n;
-  plan.delta = 4 * n;
+  plan.delta = 4 * n;  // also the decode scratch of the download's patches
+  CodecSpec downlink;
+  plan.download = task.download_bytes;
+  if (parse_codec_spec(task.downlink_codec.c_str(), &downlink) == Status::kOk) {
+    plan.download += workspace_size(downlink, n);
+  }
   CodecSpec codec;
   if (parse_codec_spec(task.codec.c_str(), &codec) == Status::kOk) {
     plan.codec_workspace = workspace_size(codec, n);
@@ -309,6 +316,7 @@ struct Client::Attempt {
   Step check_task(const wire::TaskOffer& offer, const RoundTask& task, const LocalTrainer& trainer,
                   CodecSpec* codec);
   Step download_model(const wire::TaskOffer& offer);
+  Status apply_download(const wire::TaskOffer& offer, bool seeded, std::string* why);
   Step compute_update(LocalTrainer& trainer, const wire::TaskOffer& offer, const RoundTask& task,
                       const CodecSpec& codec);
   Step upload_update(const wire::TaskOffer& offer);
@@ -334,6 +342,8 @@ RoundTask task_of(const wire::TaskOffer& offer) {
   task.codec = offer.uplink_codec;
   task.codec_seed = offer.codec_seed;
   task.deadline_ms = offer.deadline_ms;
+  task.download_bytes = offer.model_bytes;
+  task.downlink_codec = offer.downlink_codec;
   return task;
 }
 
@@ -349,6 +359,8 @@ Client::Attempt::Step Client::Attempt::say_hello(wire::TaskOffer* offer) {
   hello.memory_budget_bytes =
       std::clamp<uint64_t>(c.options_.memory_budget_bytes, 1, wire::kMaxMemoryBudgetBytes);
   hello.cpu_cores = static_cast<uint16_t>(std::min(std::thread::hardware_concurrency(), 1024u));
+  hello.model_version = c.model_version_ == ~0ull ? 0 : c.model_version_;
+  if (c.needs_whole_model_) hello.capability_flags |= wire::kCapabilityNeedsWholeModel;
   const Status s = exchange(wire::Message{hello});
   if (s != Status::kOk) {
     if (fresh && !c.options_.insecure_plaintext_for_tests && s == Status::kTlsError &&
@@ -402,8 +414,9 @@ Client::Attempt::Step Client::Attempt::check_task(const wire::TaskOffer& offer, 
                     ", above the memory budget of " + kb(c.options_.memory_budget_bytes),
                 Status::kMemoryBudgetExceeded);
   }
-  if (!offer.downlink_codec.empty()) {
-    return fail("downlink codec '" + offer.downlink_codec + "' is not supported by this client",
+  CodecSpec downlink;
+  if (parse_codec_spec(offer.downlink_codec.c_str(), &downlink) != Status::kOk) {
+    return fail("the server's downlink codec '" + offer.downlink_codec + "' does not parse",
                 Status::kProtocolError);
   }
   if (parse_codec_spec(task.codec.c_str(), codec) != Status::kOk) {
@@ -412,52 +425,117 @@ Client::Attempt::Step Client::Attempt::check_task(const wire::TaskOffer& offer, 
   return Step::kNext;
 }
 
-// 3. The model, in chunks, unless this version is here already. Straight into the model (no second
-// copy): the cached model is stale anyway, so it is invalidated first and trusted again only when
-// the SHA-256 of the whole download matches.
+// 3. The model (round/downlink.h), unless this version is here already: the download stream in
+// chunks (resumed after a reconnect, checked against the offer's SHA-256), then applied in place
+// (the whole model, or the patches since the version held, with delta_ as decode scratch), then
+// the public model checked against the offer's digest. Until that check passes the model is not
+// trusted (model_version_ = ~0), and a failed check asks for the whole model next time.
 Client::Attempt::Step Client::Attempt::download_model(const wire::TaskOffer& offer) {
   const size_t n = offer.parameter_count;
-  if (c.model_version_ == offer.model_version && c.model_.size() == n) return Step::kNext;
-  if (offer.model_bytes != uint64_t{4} * n) {
-    return fail("model size does not match the parameter count", Status::kProtocolError);
+  const uint64_t held = c.model_.size() == n && c.model_version_ != ~0ull ? c.model_version_ : 0;
+  if (held == offer.model_version) return Step::kNext;
+  const uint64_t base = offer.base_model_version;
+  const bool seeded = base == 1 && held == 0 && offer.initial_model_seed != 0;
+  if (base != 0 && base != held && !seeded) {
+    // The server answered another Hello (e.g. before a failed apply): ask again.
+    c.note(LogLevel::kInfo, "the offer patches version " + std::to_string(base) + ", this device holds " +
+                                std::to_string(held) + ": saying Hello again");
+    return Step::kAgain;
   }
-  c.model_version_ = ~0ull;
-  c.model_.resize(n);
-  tls::Sha256 hash;
-  uint64_t received = 0;
-  while (received < offer.model_bytes) {
+  if (c.download_version_ != offer.model_version || c.download_base_ != base ||
+      c.download_digest_ != offer.model_digest) {
+    c.download_.clear();
+    c.download_version_ = offer.model_version;
+    c.download_base_ = base;
+    c.download_digest_ = offer.model_digest;
+  }
+  while (c.download_.size() < offer.model_bytes) {
     wire::ModelRequest request;
     request.round_id = offer.round_id;
     request.model_version = offer.model_version;
-    request.offset = received;
-    request.max_length = std::min<uint32_t>(offer.max_chunk_bytes, wire::kMaxChunkBytes) & ~3u;
-    if (request.max_length == 0) request.max_length = 4;
+    request.base_model_version = base;
+    request.offset = c.download_.size();
+    request.max_length = std::min<uint32_t>(offer.max_chunk_bytes, wire::kMaxChunkBytes);
     const Status s = exchange(wire::Message{request});
     if (s != Status::kOk) return connection_lost(s);
     const auto* chunk = std::get_if<wire::ModelChunk>(&reply);
     if (chunk == nullptr) return refused();
-    if (chunk->offset != received || chunk->total_bytes != offer.model_bytes ||
-        chunk->model_version != offer.model_version || chunk->data.size() % 4 != 0) {
+    if (chunk->offset != c.download_.size() || chunk->total_bytes != offer.model_bytes ||
+        chunk->model_version != offer.model_version) {
       return fail("model chunk does not continue the download", Status::kProtocolError);
     }
-    hash.update({chunk->data.data(), chunk->data.size()});
-    const uint8_t* b = chunk->data.data();
-    for (size_t i = 0; i < chunk->data.size() / 4; ++i, b += 4) {
-      const uint32_t bits =
-          uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
-      std::memcpy(&c.model_[received / 4 + i], &bits, 4);
-    }
-    received += chunk->data.size();
+    c.download_.insert(c.download_.end(), chunk->data.begin(), chunk->data.end());
     result->model_bytes += chunk->data.size();
   }
   reply = wire::Message{};  // release the last chunk's data
-  const tls::Sha256Digest digest = hash.finish();
+  const tls::Sha256Digest digest = tls::sha256({c.download_.data(), c.download_.size()});
   if (std::memcmp(digest.data(), offer.model_digest.data(), digest.size()) != 0) {
+    c.download_.clear();
     return fail("the downloaded model does not match the offer's SHA-256", Status::kChecksumMismatch);
   }
+  std::string why;
+  const Status applied = apply_download(offer, seeded, &why);
+  c.download_.clear();
+  c.download_.shrink_to_fit();
+  if (applied != Status::kOk) {
+    c.needs_whole_model_ = base != 0;
+    return fail(why, applied);
+  }
+  c.needs_whole_model_ = false;
   c.model_version_ = offer.model_version;
   sample_heap();
   return Step::kNext;
+}
+
+Status Client::Attempt::apply_download(const wire::TaskOffer& offer, bool seeded, std::string* why) {
+  const size_t n = offer.parameter_count;
+  c.model_version_ = ~0ull;
+  c.model_.resize(n);
+  if (seeded) {  // version 1, built here: the initial model on the bf16 grid
+    ModelSpec spec;
+    if (parse_model_spec(offer.model_spec.c_str(), &spec) != Status::kOk || parameter_count(spec) != n) {
+      *why = "the offer's initial model seed needs a built-in model spec of " + std::to_string(n) +
+             " parameters";
+      return Status::kProtocolError;
+    }
+    init_parameters(spec, offer.initial_model_seed, {c.model_.data(), n});
+    if (round_to_bf16_grid({c.model_.data(), n}) != Status::kOk) {
+      *why = "the initial model is not finite";
+      return Status::kProtocolError;
+    }
+  }
+  c.delta_.resize(n);
+  const Span<const uint8_t> stream{c.download_.data(), c.download_.size()};
+  size_t offset = 0;
+  uint64_t version = offer.base_model_version;
+  while (offset < stream.size()) {
+    Span<const uint8_t> encoding;
+    Status s = stream_next(stream, &offset, &encoding);
+    if (s == Status::kOk && offer.base_model_version == 0) {
+      s = offset == stream.size() ? apply_whole_model(encoding, {c.model_.data(), n})
+                                  : Status::kCorruptPayload;
+    } else if (s == Status::kOk) {
+      c.workspace_.resize(std::max(c.workspace_.size(), stream_decode_workspace(encoding)));
+      s = apply_patch(encoding, {c.model_.data(), n}, {c.delta_.data(), n},
+                      {c.workspace_.data(), c.workspace_.size()});
+      ++version;
+    }
+    if (s != Status::kOk) {
+      *why = std::string("the model download does not apply (") + status_name(s) + ")";
+      return Status::kProtocolError;
+    }
+  }
+  if (offer.base_model_version != 0 && version != offer.model_version) {
+    *why = "the download holds " + std::to_string(version - offer.base_model_version) + " patches, not " +
+           std::to_string(offer.model_version - offer.base_model_version);
+    return Status::kProtocolError;
+  }
+  const tls::Sha256Digest digest = tls::sha256_of_floats({c.model_.data(), n});
+  if (std::memcmp(digest.data(), offer.public_model_digest.data(), digest.size()) != 0) {
+    *why = "the model after applying the download does not match the offer's public model SHA-256";
+    return Status::kChecksumMismatch;
+  }
+  return Status::kOk;
 }
 
 // 4. Train, encode (error feedback where the codec needs it) and verify the encoding

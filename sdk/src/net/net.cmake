@@ -17,7 +17,7 @@ target_compile_features(edgefl_net PUBLIC cxx_std_17)
 # Public headers (edgefl/client.h) come with edgefl::core; src/net/ and src/tls/ hold the internal
 # ones, which the server, the tool and the tests include through edgefl_net_internal.
 target_include_directories(edgefl_net PRIVATE ${PROJECT_SOURCE_DIR}/sdk/src)
-target_link_libraries(edgefl_net PUBLIC edgefl::core edgefl::wire edgefl::tls edgefl::asio)
+target_link_libraries(edgefl_net PUBLIC edgefl::core edgefl::train edgefl::wire edgefl::tls edgefl::asio)
 add_library(edgefl_net_internal INTERFACE)
 target_include_directories(edgefl_net_internal INTERFACE ${PROJECT_SOURCE_DIR}/sdk/src)
 target_link_libraries(edgefl_net_internal INTERFACE edgefl_net)

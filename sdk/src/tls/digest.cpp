@@ -2,6 +2,8 @@
 
 #include <mbedtls/sha256.h>
 
+#include <algorithm>
+#include <cstring>
 #include <new>
 
 namespace edgefl {
@@ -17,6 +19,22 @@ mbedtls_sha256_context* as_context(unsigned char* storage) {
 Sha256Digest sha256(Span<const uint8_t> bytes) {
   Sha256 hash;
   hash.update(bytes);
+  return hash.finish();
+}
+
+Sha256Digest sha256_of_floats(Span<const float> values) {
+  Sha256 hash;
+  uint8_t block[4 * 1024];
+  for (size_t at = 0; at < values.size();) {
+    const size_t count = std::min<size_t>(1024, values.size() - at);
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[at + i], 4);
+      for (size_t k = 0; k < 4; ++k) block[4 * i + k] = uint8_t(bits >> (8 * k));
+    }
+    hash.update({block, 4 * count});
+    at += count;
+  }
   return hash.finish();
 }
 

@@ -35,6 +35,9 @@ class Sha256 {
   alignas(8) unsigned char context_[128];  // mbedtls_sha256_context (checked in digest.cpp)
 };
 
+// SHA-256 of `values` as little-endian float32 (the public model's digest, round/downlink.h).
+Sha256Digest sha256_of_floats(Span<const float> values);
+
 // Lower-case hex of `bytes` (2 characters per byte).
 std::string to_hex(Span<const uint8_t> bytes);
 

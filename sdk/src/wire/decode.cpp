@@ -57,6 +57,7 @@ Status convert(const fb::Hello& t, Hello* m, DecodeDetail*) {
   m->cpu_cores = t.cpu_cores();
   m->uplink_kbps = t.uplink_kbps();
   m->downlink_kbps = t.downlink_kbps();
+  m->model_version = t.model_version();
   return Status::kOk;
 }
 
@@ -84,6 +85,10 @@ Status convert(const fb::TaskOffer& t, TaskOffer* m, DecodeDetail* detail) {
   m->deadline_ms = t.deadline_ms();
   m->max_upload_bytes = t.max_upload_bytes();
   m->max_chunk_bytes = t.max_chunk_bytes();
+  m->base_model_version = t.base_model_version();
+  EDGEFL_RETURN_IF_ERROR(
+      to_array(t.public_model_digest(), &m->public_model_digest, detail, "TaskOffer.public_model_digest"));
+  m->initial_model_seed = t.initial_model_seed();
   return Status::kOk;
 }
 
@@ -99,6 +104,7 @@ Status convert(const fb::ModelRequest& t, ModelRequest* m, DecodeDetail*) {
   m->model_version = t.model_version();
   m->offset = t.offset();
   m->max_length = t.max_length();
+  m->base_model_version = t.base_model_version();
   return Status::kOk;
 }
 

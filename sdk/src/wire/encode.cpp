@@ -52,6 +52,7 @@ Offset<fb::Hello> build(FlatBufferBuilder& b, const Hello& m) {
   t.add_cpu_cores(m.cpu_cores);
   t.add_uplink_kbps(m.uplink_kbps);
   t.add_downlink_kbps(m.downlink_kbps);
+  t.add_model_version(m.model_version);
   return t.Finish();
 }
 
@@ -71,6 +72,7 @@ Offset<fb::TaskOffer> build(FlatBufferBuilder& b, const TaskOffer& m) {
   const auto training = tc.Finish();
   const auto uplink = b.CreateString(m.uplink_codec.data(), m.uplink_codec.size());
   const auto downlink = optional_string(b, m.downlink_codec);
+  const auto public_digest = bytes(b, m.public_model_digest);
   fb::TaskOfferBuilder t(b);
   t.add_round_id(m.round_id);
   t.add_round_nonce(nonce);
@@ -86,6 +88,9 @@ Offset<fb::TaskOffer> build(FlatBufferBuilder& b, const TaskOffer& m) {
   t.add_deadline_ms(m.deadline_ms);
   t.add_max_upload_bytes(m.max_upload_bytes);
   t.add_max_chunk_bytes(m.max_chunk_bytes);
+  t.add_base_model_version(m.base_model_version);
+  t.add_public_model_digest(public_digest);
+  t.add_initial_model_seed(m.initial_model_seed);
   return t.Finish();
 }
 
@@ -103,6 +108,7 @@ Offset<fb::ModelRequest> build(FlatBufferBuilder& b, const ModelRequest& m) {
   t.add_model_version(m.model_version);
   t.add_offset(m.offset);
   t.add_max_length(m.max_length);
+  t.add_base_model_version(m.base_model_version);
   return t.Finish();
 }
 

@@ -10,7 +10,8 @@ bool operator==(const Hello& a, const Hello& b) {
          a.supported_value_coders == b.supported_value_coders &&
          a.supported_index_codings == b.supported_index_codings &&
          a.memory_budget_bytes == b.memory_budget_bytes && a.capability_flags == b.capability_flags &&
-         a.cpu_cores == b.cpu_cores && a.uplink_kbps == b.uplink_kbps && a.downlink_kbps == b.downlink_kbps;
+         a.cpu_cores == b.cpu_cores && a.uplink_kbps == b.uplink_kbps && a.downlink_kbps == b.downlink_kbps &&
+         a.model_version == b.model_version;
 }
 
 bool operator==(const TrainingConfig& a, const TrainingConfig& b) {
@@ -24,8 +25,10 @@ bool operator==(const TaskOffer& a, const TaskOffer& b) {
          a.model_bytes == b.model_bytes && a.model_digest == b.model_digest &&
          a.parameter_count == b.parameter_count && a.model_spec == b.model_spec && a.training == b.training &&
          a.uplink_codec == b.uplink_codec && a.downlink_codec == b.downlink_codec &&
-         a.codec_seed == b.codec_seed && a.deadline_ms == b.deadline_ms &&
-         a.max_upload_bytes == b.max_upload_bytes && a.max_chunk_bytes == b.max_chunk_bytes;
+         a.base_model_version == b.base_model_version && a.public_model_digest == b.public_model_digest &&
+         a.initial_model_seed == b.initial_model_seed && a.codec_seed == b.codec_seed &&
+         a.deadline_ms == b.deadline_ms && a.max_upload_bytes == b.max_upload_bytes &&
+         a.max_chunk_bytes == b.max_chunk_bytes;
 }
 
 bool operator==(const RetryLater& a, const RetryLater& b) {
@@ -35,7 +38,7 @@ bool operator==(const RetryLater& a, const RetryLater& b) {
 
 bool operator==(const ModelRequest& a, const ModelRequest& b) {
   return a.round_id == b.round_id && a.model_version == b.model_version && a.offset == b.offset &&
-         a.max_length == b.max_length;
+         a.max_length == b.max_length && a.base_model_version == b.base_model_version;
 }
 
 bool operator==(const ModelChunk& a, const ModelChunk& b) {

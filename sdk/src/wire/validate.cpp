@@ -206,17 +206,21 @@ Status check_message(const Hello& m, DecodeDetail* detail) {
 Status check_message(const TaskOffer& m, DecodeDetail* detail) {
   EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "TaskOffer.round_id"));
   EDGEFL_RETURN_IF_ERROR(check_nonce(m.round_nonce, detail, "TaskOffer.round_nonce"));
-  EDGEFL_RETURN_IF_ERROR(check_range(m.model_bytes, 1, kMaxModelBytes, detail, "TaskOffer.model_bytes"));
+  if (m.model_version == 0) return fail(detail, Violation::kOutOfRange, "TaskOffer.model_version");
+  if (m.base_model_version > m.model_version) {
+    return fail(detail, Violation::kInconsistent, "TaskOffer.base_model_version");
+  }
+  const bool nothing_to_download = m.base_model_version == m.model_version;
+  EDGEFL_RETURN_IF_ERROR(check_range(m.model_bytes, nothing_to_download ? 0 : 1,
+                                     nothing_to_download ? 0 : kMaxModelBytes, detail,
+                                     "TaskOffer.model_bytes"));
   EDGEFL_RETURN_IF_ERROR(
       check_range(m.parameter_count, 1, kMaxParameterCount, detail, "TaskOffer.parameter_count"));
   EDGEFL_RETURN_IF_ERROR(check_text(m.model_spec, 0, kMaxModelSpecChars, Alphabet::kPrintableNoSpace, detail,
                                     "TaskOffer.model_spec"));
   EDGEFL_RETURN_IF_ERROR(check_training(m.training, detail));
   EDGEFL_RETURN_IF_ERROR(check_codec_spec(m.uplink_codec, false, detail, "TaskOffer.uplink_codec"));
-  EDGEFL_RETURN_IF_ERROR(check_codec_spec(m.downlink_codec, true, detail, "TaskOffer.downlink_codec"));
-  if (m.downlink_codec.empty() && m.model_bytes != uint64_t{4} * m.parameter_count) {
-    return fail(detail, Violation::kInconsistent, "TaskOffer.model_bytes");
-  }
+  EDGEFL_RETURN_IF_ERROR(check_codec_spec(m.downlink_codec, false, detail, "TaskOffer.downlink_codec"));
   EDGEFL_RETURN_IF_ERROR(check_range(m.deadline_ms, 1, kMaxDeadlineMs, detail, "TaskOffer.deadline_ms"));
   EDGEFL_RETURN_IF_ERROR(
       check_range(m.max_upload_bytes, 1, kMaxUploadBytes, detail, "TaskOffer.max_upload_bytes"));

@@ -1,0 +1,219 @@
+#include "public_model.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "model_files.h"
+#include "round/downlink.h"
+#include "tls/digest.h"
+
+namespace edgefl::server {
+namespace {
+
+std::string versioned_name(const char* prefix, uint64_t version) {
+  char name[48];
+  std::snprintf(name, sizeof name, "%s-v%06llu.bin", prefix, static_cast<unsigned long long>(version));
+  return name;
+}
+
+wire::Digest digest_of(Span<const uint8_t> bytes) {
+  const tls::Sha256Digest d = tls::sha256(bytes);
+  wire::Digest out{};
+  std::memcpy(out.data(), d.data(), out.size());
+  return out;
+}
+
+}  // namespace
+
+Status PublicModel::init(const CodecSpec& patch_codec, size_t n, bool seeded, std::string* error) {
+  codec_ = patch_codec;
+  n_ = n;
+  seeded_ = seeded;
+  if (parse_codec_spec("bf16", &bf16_) != Status::kOk) {
+    *error = "bf16 codec unavailable";
+    return Status::kInvalidSpec;
+  }
+  public_.assign(n, 0.0f);
+  next_.assign(n, 0.0f);
+  scratch_.assign(n, 0.0f);
+  whole_.reserve(encoded_bound(bf16_, n));
+  next_patch_.resize(encoded_bound(codec_, n));
+  next_whole_.resize(encoded_bound(bf16_, n));
+  workspace_.resize(std::max(workspace_size(codec_, n), workspace_size(bf16_, n)));
+  return Status::kOk;
+}
+
+std::string PublicModel::codec_text() const {
+  char text[160];
+  format_codec_spec(codec_, text, sizeof text);
+  return text;
+}
+
+Status PublicModel::set_current(uint64_t version, std::string* error) {
+  version_ = version;
+  const tls::Sha256Digest d = tls::sha256_of_floats({public_.data(), n_});
+  std::memcpy(digest_.data(), d.data(), digest_.size());
+  whole_.resize(encoded_bound(bf16_, n_));
+  size_t size = 0;
+  const Status s = encode(bf16_, Span<const float>(public_.data(), n_), 0,
+                          {workspace_.data(), workspace_.size()}, {whole_.data(), whole_.size()}, &size);
+  if (s != Status::kOk) {
+    *error = std::string("encoding the public model: ") + status_name(s);
+    return s;
+  }
+  whole_.resize(size);
+  downloads_.clear();
+  while (!patches_.empty() && patches_.begin()->first + kPatchesKept <= version_)
+    patches_.erase(patches_.begin());
+  return Status::kOk;
+}
+
+Status PublicModel::reset(Span<const float> server_model, uint64_t version, std::string* error) {
+  std::copy(server_model.begin(), server_model.end(), public_.begin());
+  if (round_to_bf16_grid({public_.data(), n_}) != Status::kOk) {
+    *error = "the model is not finite in bf16";
+    return Status::kNonFiniteInput;
+  }
+  patches_.clear();
+  return set_current(version, error);
+}
+
+Status PublicModel::load(const std::string& dir, uint64_t version, Span<const float> server_model,
+                         std::string* error) {
+  std::vector<uint8_t> file;
+  std::string why;
+  const uint64_t max_bytes = uint64_t{64} + 4 * uint64_t{n_};
+  if (read_file(dir + "/" + versioned_name("public", version), max_bytes, &file, &why) != Status::kOk ||
+      apply_whole_model({file.data(), file.size()}, {public_.data(), n_}) != Status::kOk) {
+    return reset(server_model, version, error);  // e.g. state from before the public model existed
+  }
+  patches_.clear();
+  // The patches before it, newest first, while they are present and verify.
+  for (uint64_t v = version; v >= 2 && v + kPatchesKept > version; --v) {
+    std::vector<uint8_t> patch;
+    if (read_file(dir + "/" + versioned_name("patch", v), max_bytes, &patch, &why) != Status::kOk) break;
+    EncodedInfo info;
+    const size_t ws = stream_decode_workspace({patch.data(), patch.size()});
+    decode_workspace_.resize(std::max(decode_workspace_.size(), ws));
+    if (verify({patch.data(), patch.size()}, {decode_workspace_.data(), decode_workspace_.size()}, &info) !=
+            Status::kOk ||
+        info.n != n_) {
+      break;
+    }
+    patches_[v] = std::move(patch);
+  }
+  return set_current(version, error);
+}
+
+Status PublicModel::prepare_next(Span<const float> next_server_model, uint64_t seed, std::string* error) {
+  next_ready_ = false;
+  size_t size = 0;
+  Status s =
+      make_patch(codec_, next_server_model, {public_.data(), n_}, seed, {scratch_.data(), n_},
+                 {workspace_.data(), workspace_.size()}, {next_patch_.data(), next_patch_.size()}, &size);
+  if (s == Status::kOk) {
+    const Span<const uint8_t> patch{next_patch_.data(), size};
+    decode_workspace_.resize(std::max(decode_workspace_.size(), stream_decode_workspace(patch)));
+    std::copy(public_.begin(), public_.end(), next_.begin());
+    s = apply_patch(patch, {next_.data(), n_}, {scratch_.data(), n_},
+                    {decode_workspace_.data(), decode_workspace_.size()});
+  }
+  if (s != Status::kOk) {
+    *error = std::string("the downlink patch (") + status_name(s) + ")";
+    return s;
+  }
+  next_patch_size_ = size;
+  size_t whole = 0;
+  s = encode(bf16_, Span<const float>(next_.data(), n_), 0, {workspace_.data(), workspace_.size()},
+             {next_whole_.data(), next_whole_.size()}, &whole);
+  if (s != Status::kOk) {
+    *error = std::string("encoding the next public model: ") + status_name(s);
+    return s;
+  }
+  next_whole_size_ = whole;
+  next_ready_ = true;
+  return Status::kOk;
+}
+
+Status PublicModel::write_files(const std::string& dir, uint64_t version, Span<const uint8_t> whole,
+                                Span<const uint8_t> patch, std::string* error) const {
+  if (patch.size() != 0) {
+    EDGEFL_RETURN_IF_ERROR(write_file_atomic(dir, versioned_name("patch", version), patch, error));
+  }
+  return write_file_atomic(dir, versioned_name("public", version), whole, error);
+}
+
+Status PublicModel::write_current(const std::string& dir, std::string* error) const {
+  auto it = patches_.find(version_);
+  const Span<const uint8_t> patch = it == patches_.end()
+                                        ? Span<const uint8_t>()
+                                        : Span<const uint8_t>(it->second.data(), it->second.size());
+  return write_files(dir, version_, {whole_.data(), whole_.size()}, patch, error);
+}
+
+Status PublicModel::write_candidate(const std::string& dir, uint64_t version, std::string* error) const {
+  if (!next_ready_ || version != version_ + 1) {
+    *error = "no downlink candidate for version " + std::to_string(version);
+    return Status::kInvalidArgument;
+  }
+  return write_files(dir, version, {next_whole_.data(), next_whole_size_},
+                     {next_patch_.data(), next_patch_size_}, error);
+}
+
+void PublicModel::commit_candidate() {
+  public_.swap(next_);
+  patches_[version_ + 1].assign(next_patch_.begin(),
+                                next_patch_.begin() + static_cast<ptrdiff_t>(next_patch_size_));
+  next_ready_ = false;
+  std::string error;
+  (void)set_current(version_ + 1, &error);  // cannot fail: the candidate encoded before
+}
+
+bool PublicModel::chain_known(uint64_t from) const {
+  if (from == 0 || from >= version_) return false;
+  for (uint64_t v = from + 1; v <= version_; ++v) {
+    if (patches_.count(v) == 0) return false;
+  }
+  return true;
+}
+
+const PublicModel::Download* PublicModel::download_from(uint64_t base) {
+  auto it = downloads_.find(base);
+  if (it != downloads_.end()) return &it->second;
+  Download d;
+  d.base = base;
+  if (base == 0) {
+    size_t used = 0;
+    d.stream.resize(kStreamPrefixBytes + whole_.size());
+    if (stream_append({whole_.data(), whole_.size()}, {d.stream.data(), d.stream.size()}, &used) !=
+        Status::kOk) {
+      return nullptr;
+    }
+  } else if (base != version_) {
+    if (!chain_known(base)) return nullptr;
+    for (uint64_t v = base + 1; v <= version_; ++v) {
+      const std::vector<uint8_t>& p = patches_.at(v);
+      const size_t used0 = d.stream.size();
+      size_t used = used0;
+      d.stream.resize(used0 + kStreamPrefixBytes + p.size());
+      if (stream_append({p.data(), p.size()}, {d.stream.data(), d.stream.size()}, &used) != Status::kOk) {
+        return nullptr;
+      }
+    }
+  }
+  d.digest = digest_of({d.stream.data(), d.stream.size()});
+  return &downloads_.emplace(base, std::move(d)).first->second;
+}
+
+const PublicModel::Download& PublicModel::download_for(uint64_t held, bool needs_whole) {
+  const Download& whole = *download_from(0);
+  if (needs_whole) return whole;
+  if (held == version_) return *download_from(version_);
+  const uint64_t from = held == 0 && seeded_ ? 1 : held;
+  if (from == version_) return *download_from(version_);  // version 1, built from the seed
+  if (!chain_known(from)) return whole;
+  const Download* chain = download_from(from);
+  return chain != nullptr && chain->stream.size() < whole.stream.size() ? *chain : whole;
+}
+
+}  // namespace edgefl::server
