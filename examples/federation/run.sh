@@ -6,7 +6,7 @@
 # Makes a development PKI (edgefl certs), starts edgefl-server, starts DEVICES client processes
 # (each a device with its own certificate and its own shard of the training set), runs ROUNDS
 # rounds with the server's default codec, shows one line per round (test accuracy, bytes up and
-# down, time) and ends with the summary against bf16 uploads. Nothing is left running: every
+# down, time) and ends with the summary against bf16 both ways. Nothing is left running: every
 # process is stopped on exit, whatever happens.
 #
 # Settings (environment): DEVICES (8), COHORT (4), ROUNDS (30), CODEC (sparq:0.1), MODEL (cnn),

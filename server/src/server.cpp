@@ -40,9 +40,9 @@ void print_progress(const RoundManager& rounds, size_t* printed) {
     char acc[32] = "";
     if (r.test_accuracy >= 0) std::snprintf(acc, sizeof acc, "test acc %.4f, ", double(r.test_accuracy));
     const double bf16 = double(rounds.bf16_update_bytes()) * r.accepted;
-    std::printf("round %3llu %-9s %u updates, %s%8.1f kB up (bf16: %8.1f kB), %8.1f kB down, %6.2f s\n",
+    std::printf("round %3llu %-9s %u updates, %s%7.1f kB up, %7.1f kB down (bf16: %7.1f kB each way), %6.2f s\n",
                 static_cast<unsigned long long>(r.round_id), round_state_name(r.state), r.accepted, acc,
-                double(r.upload_bytes) / 1e3, bf16 / 1e3, double(r.download_bytes) / 1e3, r.seconds);
+                double(r.upload_bytes) / 1e3, double(r.download_bytes) / 1e3, bf16 / 1e3, r.seconds);
   }
   std::fflush(stdout);
 }
@@ -62,19 +62,21 @@ void print_summary(const RoundManager& rounds, const ServerOptions& options) {
     down += r.download_bytes;
     updates += r.accepted;
   }
+  // The 16-bit baseline both ways: each accepted update uploaded in bf16, and its device's model
+  // downloaded whole in bf16 (what a server without patches sends every round).
   const double bf16 = double(rounds.bf16_update_bytes()) * double(updates);
-  std::printf("\n%llu updates, %llu bytes uploaded with '%s' (%.1f kB per update);\n",
+  std::printf("\n%llu updates; up: %llu bytes with '%s' (%.1f kB per update)",
               static_cast<unsigned long long>(updates), static_cast<unsigned long long>(up),
               options.rounds.uplink_codec.c_str(), updates ? double(up) / double(updates) / 1e3 : 0.0);
+  if (updates > 0 && bf16 > 0) std::printf(", %.3fx bf16 uploads (%.0f bytes)", double(up) / bf16, bf16);
+  std::printf(";\ndown: %llu bytes of patches ('%s') and whole bf16 models",
+              static_cast<unsigned long long>(down), options.rounds.downlink_codec.c_str());
   if (updates > 0 && bf16 > 0) {
-    std::printf(
-        "bf16 uploads of the same updates: %.0f bytes (%.1f kB each): %.3fx bf16's bytes, %.1f times "
-        "fewer.\n",
-        bf16, double(rounds.bf16_update_bytes()) / 1e3, double(up) / bf16, bf16 / double(up));
+    std::printf(", %.3fx whole bf16 models every round (%.0f bytes);\nboth ways: %.3fx bf16 both ways, %.1f times fewer bytes",
+                double(down) / bf16, bf16, double(up + down) / (2 * bf16), 2 * bf16 / double(up + down));
   }
-  std::printf("model downloads: %llu bytes (float32). Final model version %llu: %s/global.safetensors\n",
-              static_cast<unsigned long long>(down), static_cast<unsigned long long>(rounds.model_version()),
-              options.rounds.state_dir.c_str());
+  std::printf(".\nFinal model version %llu: %s/global.safetensors\n",
+              static_cast<unsigned long long>(rounds.model_version()), options.rounds.state_dir.c_str());
   std::fflush(stdout);
   if (!options.summary_file.empty()) {
     std::ofstream out(options.summary_file);
