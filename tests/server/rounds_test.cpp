@@ -39,6 +39,7 @@
 #include "log.h"
 #include "memory_storage.h"
 #include "model_files.h"
+#include "round/downlink.h"
 #include "rounds.h"
 #include "safetensors.h"
 #include "sqlite_storage.h"
@@ -177,9 +178,11 @@ struct Server {
     REQUIRE(open() == Status::kOk);
   }
 
-  wire::TaskOffer offer(const std::string& device) {
+  wire::TaskOffer offer(const std::string& device, uint64_t held_model_version = 0, uint32_t flags = 0) {
     wire::Hello hello;
     hello.sdk_version = "test";
+    hello.model_version = held_model_version;
+    hello.capability_flags = flags;
     Reply r = rounds->hello(device, hello, now);
     const auto* offer = std::get_if<wire::TaskOffer>(&r.message);
     REQUIRE_MESSAGE(offer != nullptr, "no offer for " << device);
@@ -973,5 +976,158 @@ TEST_SUITE("server.rounds.logic") {
     CHECK(s.model() == fedavg(v1, ups));
     CHECK(s.model_file(2) == s.model());
     fs::remove_all(dir);
+  }
+}
+
+namespace {
+
+// The download of `offer` through model_request in chunks of `chunk` bytes, applied to *model
+// (the device's model of version `held`, or nothing) as edgefl::Client applies it; the result
+// must match the offer's public model digest.
+void download_and_apply(Server& s, const std::string& device, const wire::TaskOffer& offer, uint64_t held,
+                        std::vector<float>* model, uint32_t chunk = 1000) {
+  std::vector<uint8_t> stream;
+  while (stream.size() < offer.model_bytes) {
+    wire::ModelRequest request;
+    request.round_id = offer.round_id;
+    request.model_version = offer.model_version;
+    request.base_model_version = offer.base_model_version;
+    request.offset = stream.size();
+    request.max_length = chunk;
+    const Reply r = s.rounds->model_request(device, request, s.now);
+    const auto* c = std::get_if<wire::ModelChunk>(&r.message);
+    REQUIRE(c != nullptr);
+    REQUIRE(c->offset == stream.size());
+    REQUIRE(c->total_bytes == offer.model_bytes);
+    stream.insert(stream.end(), c->data.begin(), c->data.end());
+  }
+  const tls::Sha256Digest d = tls::sha256({stream.data(), stream.size()});
+  REQUIRE(std::memcmp(d.data(), offer.model_digest.data(), d.size()) == 0);
+  const size_t n = offer.parameter_count;
+  if (offer.base_model_version == 1 && held == 0) {
+    ModelSpec spec;
+    REQUIRE(parse_model_spec(offer.model_spec.c_str(), &spec) == Status::kOk);
+    model->assign(n, 0.0f);
+    init_parameters(spec, offer.initial_model_seed, {model->data(), n});
+    REQUIRE(round_to_bf16_grid({model->data(), n}) == Status::kOk);
+  } else if (offer.base_model_version != 0) {
+    REQUIRE(offer.base_model_version == held);
+  }
+  std::vector<float> scratch(n);
+  std::vector<uint8_t> ws(1 << 20);
+  size_t offset = 0, pieces = 0;
+  while (offset < stream.size()) {
+    Span<const uint8_t> e;
+    REQUIRE(stream_next({stream.data(), stream.size()}, &offset, &e) == Status::kOk);
+    if (offer.base_model_version == 0) {
+      model->assign(n, 0.0f);
+      REQUIRE(apply_whole_model(e, {model->data(), n}) == Status::kOk);
+    } else {
+      REQUIRE(apply_patch(e, {model->data(), n}, {scratch.data(), n}, {ws.data(), ws.size()}) == Status::kOk);
+    }
+    ++pieces;
+  }
+  CHECK(pieces == (offer.base_model_version == 0 ? 1 : offer.model_version - offer.base_model_version));
+  const tls::Sha256Digest p = tls::sha256_of_floats({model->data(), model->size()});
+  CHECK(std::memcmp(p.data(), offer.public_model_digest.data(), p.size()) == 0);
+}
+
+}  // namespace
+
+TEST_SUITE("server.rounds.downlink") {
+  TEST_CASE("downloads: the seed, then patches since the version held, else the whole model; after restarts too") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 2;
+    o.over_selection = 3;
+    o.downlink_codec = "sparq:0.1";
+    Server s(dir, o);
+    REQUIRE(s.open() == Status::kOk);
+    // Version 1: a device with no model builds it from the seed; nothing to download.
+    std::vector<float> v1;
+    wire::TaskOffer first = s.offer("watcher");
+    CHECK(first.base_model_version == 1);
+    CHECK(first.model_bytes == 0);
+    CHECK(first.initial_model_seed == o.seed);
+    CHECK(first.downlink_codec == "sparq:0.1");
+    download_and_apply(s, "watcher", first, 0, &v1);
+    for (uint32_t r = 0; r < 3; ++r) run_round(s, {honest("a", r, 3), honest("b", 10 + r, 5)});
+    REQUIRE(s.rounds->model_version() == 4);
+
+    // Three sparq:0.1 patches (about 1 bit per parameter each) beat the whole model in bf16.
+    std::vector<float> m = v1;
+    const wire::TaskOffer behind = s.offer("c", 1);
+    CHECK(behind.base_model_version == 1);
+    CHECK(behind.model_version == 4);
+    CHECK(behind.model_bytes < 2 * spec_size());
+    download_and_apply(s, "c", behind, 1, &m);
+    const std::vector<float> v4 = m;
+    // The patches moved the public model towards the server model (the residual, server - public,
+    // is what they left out, and goes out later).
+    double gap = 0, gap_before = 0;
+    for (size_t i = 0; i < v4.size(); ++i) {
+      gap += (double(s.model()[i]) - v4[i]) * (double(s.model()[i]) - v4[i]);
+      gap_before += (double(s.model()[i]) - v1[i]) * (double(s.model()[i]) - v1[i]);
+    }
+    CHECK(gap < 0.8 * gap_before);
+
+    // Asked for, unknown version, or a patch this server cannot build: the whole model.
+    for (const auto& [held, flags] : std::vector<std::pair<uint64_t, uint32_t>>{
+             {1, wire::kCapabilityNeedsWholeModel}, {99, 0}, {0, wire::kCapabilityNeedsWholeModel}}) {
+      CAPTURE(held);
+      const wire::TaskOffer whole = s.offer("c", held, flags);
+      CHECK(whole.base_model_version == 0);
+      std::vector<float> w;
+      download_and_apply(s, "c", whole, held, &w);
+      CHECK(w == v4);
+    }
+    wire::ModelRequest bad;
+    bad.round_id = behind.round_id;
+    bad.model_version = 4;
+    bad.base_model_version = 5;
+    bad.max_length = 100;
+    CHECK(std::holds_alternative<wire::Error>(s.rounds->model_request("c", bad, s.now).message));
+    // A device that holds the current version downloads nothing.
+    const wire::TaskOffer current = s.offer("c", 4);
+    CHECK(current.base_model_version == 4);
+    CHECK(current.model_bytes == 0);
+
+    // After a restart, the patches come from their files: the same bytes, the same model.
+    s.reopen();
+    const wire::TaskOffer again = s.offer("d", 1);
+    CHECK(again.base_model_version == 1);
+    CHECK(again.model_digest == behind.model_digest);
+    m = v1;
+    download_and_apply(s, "d", again, 1, &m);
+    CHECK(m == v4);
+    // A lost patch file: devices before it get the whole model, devices after it the rest.
+    std::filesystem::remove(dir + "/patch-v000003.bin");
+    s.reopen();
+    CHECK(s.offer("e", 1).base_model_version == 0);
+    CHECK(s.offer("f", 3).base_model_version == 3);
+    // A damaged public model file: the server starts from its own model in bf16 and sends it whole.
+    {
+      std::fstream f(dir + "/public-v000004.bin", std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(100);
+      const char byte = char(f.get());
+      f.seekp(100);
+      f.put(char(byte ^ 0x5A));
+      REQUIRE(f.good());
+    }
+    s.reopen();
+    const wire::TaskOffer rebuilt = s.offer("g", 3);
+    CHECK(rebuilt.base_model_version == 0);
+    std::vector<float> w;
+    download_and_apply(s, "g", rebuilt, 3, &w);
+    std::vector<float> server_bf16 = s.model();
+    REQUIRE(round_to_bf16_grid({server_bf16.data(), server_bf16.size()}) == Status::kOk);
+    CHECK(w == server_bf16);
+    // And the rounds go on from there.
+    run_round(s, {honest("a", 7, 3), honest("b", 8, 5)});
+    CHECK(s.rounds->model_version() == 5);
+    const wire::TaskOffer next = s.offer("h", 4);
+    CHECK(next.base_model_version == 4);
+    download_and_apply(s, "h", next, 4, &w);
+    std::filesystem::remove_all(dir);
   }
 }
