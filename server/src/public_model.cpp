@@ -1,5 +1,6 @@
 #include "public_model.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -16,12 +17,6 @@ std::string versioned_name(const char* prefix, uint64_t version) {
   return name;
 }
 
-wire::Digest digest_of(Span<const uint8_t> bytes) {
-  const tls::Sha256Digest d = tls::sha256(bytes);
-  wire::Digest out{};
-  std::memcpy(out.data(), d.data(), out.size());
-  return out;
-}
 
 }  // namespace
 
@@ -177,32 +172,53 @@ bool PublicModel::chain_known(uint64_t from) const {
   return true;
 }
 
+template <typename F>
+void PublicModel::for_each_piece(uint64_t base, F piece) const {
+  auto framed = [&](const std::vector<uint8_t>& encoding) {
+    const uint32_t length = static_cast<uint32_t>(encoding.size());
+    const uint8_t prefix[kStreamPrefixBytes] = {uint8_t(length), uint8_t(length >> 8), uint8_t(length >> 16),
+                                                uint8_t(length >> 24)};
+    piece(Span<const uint8_t>(prefix, kStreamPrefixBytes));
+    piece(Span<const uint8_t>(encoding.data(), encoding.size()));
+  };
+  if (base == 0) {
+    framed(whole_);
+    return;
+  }
+  for (uint64_t v = base + 1; v <= version_; ++v) framed(patches_.at(v));
+}
+
 const PublicModel::Download* PublicModel::download_from(uint64_t base) {
   auto it = downloads_.find(base);
   if (it != downloads_.end()) return &it->second;
+  const uint64_t whole_bytes = kStreamPrefixBytes + whole_.size();
   Download d;
   d.base = base;
-  if (base == 0) {
-    size_t used = 0;
-    d.stream.resize(kStreamPrefixBytes + whole_.size());
-    if (stream_append({whole_.data(), whole_.size()}, {d.stream.data(), d.stream.size()}, &used) !=
-        Status::kOk) {
-      return nullptr;
-    }
-  } else if (base != version_) {
+  if (base != 0 && base != version_) {
     if (!chain_known(base)) return nullptr;
-    for (uint64_t v = base + 1; v <= version_; ++v) {
-      const std::vector<uint8_t>& p = patches_.at(v);
-      const size_t used0 = d.stream.size();
-      size_t used = used0;
-      d.stream.resize(used0 + kStreamPrefixBytes + p.size());
-      if (stream_append({p.data(), p.size()}, {d.stream.data(), d.stream.size()}, &used) != Status::kOk) {
-        return nullptr;
-      }
-    }
+    for (uint64_t v = base + 1; v <= version_; ++v) d.bytes += kStreamPrefixBytes + patches_.at(v).size();
+    if (d.bytes >= whole_bytes) return nullptr;  // offered whole instead: never served as patches
+  } else if (base == 0) {
+    d.bytes = whole_bytes;
   }
-  d.digest = digest_of({d.stream.data(), d.stream.size()});
-  return &downloads_.emplace(base, std::move(d)).first->second;
+  tls::Sha256 hash;
+  for_each_piece(base, [&](Span<const uint8_t> bytes) { hash.update(bytes); });
+  const tls::Sha256Digest digest = hash.finish();
+  std::memcpy(d.digest.data(), digest.data(), d.digest.size());
+  return &downloads_.emplace(base, d).first->second;
+}
+
+bool PublicModel::read_download(uint64_t base, uint64_t offset, uint64_t length, std::vector<uint8_t>* out) {
+  const Download* d = download_from(base);
+  if (d == nullptr || offset >= d->bytes) return false;
+  const uint64_t end = std::min(d->bytes, offset + length);
+  uint64_t at = 0;  // stream offset of the current piece
+  for_each_piece(base, [&](Span<const uint8_t> bytes) {
+    const uint64_t lo = std::max(at, offset), hi = std::min<uint64_t>(at + bytes.size(), end);
+    if (lo < hi) out->insert(out->end(), bytes.data() + (lo - at), bytes.data() + (hi - at));
+    at += bytes.size();
+  });
+  return true;
 }
 
 const PublicModel::Download& PublicModel::download_for(uint64_t held, bool needs_whole) {
@@ -213,7 +229,7 @@ const PublicModel::Download& PublicModel::download_for(uint64_t held, bool needs
   if (from == version_) return *download_from(version_);  // version 1, built from the seed
   if (!chain_known(from)) return whole;
   const Download* chain = download_from(from);
-  return chain != nullptr && chain->stream.size() < whole.stream.size() ? *chain : whole;
+  return chain != nullptr ? *chain : whole;
 }
 
 }  // namespace edgefl::server

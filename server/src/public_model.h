@@ -29,10 +29,12 @@ class PublicModel {
  public:
   static constexpr uint64_t kPatchesKept = 64;
 
-  // One download: TaskOffer.base_model_version, the stream and its SHA-256.
+  // One download: TaskOffer.base_model_version, the stream's size and SHA-256. The stream itself
+  // is never materialized: read_download() copies its bytes out of the patches and the whole
+  // model, so a device asking for every base costs the server 48 bytes per base, not a copy.
   struct Download {
     uint64_t base = 0;
-    std::vector<uint8_t> stream;
+    uint64_t bytes = 0;
     wire::Digest digest{};
   };
 
@@ -65,8 +67,13 @@ class PublicModel {
   // since `held` (or since version 1 when seeded and held is 0) if they are all known and smaller
   // than the whole model, else the whole model. `needs_whole`: always the whole model.
   const Download& download_for(uint64_t held, bool needs_whole);
-  // The download from `base` (a ModelRequest's), or null if this server cannot build it.
+  // The download from `base` (a ModelRequest's), or null if this server does not serve it: the
+  // whole model (0), nothing (the current version), or patches it holds that are smaller than the
+  // whole model.
   const Download* download_from(uint64_t base);
+  // Appends bytes [offset, offset + length) of the download from `base` to *out (clamped to its
+  // end). False if that download is not served or offset is past its end.
+  bool read_download(uint64_t base, uint64_t offset, uint64_t length, std::vector<uint8_t>* out);
 
   uint64_t version() const { return version_; }
   Span<const float> model() const { return {public_.data(), public_.size()}; }
@@ -76,6 +83,9 @@ class PublicModel {
  private:
   Status set_current(uint64_t version, std::string* error);  // digest, whole stream, caches
   bool chain_known(uint64_t from) const;                     // patches from+1 .. version_ in memory
+  // Calls piece(bytes) for each piece of the stream from `base` in order (prefixes included).
+  template <typename F>
+  void for_each_piece(uint64_t base, F piece) const;
   Status write_files(const std::string& dir, uint64_t version, Span<const uint8_t> whole,
                      Span<const uint8_t> patch, std::string* error) const;
 

@@ -675,7 +675,7 @@ wire::TaskOffer RoundManager::make_offer(const std::string& device, const wire::
   const PublicModel::Download& download = public_.download_for(
       hello.model_version, (hello.capability_flags & wire::kCapabilityNeedsWholeModel) != 0);
   offer.base_model_version = download.base;
-  offer.model_bytes = download.stream.size();
+  offer.model_bytes = download.bytes;
   offer.model_digest = download.digest;
   offer.public_model_digest = public_.digest();
   offer.initial_model_seed = initial_model_seed_;
@@ -762,27 +762,25 @@ Reply RoundManager::model_request(const std::string& device, const wire::ModelRe
                            " has no task for this device (its offer expired and the round is full)");
   }
   const PublicModel::Download* download = public_.download_from(request.base_model_version);
-  if (download == nullptr || download->stream.empty()) {
-    return error_reply(wire::ErrorCode::kUnknownRound,
-                       "no download of version " + std::to_string(model_version_) + " from version " +
-                           std::to_string(request.base_model_version) + " is served; say Hello again");
+  if (download == nullptr || download->bytes == 0) {
+    return error_reply(wire::ErrorCode::kUnknownRound, "no download of version " + std::to_string(model_version_) +
+                                                           " from version " +
+                                                           std::to_string(request.base_model_version) +
+                                                           " is served; say Hello again");
   }
-  const std::vector<uint8_t>& stream = download->stream;
-  if (request.offset >= stream.size()) {
+  if (request.offset >= download->bytes) {
     return error_reply(wire::ErrorCode::kOffsetMismatch,
-                       "offset beyond the download (" + std::to_string(stream.size()) + " bytes)");
+                       "offset beyond the download (" + std::to_string(download->bytes) + " bytes)");
   }
-  const uint64_t length =
-      std::min<uint64_t>({request.max_length, options_.max_chunk_bytes, stream.size() - request.offset});
   wire::ModelChunk chunk;
   chunk.round_id = request.round_id;
   chunk.model_version = model_version_;
   chunk.offset = request.offset;
-  chunk.total_bytes = stream.size();
-  chunk.data.assign(stream.begin() + static_cast<ptrdiff_t>(request.offset),
-                    stream.begin() + static_cast<ptrdiff_t>(request.offset + length));
-  metrics_->download_bytes.fetch_add(length);
-  open_->download_bytes += length;
+  chunk.total_bytes = download->bytes;
+  const uint64_t length = std::min<uint64_t>(request.max_length, options_.max_chunk_bytes);
+  (void)public_.read_download(request.base_model_version, request.offset, length, &chunk.data);
+  metrics_->download_bytes.fetch_add(chunk.data.size());
+  open_->download_bytes += chunk.data.size();
   return Reply{wire::Message{std::move(chunk)}, false};
 }
 
