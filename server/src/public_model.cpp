@@ -17,7 +17,6 @@ std::string versioned_name(const char* prefix, uint64_t version) {
   return name;
 }
 
-
 }  // namespace
 
 Status PublicModel::init(const CodecSpec& patch_codec, size_t n, bool seeded, std::string* error) {

@@ -763,10 +763,9 @@ Reply RoundManager::model_request(const std::string& device, const wire::ModelRe
   }
   const PublicModel::Download* download = public_.download_from(request.base_model_version);
   if (download == nullptr || download->bytes == 0) {
-    return error_reply(wire::ErrorCode::kUnknownRound, "no download of version " + std::to_string(model_version_) +
-                                                           " from version " +
-                                                           std::to_string(request.base_model_version) +
-                                                           " is served; say Hello again");
+    return error_reply(wire::ErrorCode::kUnknownRound,
+                       "no download of version " + std::to_string(model_version_) + " from version " +
+                           std::to_string(request.base_model_version) + " is served; say Hello again");
   }
   if (request.offset >= download->bytes) {
     return error_reply(wire::ErrorCode::kOffsetMismatch,

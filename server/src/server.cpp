@@ -40,9 +40,10 @@ void print_progress(const RoundManager& rounds, size_t* printed) {
     char acc[32] = "";
     if (r.test_accuracy >= 0) std::snprintf(acc, sizeof acc, "test acc %.4f, ", double(r.test_accuracy));
     const double bf16 = double(rounds.bf16_update_bytes()) * r.accepted;
-    std::printf("round %3llu %-9s %u updates, %s%7.1f kB up, %7.1f kB down (bf16: %7.1f kB each way), %6.2f s\n",
-                static_cast<unsigned long long>(r.round_id), round_state_name(r.state), r.accepted, acc,
-                double(r.upload_bytes) / 1e3, double(r.download_bytes) / 1e3, bf16 / 1e3, r.seconds);
+    std::printf(
+        "round %3llu %-9s %u updates, %s%7.1f kB up, %7.1f kB down (bf16: %7.1f kB each way), %6.2f s\n",
+        static_cast<unsigned long long>(r.round_id), round_state_name(r.state), r.accepted, acc,
+        double(r.upload_bytes) / 1e3, double(r.download_bytes) / 1e3, bf16 / 1e3, r.seconds);
   }
   std::fflush(stdout);
 }
@@ -72,8 +73,10 @@ void print_summary(const RoundManager& rounds, const ServerOptions& options) {
   std::printf(";\ndown: %llu bytes of patches ('%s') and whole bf16 models",
               static_cast<unsigned long long>(down), options.rounds.downlink_codec.c_str());
   if (updates > 0 && bf16 > 0) {
-    std::printf(", %.3fx whole bf16 models every round (%.0f bytes);\nboth ways: %.3fx bf16 both ways, %.1f times fewer bytes",
-                double(down) / bf16, bf16, double(up + down) / (2 * bf16), 2 * bf16 / double(up + down));
+    std::printf(
+        ", %.3fx whole bf16 models every round (%.0f bytes);\nboth ways: %.3fx bf16 both ways, %.1f times "
+        "fewer bytes",
+        double(down) / bf16, bf16, double(up + down) / (2 * bf16), 2 * bf16 / double(up + down));
   }
   std::printf(".\nFinal model version %llu: %s/global.safetensors\n",
               static_cast<unsigned long long>(rounds.model_version()), options.rounds.state_dir.c_str());

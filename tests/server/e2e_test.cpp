@@ -1742,7 +1742,8 @@ TEST_SUITE("e2e.resume") {
       CHECK(commit_and_ack(b, u2) == UpdateDisposition::kAccepted);
     }
 
-    // Round 3: edgefl::Client, whose test hook drops the connection after 3 chunks.
+    // Round 3: edgefl::Client, whose test hooks drop the connection after 2 model chunks (it holds
+    // no model: the patches since the seeded version 1, 256 bytes a chunk) and after 3 upload chunks.
     {
       ClientOptions o;
       o.host = "127.0.0.1";
@@ -1753,6 +1754,8 @@ TEST_SUITE("e2e.resume") {
       o.key_file = pki.key("device-0001");
       o.upload_chunk_bytes = kChunk;
       o.test_disconnect_after_chunks = 3;
+      o.download_chunk_bytes = 256;
+      o.test_disconnect_after_model_chunks = 2;
       o.seed = 42;
       o.backoff_initial_ms = 20;
       o.backoff_max_ms = 200;
@@ -1768,8 +1771,10 @@ TEST_SUITE("e2e.resume") {
       CHECK(r.resumed_at == 3 * kChunk);
       CHECK(r.uploaded_bytes >= r.update_bytes);
       CHECK(r.uploaded_bytes <= r.update_bytes + kChunk);
-      CHECK(r.model_bytes > 0);  // the patches since the version this client held, or the whole model
-      CHECK(r.model_bytes <= 2 * read_model(model_path(state, 3)).size() + 64);
+      CHECK(r.download_base == 1);          // built version 1 from the seed, then two patches
+      CHECK(r.download_resumed_at == 512);  // the download resumed after its second chunk
+      CHECK(r.model_bytes > 512);           // every byte downloaded once (the digests matched)
+      CHECK(r.model_bytes < 2 * read_model(model_path(state, 3)).size());
 
       Update expected;
       expected.decoded = synthetic_delta(read_model(model_path(state, 3)).size(), 3);  // fp32: exact

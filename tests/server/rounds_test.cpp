@@ -1035,7 +1035,8 @@ void download_and_apply(Server& s, const std::string& device, const wire::TaskOf
 }  // namespace
 
 TEST_SUITE("server.rounds.downlink") {
-  TEST_CASE("downloads: the seed, then patches since the version held, else the whole model; after restarts too") {
+  TEST_CASE(
+      "downloads: the seed, then patches since the version held, else the whole model; after restarts too") {
     const std::string dir = make_temp_dir();
     RoundOptions o;
     o.cohort = 2;

@@ -108,8 +108,9 @@ struct ClientOptions {
 
   uint64_t memory_budget_bytes = 64ull << 20;  // a round that needs more is refused up front
   ResidualPrecision residual_precision = ResidualPrecision::kFp32;
-  bool error_feedback = true;               // for codecs that need it (needs_error_feedback())
-  uint32_t upload_chunk_bytes = 64 * 1024;  // <= the offer's max_chunk_bytes
+  bool error_feedback = true;                 // for codecs that need it (needs_error_feedback())
+  uint32_t upload_chunk_bytes = 64 * 1024;    // <= the offer's max_chunk_bytes
+  uint32_t download_chunk_bytes = 64 * 1024;  // largest ModelChunk asked for (<= the offer's max)
   uint32_t connect_timeout_ms = 10000;
   uint32_t io_timeout_ms = 30000;     // per message
   uint32_t backoff_initial_ms = 200;  // reconnect: min(max, initial x 2^attempt) x U[0.5, 1]
@@ -126,6 +127,8 @@ struct ClientOptions {
   std::string sdk_version = "edgefl 0.1";
   // Test hook: drop the connection after this many upload chunks of the first attempt (0 = never).
   uint32_t test_disconnect_after_chunks = 0;
+  // Test hook: drop the connection after this many model chunks of the first attempt (0 = never).
+  uint32_t test_disconnect_after_model_chunks = 0;
   // Optional: the transport (default: the client's own TCP socket through Asio).
   Transport transport;
   // Optional: told about reconnects, backoff, retry windows and refusals, one line each.
@@ -178,7 +181,9 @@ struct RoundResult {
   double wait_seconds = 0;  // RetryLater waits and backoff
   double total_seconds = 0;
   uint32_t reconnects = 0;
-  uint64_t resumed_at = 0;  // offset an interrupted upload resumed from (0: none)
+  uint64_t resumed_at = 0;           // offset an interrupted upload resumed from (0: none)
+  uint64_t download_resumed_at = 0;  // offset an interrupted model download resumed from (0: none)
+  uint64_t download_base = 0;        // the version the download patched (0: the whole model)
   // kServerDraining: when the server asked the device to come back ([after, after + window] ms).
   uint32_t retry_after_ms = 0;
   uint32_t retry_window_ms = 0;

@@ -251,6 +251,7 @@ struct Client::Attempt {
   static constexpr uint32_t kSilentRefusalsBeforeGivingUp = 3;
   bool fresh = false;  // this pass opened a new connection
   bool drop_injected = false;
+  bool model_drop_injected = false;
   wire::Message reply;  // the last message from the server
 
   void sample_heap() {
@@ -449,13 +450,24 @@ Client::Attempt::Step Client::Attempt::download_model(const wire::TaskOffer& off
     c.download_base_ = base;
     c.download_digest_ = offer.model_digest;
   }
+  if (!c.download_.empty()) result->download_resumed_at = c.download_.size();
+  result->download_base = base;
+  uint32_t chunks = 0;
   while (c.download_.size() < offer.model_bytes) {
+    if (c.options_.test_disconnect_after_model_chunks != 0 && !model_drop_injected &&
+        ++chunks > c.options_.test_disconnect_after_model_chunks) {
+      model_drop_injected = true;  // the test hook: the network "fails" here, once
+      c.connection_->close();
+      *error = "test: connection dropped mid-download";
+      return connection_lost(Status::kConnectionFailed);
+    }
     wire::ModelRequest request;
     request.round_id = offer.round_id;
     request.model_version = offer.model_version;
     request.base_model_version = base;
     request.offset = c.download_.size();
-    request.max_length = std::min<uint32_t>(offer.max_chunk_bytes, wire::kMaxChunkBytes);
+    request.max_length = std::max<uint32_t>(
+        1, std::min({c.options_.download_chunk_bytes, offer.max_chunk_bytes, wire::kMaxChunkBytes}));
     const Status s = exchange(wire::Message{request});
     if (s != Status::kOk) return connection_lost(s);
     const auto* chunk = std::get_if<wire::ModelChunk>(&reply);
