@@ -1,5 +1,7 @@
 #include "public_model.h"
 
+#include <errno.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -79,7 +81,16 @@ Status PublicModel::load(const std::string& dir, uint64_t version, Span<const fl
   const uint64_t max_bytes = uint64_t{64} + 4 * uint64_t{n_};
   if (read_file(dir + "/" + versioned_name("public", version), max_bytes, &file, &why) != Status::kOk ||
       apply_whole_model({file.data(), file.size()}, {public_.data(), n_}) != Status::kOk) {
-    return reset(server_model, version, error);  // e.g. state from before the public model existed
+    // Missing or damaged (or state from before the public model existed): a new history starts
+    // here. Its file replaces the old one, and the patch into this version goes, so that the
+    // patches of the old history are never chained to the new one after a later restart.
+    EDGEFL_RETURN_IF_ERROR(reset(server_model, version, error));
+    const std::string patch = dir + "/" + versioned_name("patch", version);
+    if (std::remove(patch.c_str()) != 0 && errno != ENOENT) {
+      *error = "cannot remove " + patch + ": " + std::strerror(errno);
+      return Status::kIoError;
+    }
+    return write_current(dir, error);
   }
   patches_.clear();
   // The patches before it, newest first, while they are present and verify.

@@ -49,7 +49,8 @@ class PublicModel {
 
   // Version `version` from its files in `dir`: the public model, and the patches of the versions
   // before it as far back as they are all present and valid (kPatchesKept at most). Without a
-  // readable public file: reset(server_model, version).
+  // readable public file: reset(server_model, version), whose public file is written and whose
+  // patch file is removed (the chain of old patches ends there). Fails only on that write.
   Status load(const std::string& dir, uint64_t version, Span<const float> server_model, std::string* error);
 
   // The next version's candidate: patch = C(next_server_model - public) with `seed`, then the

@@ -1123,12 +1123,17 @@ TEST_SUITE("server.rounds.downlink") {
     std::vector<float> server_bf16 = s.model();
     REQUIRE(round_to_bf16_grid({server_bf16.data(), server_bf16.size()}) == Status::kOk);
     CHECK(w == server_bf16);
-    // And the rounds go on from there.
+    // And the rounds go on from there; after another restart no patch of the old history (the
+    // patch into version 4) is chained to the new one.
     run_round(s, {honest("a", 7, 3), honest("b", 8, 5)});
     CHECK(s.rounds->model_version() == 5);
     const wire::TaskOffer next = s.offer("h", 4);
     CHECK(next.base_model_version == 4);
     download_and_apply(s, "h", next, 4, &w);
+    CHECK_FALSE(std::filesystem::exists(dir + "/patch-v000004.bin"));
+    s.reopen();
+    CHECK(s.offer("i", 3).base_model_version == 0);
+    CHECK(s.offer("j", 4).base_model_version == 4);
     std::filesystem::remove_all(dir);
   }
 }
