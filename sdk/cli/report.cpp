@@ -185,7 +185,7 @@ RunSummary summarize(const std::vector<RoundRecord>& records, double target_acc)
 
 namespace {
 
-// Mean and range of one column over seeds, as "mean" or "mean (min-max)".
+// Mean and range of one column over seeds, as "mean" or "mean [min, max]".
 struct Spread {
   std::vector<double> values;
   std::string text(int digits, double scale = 1) const {
@@ -193,7 +193,7 @@ struct Spread {
     double sum = 0, lo = values[0], hi = values[0];
     for (double v : values) sum += v, lo = std::min(lo, v), hi = std::max(hi, v);
     std::string t = fixed(sum / double(values.size()) * scale, digits);
-    if (values.size() > 1) t += " (" + fixed(lo * scale, digits) + "–" + fixed(hi * scale, digits) + ")";
+    if (values.size() > 1) t += " [" + fixed(lo * scale, digits) + ", " + fixed(hi * scale, digits) + "]";
     return t;
   }
 };
@@ -263,7 +263,7 @@ bool write_report(const std::string& dir, const std::vector<CodecRun>& runs, con
         "`full` is the whole bf16 model every round. Each ratio divides by the baseline's bytes in the "
         "same direction (total: both ways) to its own target. Simulated time follows the link model and the"
         " measured compute of the slowest selected client per round."
-     << (seeds > 1 ? " With several seeds: mean (min–max)." : "") << "\n\n";
+     << (seeds > 1 ? " With several seeds: mean [min, max]." : "") << "\n\n";
   md << "| codec | final acc | vs " << b << " (pp) | uplink to target | x | downlink to target | x | "
      << "total to target | x | sim time to target | x |\n";
   md << "|---|---|---|---|---|---|---|---|---|---|---|\n";

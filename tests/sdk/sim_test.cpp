@@ -173,10 +173,10 @@ TEST_SUITE("sim") {
     std::ifstream md2(dir + "/report.md");
     std::stringstream text2;
     text2 << md2.rdbuf();
-    CHECK(text2.str().find("| `q4` | 0.8250 (0.8250–0.8250) | 0.00 (0.00–0.00) | 0.00 (0.00–0.00) MB | "
-                           "0.1875 (0.1250–0.2500) | ") != std::string::npos);
-    CHECK(text2.str().find("| 0.1437 (0.1125–0.1750) |") !=
-          std::string::npos);  // total: (2100, 1350) / 12000
+    CHECK(text2.str().find("| `q4` | 0.8250 [0.8250, 0.8250] | 0.00 [0.00, 0.00] | 0.00 [0.00, 0.00] MB | "
+                           "0.1875 [0.1250, 0.2500] | ") != std::string::npos);
+    // Total: (2100 and 1350 bytes) / 12000.
+    CHECK(text2.str().find("| 0.1437 [0.1125, 0.1750] |") != std::string::npos);
     CHECK(text2.str().find("seeds 1, 2") != std::string::npos);
     CHECK_FALSE(edgefl::cli::write_report(dir, {a, b, a2}, settings, out, &error));  // a seed short
     std::ifstream svg(dir + "/accuracy_vs_uplink.svg");
