@@ -575,10 +575,41 @@ int run_sim(const SimConfig& c, std::vector<RoundRecord>* records, std::ostream&
   return Simulation(c, records, err).run();
 }
 
+namespace {
+int set_sim_option(const std::string& arg, const std::string& v, SimConfig* c);
+
+// One --compare entry, "UPLINK[@DOWNLINK][ --option value ...]", applied to a copy of the base
+// configuration. The options are those of one run (--epochs, --server-opt, --lr, ...), not
+// --seed, --rounds or --json, which the comparison fixes. "" or what is wrong.
+std::string apply_entry(const std::string& entry, SimConfig* c) {
+  std::istringstream words(entry);
+  std::string codec, arg, value;
+  words >> codec;
+  const size_t at = codec.find('@');
+  c->codec = codec.substr(0, at);
+  if (at != std::string::npos) c->downlink = codec.substr(at + 1);
+  while (words >> arg) {
+    if (!(words >> value)) return "missing value after " + arg;
+    if (arg == "--seed" || arg == "--rounds" || arg == "--json") return arg + " is the same for every run";
+    const int set = set_sim_option(arg, value, c);
+    if (set != 0) return (set == 2 ? "unknown option " : "invalid value for ") + arg;
+  }
+  return "";
+}
+}  // namespace
+
 int run_compare(const SimConfig& base, const CompareOptions& options, std::ostream& out, std::ostream& err) {
   if (options.codecs.empty()) {
     err << "edgefl sim: --compare needs at least one codec\n";
     return 2;
+  }
+  for (const std::string& entry : options.codecs) {  // every entry checked before any run
+    SimConfig probe = base;
+    const std::string bad = apply_entry(entry, &probe);
+    if (!bad.empty()) {
+      err << "edgefl sim: --compare entry '" << entry << "': " << bad << "\n";
+      return 2;
+    }
   }
   const std::vector<uint64_t> seeds =
       options.seeds.empty() ? std::vector<uint64_t>{base.seed} : options.seeds;
@@ -588,10 +619,11 @@ int run_compare(const SimConfig& base, const CompareOptions& options, std::ostre
     for (const std::string& codec : options.codecs) {
       SimConfig c = base;
       c.seed = seed;
-      // "UPLINK@DOWNLINK" sets the downlink of one run; without '@', --downlink applies.
-      const size_t at = codec.find('@');
-      c.codec = codec.substr(0, at);
-      if (at != std::string::npos) c.downlink = codec.substr(at + 1);
+      const std::string bad = apply_entry(codec, &c);
+      if (!bad.empty()) {
+        err << "edgefl sim: --compare entry '" << codec << "': " << bad << "\n";
+        return 2;
+      }
       c.json_path = options.report_dir + "/" + sanitize_file_name(codec) +
                     (seeds.size() > 1 ? "-seed" + std::to_string(seed) : std::string()) + ".jsonl";
       CodecRun run;
@@ -665,7 +697,9 @@ const char kSimUsage[] =
     "  --model SPEC         cnn | cnn:C1-C2-H | mlp:784-H...-10 (cnn)\n"
     "  --partition SPEC     iid | dirichlet:ALPHA | shards:K (dirichlet:0.5)\n"
     "  --codec SPEC         uplink codec (bf16)\n"
-    "  --compare LIST       ';'-separated runs UPLINK[@DOWNLINK], same seeds (the first is the baseline)\n"
+    "  --compare LIST       ';'-separated runs 'UPLINK[@DOWNLINK][ --option value ...]', the same\n"
+    "                       seeds for each (the first is the baseline); options of one run such as\n"
+    "                       --epochs or --server-opt apply to that run only\n"
     "  --seeds LIST         ','-separated seeds for --compare: every run once per seed (--seed)\n"
     "  --reuse              --compare: take a run from its JSONL in --report when it is complete\n"
     "  --report DIR         where --compare writes report.md, the plots and the JSONL (sim-report)\n"
@@ -706,6 +740,68 @@ bool to_double(const std::string& s, double* out) {
   return true;
 }
 
+// One `edgefl sim` option with its value into *c. 1: a bad value; 2: not an option of a run.
+int set_sim_option(const std::string& arg, const std::string& v, SimConfig* c) {
+  double d = 0;
+  size_t z = 0;
+  bool ok = true;
+  if (arg == "--clients")
+    ok = to_size(v, &c->clients);
+  else if (arg == "--per-round")
+    ok = to_size(v, &c->per_round);
+  else if (arg == "--rounds")
+    ok = to_size(v, &c->rounds);
+  else if (arg == "--model")
+    c->model = v;
+  else if (arg == "--partition")
+    c->partition = v;
+  else if (arg == "--codec")
+    c->codec = v;
+  else if (arg == "--downlink")
+    c->downlink = v;
+  else if (arg == "--ef")
+    c->error_feedback = v;
+  else if (arg == "--server-opt")
+    c->server_optimizer = v;
+  else if (arg == "--lr")
+    ok = to_double(v, &d) && d > 0 && (c->train.learning_rate = float(d), true);
+  else if (arg == "--momentum")
+    ok = to_double(v, &d) && d >= 0 && d < 1 && (c->train.momentum = float(d), true);
+  else if (arg == "--weight-decay")
+    ok = to_double(v, &d) && d >= 0 && (c->train.weight_decay = float(d), true);
+  else if (arg == "--prox-mu")
+    ok = to_double(v, &d) && d >= 0 && (c->train.prox_mu = float(d), true);
+  else if (arg == "--batch")
+    ok = to_size(v, &z) && z >= 1 && z <= 65536 && (c->train.batch_size = uint32_t(z), true);
+  else if (arg == "--epochs")
+    ok = to_size(v, &z) && z >= 1 && z <= 1000 && (c->train.local_epochs = uint32_t(z), true);
+  else if (arg == "--uplink-mbps")
+    ok = to_double(v, &c->uplink_mbps) && c->uplink_mbps > 0;
+  else if (arg == "--downlink-mbps")
+    ok = to_double(v, &c->downlink_mbps) && c->downlink_mbps > 0;
+  else if (arg == "--rtt-ms")
+    ok = to_double(v, &c->rtt_ms) && c->rtt_ms >= 0;
+  else if (arg == "--compute-scale")
+    ok = to_double(v, &c->compute_scale) && c->compute_scale >= 0;
+  else if (arg == "--threads")
+    ok = to_size(v, &c->threads);
+  else if (arg == "--eval-every")
+    ok = to_size(v, &c->eval_every) && c->eval_every >= 1;
+  else if (arg == "--eval-samples")
+    ok = to_size(v, &c->eval_samples);
+  else if (arg == "--seed")
+    ok = to_size(v, &z) && (c->seed = z, true);
+  else if (arg == "--json")
+    c->json_path = v;
+  else if (arg == "--save-update")
+    c->save_update_path = v;
+  else if (arg == "--data")
+    c->data_dir = v;
+  else
+    return 2;
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int run_sim_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -728,72 +824,21 @@ int run_sim_command(int argc, const char* const* argv, std::ostream& out, std::o
     }
     if (i + 1 >= argc) return usage("missing value after " + arg);
     const std::string v = argv[++i];
-    double d = 0;
-    size_t z = 0;
     bool ok = true;
-    if (arg == "--clients")
-      ok = to_size(v, &c.clients);
-    else if (arg == "--per-round")
-      ok = to_size(v, &c.per_round);
-    else if (arg == "--rounds")
-      ok = to_size(v, &c.rounds);
-    else if (arg == "--model")
-      c.model = v;
-    else if (arg == "--partition")
-      c.partition = v;
-    else if (arg == "--codec")
-      c.codec = v;
-    else if (arg == "--compare")
+    if (arg == "--compare") {
       compare = v;
-    else if (arg == "--report")
+    } else if (arg == "--report") {
       compare_options.report_dir = v;
-    else if (arg == "--seeds")
+    } else if (arg == "--seeds") {
       seed_list = v;
-    else if (arg == "--target-acc")
+    } else if (arg == "--target-acc") {
       ok = to_double(v, &compare_options.target_acc) && compare_options.target_acc > 0 &&
            compare_options.target_acc <= 1;
-    else if (arg == "--downlink")
-      c.downlink = v;
-    else if (arg == "--ef")
-      c.error_feedback = v;
-    else if (arg == "--server-opt")
-      c.server_optimizer = v;
-    else if (arg == "--lr")
-      ok = to_double(v, &d) && d > 0 && (c.train.learning_rate = float(d), true);
-    else if (arg == "--momentum")
-      ok = to_double(v, &d) && d >= 0 && d < 1 && (c.train.momentum = float(d), true);
-    else if (arg == "--weight-decay")
-      ok = to_double(v, &d) && d >= 0 && (c.train.weight_decay = float(d), true);
-    else if (arg == "--prox-mu")
-      ok = to_double(v, &d) && d >= 0 && (c.train.prox_mu = float(d), true);
-    else if (arg == "--batch")
-      ok = to_size(v, &z) && z >= 1 && z <= 65536 && (c.train.batch_size = uint32_t(z), true);
-    else if (arg == "--epochs")
-      ok = to_size(v, &z) && z >= 1 && z <= 1000 && (c.train.local_epochs = uint32_t(z), true);
-    else if (arg == "--uplink-mbps")
-      ok = to_double(v, &c.uplink_mbps) && c.uplink_mbps > 0;
-    else if (arg == "--downlink-mbps")
-      ok = to_double(v, &c.downlink_mbps) && c.downlink_mbps > 0;
-    else if (arg == "--rtt-ms")
-      ok = to_double(v, &c.rtt_ms) && c.rtt_ms >= 0;
-    else if (arg == "--compute-scale")
-      ok = to_double(v, &c.compute_scale) && c.compute_scale >= 0;
-    else if (arg == "--threads")
-      ok = to_size(v, &c.threads);
-    else if (arg == "--eval-every")
-      ok = to_size(v, &c.eval_every) && c.eval_every >= 1;
-    else if (arg == "--eval-samples")
-      ok = to_size(v, &c.eval_samples);
-    else if (arg == "--seed")
-      ok = to_size(v, &z) && (c.seed = z, true);
-    else if (arg == "--json")
-      c.json_path = v;
-    else if (arg == "--save-update")
-      c.save_update_path = v;
-    else if (arg == "--data")
-      c.data_dir = v;
-    else
-      return usage("unknown option " + arg);
+    } else {
+      const int set = set_sim_option(arg, v, &c);
+      if (set == 2) return usage("unknown option " + arg);
+      ok = set == 0;
+    }
     if (!ok) return usage("invalid value '" + v + "' for " + arg);
   }
   if (!compare.empty()) {

@@ -66,8 +66,9 @@ bool make_real_update(const std::string& model, size_t round, std::vector<float>
 // Runs one simulation; fills `records` (one per round). Progress on `err` unless quiet.
 int run_sim(const SimConfig& config, std::vector<RoundRecord>* records, std::ostream& err);
 
-// What `edgefl sim --compare` runs: each entry of `codecs` ("UPLINK" or "UPLINK@DOWNLINK"; the
-// first is the baseline, normally bf16 with the whole model downloaded) once per seed.
+// What `edgefl sim --compare` runs: each entry of `codecs` ("UPLINK[@DOWNLINK][ --option value
+// ...]": the codecs, then options of that run only, e.g. --epochs 4; the first entry is the
+// baseline, normally bf16 with the whole model downloaded) once per seed.
 struct CompareOptions {
   std::vector<std::string> codecs;
   std::vector<uint64_t> seeds;  // empty: the SimConfig's seed

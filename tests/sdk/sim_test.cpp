@@ -116,6 +116,37 @@ TEST_SUITE("sim") {
     CHECK(log.str().find("invalid --downlink 'q3'") != std::string::npos);
   }
 
+  TEST_CASE("--compare: per-run options and downlinks, several seeds, a run reused from its JSONL") {
+    edgefl::cli::SimConfig c = tiny_config();
+    c.rounds = 2;
+    edgefl::cli::CompareOptions o;
+    o.report_dir = "sim_test_compare";
+    REQUIRE(edgefl::cli::make_directories(o.report_dir));
+    std::ostringstream out, err;
+    o.codecs = {"bf16", "q4 --seed 3"};
+    CHECK(edgefl::cli::run_compare(c, o, out, err) == 2);  // checked before anything runs
+    CHECK(err.str().find("--seed is the same for every run") != std::string::npos);
+    std::ifstream none(o.report_dir + "/bf16.jsonl");
+    CHECK_FALSE(none.good());
+    o.codecs = {"bf16", "sparq:0.1@sparq:0.05 --epochs 2"};
+    o.seeds = {1, 2};
+    REQUIRE(edgefl::cli::run_compare(c, o, out, err) == 0);
+    std::vector<edgefl::cli::RoundRecord> r;
+    std::string error;
+    REQUIRE(
+        edgefl::cli::read_jsonl(o.report_dir + "/sparq_0.1_sparq_0.05_--epochs_2-seed2.jsonl", &r, &error));
+    REQUIRE(r.size() == 2);
+    CHECK(r[0].downlink_bytes == 0);  // patches: version 1 comes from the seed
+    CHECK(r[1].downlink_bytes > 0);
+    // Reused: the same report from the JSONL files, nothing trained again.
+    o.reuse = true;
+    std::ostringstream out2, err2;
+    c.quiet = false;
+    REQUIRE(edgefl::cli::run_compare(c, o, out2, err2) == 0);
+    CHECK(err2.str().find("--compare run") == std::string::npos);
+    CHECK(out2.str() == out.str().substr(out.str().size() - out2.str().size()));
+  }
+
   TEST_CASE("a compressed codec sends fewer bytes than bf16 for the same rounds") {
     edgefl::cli::SimConfig c = tiny_config();
     c.codec = "bf16";
