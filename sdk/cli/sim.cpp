@@ -619,6 +619,7 @@ int run_compare(const SimConfig& base, const CompareOptions& options, std::ostre
     for (const std::string& codec : options.codecs) {
       SimConfig c = base;
       c.seed = seed;
+      if (&codec == &options.codecs.front()) c.downlink = "full";  // the baseline: bf16 both ways
       const std::string bad = apply_entry(codec, &c);
       if (!bad.empty()) {
         err << "edgefl sim: --compare entry '" << codec << "': " << bad << "\n";
@@ -657,6 +658,7 @@ bool make_real_update(const std::string& model, size_t round, std::vector<float>
                       std::string* error) {
   SimConfig c;
   c.model = model;
+  c.downlink = "full";  // bf16 both ways, as documented
   c.rounds = round;
   c.eval_every = round + 1;  // evaluate once, at the end
   c.eval_samples = 1000;
@@ -705,7 +707,8 @@ const char kSimUsage[] =
     "  --report DIR         where --compare writes report.md, the plots and the JSONL (sim-report)\n"
     "  --target-acc A       accuracy for bytes/time-to-target (default: baseline final - 0.005)\n"
     "  --downlink SPEC      full: the whole bf16 model every round; or the codec of the patches that\n"
-    "                       move the clients' public model (round/downlink.h) (full)\n"
+    "                       move the clients' public model (round/downlink.h) (sparq:0.05, as\n"
+    "                       edgefl-server; --compare's first entry: full unless it says '@')\n"
     "  --ef MODE            error feedback: none | fp32 | bf16 | auto (auto: fp32 for biased codecs)\n"
     "  --server-opt SPEC    fedavg[:lr=X] | fedavgm:lr=X,momentum=M | fedadam:lr=X,b1=,b2=,tau= (fedavg)\n"
     "  --lr X --momentum M --weight-decay W --prox-mu MU --batch B --epochs E   local SGD (0.05 0.9 0 0 32 "

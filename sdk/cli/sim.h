@@ -25,8 +25,9 @@ struct SimConfig {
   std::string partition = "dirichlet:0.5";  // iid | dirichlet:ALPHA | shards:K
   std::string codec = "bf16";               // uplink codec spec
   // full: the whole bf16 model every round (the 16-bit baseline); else the codec of the patches
-  // that move the clients' public model towards the server model (round/downlink.h).
-  std::string downlink = "full";
+  // that move the clients' public model towards the server model (round/downlink.h). The default
+  // is edgefl-server's.
+  std::string downlink = "sparq:0.05";
   std::string error_feedback = "auto";      // none | fp32 | bf16 | auto (fp32 for biased codecs)
   std::string server_optimizer = "fedavg";  // edgefl/aggregate.h spec
   uint64_t seed = 1;
@@ -67,8 +68,9 @@ bool make_real_update(const std::string& model, size_t round, std::vector<float>
 int run_sim(const SimConfig& config, std::vector<RoundRecord>* records, std::ostream& err);
 
 // What `edgefl sim --compare` runs: each entry of `codecs` ("UPLINK[@DOWNLINK][ --option value
-// ...]": the codecs, then options of that run only, e.g. --epochs 4; the first entry is the
-// baseline, normally bf16 with the whole model downloaded) once per seed.
+// ...]": the codecs, then options of that run only, e.g. --epochs 4) once per seed. The first
+// entry is the baseline, normally bf16: without '@' its downlink is "full" (bf16 both ways);
+// the other entries without '@' take the configuration's downlink.
 struct CompareOptions {
   std::vector<std::string> codecs;
   std::vector<uint64_t> seeds;  // empty: the SimConfig's seed

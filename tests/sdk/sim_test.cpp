@@ -55,6 +55,7 @@ TEST_SUITE("sim") {
   TEST_CASE("uplink bytes are the clients' encodings, all-in") {
     edgefl::cli::SimConfig c = tiny_config();
     c.codec = "bf16";
+    c.downlink = "full";
     const auto records = run(c);
     edgefl::ModelSpec model;
     REQUIRE(edgefl::parse_model_spec(c.model.c_str(), &model) == edgefl::Status::kOk);
@@ -94,6 +95,7 @@ TEST_SUITE("sim") {
   TEST_CASE("patched downloads: nothing in round 1, then the patches since a client's version, capped") {
     edgefl::cli::SimConfig c = tiny_config();
     c.codec = "sparq:0.1";
+    c.downlink = "full";
     const auto full = run(c);
     c.downlink = "sparq:0.05";
     const auto patched = run(c);
