@@ -120,7 +120,9 @@ TEST_SUITE("sim") {
 
   TEST_CASE("--compare: per-run options and downlinks, several seeds, a run reused from its JSONL") {
     edgefl::cli::SimConfig c = tiny_config();
+    c.model = "mlp:784-8-10";
     c.rounds = 2;
+    c.eval_samples = 200;
     edgefl::cli::CompareOptions o;
     o.report_dir = "sim_test_compare";
     REQUIRE(edgefl::cli::make_directories(o.report_dir));
