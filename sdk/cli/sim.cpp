@@ -707,7 +707,7 @@ const char kSimUsage[] =
     "  --report DIR         where --compare writes report.md, the plots and the JSONL (sim-report)\n"
     "  --target-acc A       accuracy for bytes/time-to-target (default: baseline final - 0.005)\n"
     "  --downlink SPEC      full: the whole bf16 model every round; or the codec of the patches that\n"
-    "                       move the clients' public model (round/downlink.h) (sparq:0.05, as\n"
+    "                       move the clients' public model (round/downlink.h) (sparq:0.02, as\n"
     "                       edgefl-server; --compare's first entry: full unless it says '@')\n"
     "  --ef MODE            error feedback: none | fp32 | bf16 | auto (auto: fp32 for biased codecs)\n"
     "  --server-opt SPEC    fedavg[:lr=X] | fedavgm:lr=X,momentum=M | fedadam:lr=X,b1=,b2=,tau= (fedavg)\n"

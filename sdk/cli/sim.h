@@ -27,7 +27,7 @@ struct SimConfig {
   // full: the whole bf16 model every round (the 16-bit baseline); else the codec of the patches
   // that move the clients' public model towards the server model (round/downlink.h). The default
   // is edgefl-server's.
-  std::string downlink = "sparq:0.05";
+  std::string downlink = "sparq:0.02";
   std::string error_feedback = "auto";      // none | fp32 | bf16 | auto (fp32 for biased codecs)
   std::string server_optimizer = "fedavg";  // edgefl/aggregate.h spec
   uint64_t seed = 1;

@@ -38,7 +38,7 @@ const char kUsage[] =
     "rounds:\n"
     "  --model SPEC            model (cnn); --codec SPEC uplink codec devices use (sparq:0.1)\n"
     "  --downlink-codec SPEC   codec of the patches that bring devices to the new model; the whole\n"
-    "                          model goes as bf16 when that is smaller (sparq:0.05)\n"
+    "                          model goes as bf16 when that is smaller (sparq:0.02)\n"
     "  --optimizer SPEC        fedavg | fedavgm | fedadam[:lr=...] (fedavg)\n"
     "  --rounds R              rounds to run, then exit (0 = until stopped) (0)\n"
     "  --cohort K              accepted updates that complete a round (4)\n"

@@ -71,7 +71,7 @@ struct RoundOptions {
   std::string uplink_codec = "sparq:0.1";
   // The codec of the patches that move the devices' public model (sdk/src/round/downlink.h,
   // server/src/public_model.h); the whole model always travels as bf16.
-  std::string downlink_codec = "sparq:0.05";
+  std::string downlink_codec = "sparq:0.02";
   std::string optimizer = "fedavg";           // edgefl/aggregate.h grammar
   wire::TrainingConfig training;              // sent to devices in every offer
   uint32_t cohort = 4;                        // accepted updates that complete a round
