@@ -616,10 +616,11 @@ int run_compare(const SimConfig& base, const CompareOptions& options, std::ostre
   std::vector<CodecRun> runs;
   const size_t total = seeds.size() * options.codecs.size();
   for (uint64_t seed : seeds) {
-    for (const std::string& codec : options.codecs) {
+    for (size_t entry = 0; entry < options.codecs.size(); ++entry) {
+      const std::string& codec = options.codecs[entry];
       SimConfig c = base;
       c.seed = seed;
-      if (&codec == &options.codecs.front()) c.downlink = "full";  // the baseline: bf16 both ways
+      if (entry == 0) c.downlink = "full";  // the baseline: bf16 both ways
       const std::string bad = apply_entry(codec, &c);
       if (!bad.empty()) {
         err << "edgefl sim: --compare entry '" << codec << "': " << bad << "\n";

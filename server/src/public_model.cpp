@@ -32,17 +32,10 @@ Status PublicModel::init(const CodecSpec& patch_codec, size_t n, bool seeded, st
   public_.assign(n, 0.0f);
   next_.assign(n, 0.0f);
   scratch_.assign(n, 0.0f);
-  whole_.reserve(encoded_bound(bf16_, n));
   next_patch_.resize(encoded_bound(codec_, n));
   next_whole_.resize(encoded_bound(bf16_, n));
   workspace_.resize(std::max(workspace_size(codec_, n), workspace_size(bf16_, n)));
   return Status::kOk;
-}
-
-std::string PublicModel::codec_text() const {
-  char text[160];
-  format_codec_spec(codec_, text, sizeof text);
-  return text;
 }
 
 Status PublicModel::set_current(uint64_t version, std::string* error) {

@@ -79,7 +79,6 @@ class PublicModel {
   uint64_t version() const { return version_; }
   Span<const float> model() const { return {public_.data(), public_.size()}; }
   const wire::Digest& digest() const { return digest_; }
-  std::string codec_text() const;
 
  private:
   Status set_current(uint64_t version, std::string* error);  // digest, whole stream, caches

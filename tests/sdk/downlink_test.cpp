@@ -88,14 +88,10 @@ TEST_SUITE("downlink") {
       REQUIRE(edgefl::stream_append({p.data(), p.size()}, {stream.data(), stream.size()}, &used) ==
               Status::kOk);
     }
-    size_t offset = 0, count = 0;
-    while (offset < used) {
-      Span<const uint8_t> e;
-      REQUIRE(edgefl::stream_next({stream.data(), used}, &offset, &e) == Status::kOk);
-      REQUIRE(edgefl::apply_patch(e, {device_b.data(), n}, {scratch.data(), n}, {ws.data(), ws.size()}) ==
-              Status::kOk);
-      ++count;
-    }
+    uint64_t count = 0;
+    CHECK(edgefl::download_decode_workspace({stream.data(), used}) <= ws.size());
+    REQUIRE(edgefl::apply_download({stream.data(), used}, false, {device_b.data(), n}, {scratch.data(), n},
+                                   {ws.data(), ws.size()}, &count) == Status::kOk);
     CHECK(count == patches.size());
     CHECK(device_a == public_server);
     CHECK(device_b == public_server);
@@ -159,5 +155,23 @@ TEST_SUITE("downlink") {
     REQUIRE(edgefl::stream_next({stream.data(), used}, &offset, &e) == Status::kOk);
     CHECK(e.size() == patch.size());
     CHECK(offset == used);
+    // A whole download holds exactly one encoding; a cut stream or an empty one is refused.
+    uint64_t count = 0;
+    CHECK(edgefl::apply_download({stream.data(), used}, true, {public_model.data(), n}, {scratch.data(), n},
+                                 {ws.data(), ws.size()}, &count) == Status::kBadParameters);  // q8, not bf16
+    CHECK(edgefl::apply_download({stream.data(), used - 1}, false, {public_model.data(), n},
+                                 {scratch.data(), n}, {ws.data(), ws.size()}, &count) == Status::kTruncated);
+    CHECK(edgefl::download_decode_workspace({stream.data(), used - 1}) == 0);
+    CHECK(edgefl::apply_download({stream.data(), 0}, true, {public_model.data(), n}, {scratch.data(), n},
+                                 {ws.data(), ws.size()}, &count) == Status::kTruncated);
+    std::vector<uint8_t> two(2 * used);
+    size_t two_used = 0;
+    REQUIRE(edgefl::stream_append({patch.data(), patch.size()}, {two.data(), two.size()}, &two_used) ==
+            Status::kOk);
+    REQUIRE(edgefl::stream_append({patch.data(), patch.size()}, {two.data(), two.size()}, &two_used) ==
+            Status::kOk);
+    CHECK(edgefl::apply_download({two.data(), two_used}, true, {public_model.data(), n}, {scratch.data(), n},
+                                 {ws.data(), ws.size()}, &count) == Status::kCorruptPayload);
+    CHECK(public_model == before);
   }
 }

@@ -645,7 +645,6 @@ Status apply_download(const wire::TaskOffer& offer, uint64_t held, const std::ve
                       std::vector<float>* model, std::string* what) {
   const size_t n = offer.parameter_count;
   std::vector<float> scratch(n);
-  std::vector<uint8_t> workspace;
   if (offer.base_model_version == 1 && held == 0) {  // the seeded initial model
     ModelSpec spec;
     REQUIRE(parse_model_spec(offer.model_spec.c_str(), &spec) == Status::kOk);
@@ -656,22 +655,15 @@ Status apply_download(const wire::TaskOffer& offer, uint64_t held, const std::ve
     *what = "the offer patches version " + std::to_string(offer.base_model_version);
     return Status::kProtocolError;
   }
-  size_t offset = 0;
-  while (offset < stream.size()) {
-    Span<const uint8_t> encoding;
-    Status s = stream_next({stream.data(), stream.size()}, &offset, &encoding);
-    if (s == Status::kOk && offer.base_model_version == 0) {
-      model->assign(n, 0.0f);
-      s = apply_whole_model(encoding, {model->data(), n});
-    } else if (s == Status::kOk) {
-      workspace.resize(std::max(workspace.size(), stream_decode_workspace(encoding)));
-      s = apply_patch(encoding, {model->data(), n}, {scratch.data(), n},
-                      {workspace.data(), workspace.size()});
-    }
-    if (s != Status::kOk) {
-      *what = std::string("the download does not apply: ") + status_name(s);
-      return s;
-    }
+  if (offer.base_model_version == 0) model->assign(n, 0.0f);
+  std::vector<uint8_t> workspace(edgefl::download_decode_workspace({stream.data(), stream.size()}));
+  uint64_t patches = 0;
+  const Status s = edgefl::apply_download({stream.data(), stream.size()}, offer.base_model_version == 0,
+                                          {model->data(), n}, {scratch.data(), n},
+                                          {workspace.data(), workspace.size()}, &patches);
+  if (s != Status::kOk) {
+    *what = std::string("the download does not apply: ") + status_name(s);
+    return s;
   }
   const tls::Sha256Digest d = tls::sha256_of_floats({model->data(), model->size()});
   if (std::memcmp(d.data(), offer.public_model_digest.data(), d.size()) != 0) {

@@ -1013,21 +1013,13 @@ void download_and_apply(Server& s, const std::string& device, const wire::TaskOf
   } else if (offer.base_model_version != 0) {
     REQUIRE(offer.base_model_version == held);
   }
+  if (offer.base_model_version == 0) model->assign(n, 0.0f);
   std::vector<float> scratch(n);
-  std::vector<uint8_t> ws(1 << 20);
-  size_t offset = 0, pieces = 0;
-  while (offset < stream.size()) {
-    Span<const uint8_t> e;
-    REQUIRE(stream_next({stream.data(), stream.size()}, &offset, &e) == Status::kOk);
-    if (offer.base_model_version == 0) {
-      model->assign(n, 0.0f);
-      REQUIRE(apply_whole_model(e, {model->data(), n}) == Status::kOk);
-    } else {
-      REQUIRE(apply_patch(e, {model->data(), n}, {scratch.data(), n}, {ws.data(), ws.size()}) == Status::kOk);
-    }
-    ++pieces;
-  }
-  CHECK(pieces == (offer.base_model_version == 0 ? 1 : offer.model_version - offer.base_model_version));
+  std::vector<uint8_t> ws(download_decode_workspace({stream.data(), stream.size()}));
+  uint64_t patches = 0;
+  REQUIRE(apply_download({stream.data(), stream.size()}, offer.base_model_version == 0, {model->data(), n},
+                         {scratch.data(), n}, {ws.data(), ws.size()}, &patches) == Status::kOk);
+  CHECK(patches == (offer.base_model_version == 0 ? 0 : offer.model_version - offer.base_model_version));
   const tls::Sha256Digest p = tls::sha256_of_floats({model->data(), model->size()});
   CHECK(std::memcmp(p.data(), offer.public_model_digest.data(), p.size()) == 0);
 }

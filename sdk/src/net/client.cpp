@@ -307,6 +307,13 @@ struct Client::Attempt {
     // mismatch, not a condition that passes.
     return done(is_transient_refusal(e->code) ? Status::kServerError : Status::kProtocolError);
   }
+  // The test hooks' network failure: the connection closes here, once per attempt (*injected).
+  Step drop_connection_once(bool* injected, const char* what) {
+    *injected = true;
+    c.connection_->close();
+    *error = what;
+    return connection_lost(Status::kConnectionFailed);
+  }
   Step fail(const std::string& what, Status s) {
     *error = what;
     c.connection_->close();
@@ -325,6 +332,11 @@ struct Client::Attempt {
 };
 
 namespace {
+
+// The chunk size to use: the app's choice within the offer's and the protocol's limits (>= 1).
+uint32_t chunk_bytes(uint32_t wanted, const wire::TaskOffer& offer) {
+  return std::max<uint32_t>(1, std::min({wanted, offer.max_chunk_bytes, wire::kMaxChunkBytes}));
+}
 
 RoundTask task_of(const wire::TaskOffer& offer) {
   RoundTask task;
@@ -456,18 +468,14 @@ Client::Attempt::Step Client::Attempt::download_model(const wire::TaskOffer& off
   while (c.download_.size() < offer.model_bytes) {
     if (c.options_.test_disconnect_after_model_chunks != 0 && !model_drop_injected &&
         ++chunks > c.options_.test_disconnect_after_model_chunks) {
-      model_drop_injected = true;  // the test hook: the network "fails" here, once
-      c.connection_->close();
-      *error = "test: connection dropped mid-download";
-      return connection_lost(Status::kConnectionFailed);
+      return drop_connection_once(&model_drop_injected, "test: connection dropped mid-download");
     }
     wire::ModelRequest request;
     request.round_id = offer.round_id;
     request.model_version = offer.model_version;
     request.base_model_version = base;
     request.offset = c.download_.size();
-    request.max_length = std::max<uint32_t>(
-        1, std::min({c.options_.download_chunk_bytes, offer.max_chunk_bytes, wire::kMaxChunkBytes}));
+    request.max_length = chunk_bytes(c.options_.download_chunk_bytes, offer);
     const Status s = exchange(wire::Message{request});
     if (s != Status::kOk) return connection_lost(s);
     const auto* chunk = std::get_if<wire::ModelChunk>(&reply);
@@ -518,27 +526,17 @@ Status Client::Attempt::apply_download(const wire::TaskOffer& offer, bool seeded
   }
   c.delta_.resize(n);
   const Span<const uint8_t> stream{c.download_.data(), c.download_.size()};
-  size_t offset = 0;
-  uint64_t version = offer.base_model_version;
-  while (offset < stream.size()) {
-    Span<const uint8_t> encoding;
-    Status s = stream_next(stream, &offset, &encoding);
-    if (s == Status::kOk && offer.base_model_version == 0) {
-      s = offset == stream.size() ? apply_whole_model(encoding, {c.model_.data(), n})
-                                  : Status::kCorruptPayload;
-    } else if (s == Status::kOk) {
-      c.workspace_.resize(std::max(c.workspace_.size(), stream_decode_workspace(encoding)));
-      s = apply_patch(encoding, {c.model_.data(), n}, {c.delta_.data(), n},
-                      {c.workspace_.data(), c.workspace_.size()});
-      ++version;
-    }
-    if (s != Status::kOk) {
-      *why = std::string("the model download does not apply (") + status_name(s) + ")";
-      return Status::kProtocolError;
-    }
+  c.workspace_.resize(std::max(c.workspace_.size(), download_decode_workspace(stream)));
+  const bool whole = offer.base_model_version == 0;
+  uint64_t patches = 0;
+  const Status s = edgefl::apply_download(stream, whole, {c.model_.data(), n}, {c.delta_.data(), n},
+                                          {c.workspace_.data(), c.workspace_.size()}, &patches);
+  if (s != Status::kOk) {
+    *why = std::string("the model download does not apply (") + status_name(s) + ")";
+    return Status::kProtocolError;
   }
-  if (offer.base_model_version != 0 && version != offer.model_version) {
-    *why = "the download holds " + std::to_string(version - offer.base_model_version) + " patches, not " +
+  if (!whole && patches != offer.model_version - offer.base_model_version) {
+    *why = "the download holds " + std::to_string(patches) + " patches, not " +
            std::to_string(offer.model_version - offer.base_model_version);
     return Status::kProtocolError;
   }
@@ -630,23 +628,19 @@ Client::Attempt::Step Client::Attempt::upload_update(const wire::TaskOffer& offe
   if (status_message->offset > 0 && status_message->offset < p.bytes.size()) {
     result->resumed_at = status_message->offset;
   }
-  const uint32_t chunk_bytes = std::max<uint32_t>(
-      1, std::min({c.options_.upload_chunk_bytes, offer.max_chunk_bytes, wire::kMaxChunkBytes}));
+  const uint32_t upload_chunk = chunk_bytes(c.options_.upload_chunk_bytes, offer);
   uint64_t offset = status_message->offset;
   while (offset < p.bytes.size()) {
     if (c.options_.test_disconnect_after_chunks != 0 && !drop_injected &&
         c.chunks_sent_total_ >= c.options_.test_disconnect_after_chunks) {
-      drop_injected = true;  // the test hook: the network "fails" here, once
-      c.connection_->close();
-      *error = "test: connection dropped mid-upload";
-      return connection_lost(Status::kConnectionFailed);
+      return drop_connection_once(&drop_injected, "test: connection dropped mid-upload");
     }
     wire::UploadChunk chunk;
     chunk.round_id = p.round_id;
     chunk.upload_id = p.upload_id;
     chunk.offset = offset;
     chunk.total_bytes = p.bytes.size();
-    const size_t len = std::min<uint64_t>(chunk_bytes, p.bytes.size() - offset);
+    const size_t len = std::min<uint64_t>(upload_chunk, p.bytes.size() - offset);
     chunk.data.assign(p.bytes.begin() + static_cast<ptrdiff_t>(offset),
                       p.bytes.begin() + static_cast<ptrdiff_t>(offset + len));
     s = c.connection_->send(wire::Message{std::move(chunk)}, c.options_.io_timeout_ms, error);

@@ -82,4 +82,33 @@ size_t stream_decode_workspace(Span<const uint8_t> encoding) {
   return read_header(encoding, &info) == Status::kOk ? decode_workspace_size(info) : 0;
 }
 
+size_t download_decode_workspace(Span<const uint8_t> stream) {
+  size_t offset = 0, largest = 0;
+  Span<const uint8_t> encoding;
+  while (offset < stream.size()) {
+    if (stream_next(stream, &offset, &encoding) != Status::kOk) return 0;
+    const size_t ws = stream_decode_workspace(encoding);
+    if (ws > largest) largest = ws;
+  }
+  return largest;
+}
+
+Status apply_download(Span<const uint8_t> stream, bool whole, Span<float> model, Span<float> decoded,
+                      Span<uint8_t> workspace, uint64_t* patches) {
+  if (patches == nullptr) return Status::kInvalidArgument;
+  *patches = 0;
+  size_t offset = 0;
+  Span<const uint8_t> encoding;
+  while (offset < stream.size()) {
+    EDGEFL_RETURN_IF_ERROR(stream_next(stream, &offset, &encoding));
+    if (whole) {
+      if (offset != stream.size()) return Status::kCorruptPayload;
+      return apply_whole_model(encoding, model);
+    }
+    EDGEFL_RETURN_IF_ERROR(apply_patch(encoding, model, decoded, workspace));
+    ++*patches;
+  }
+  return whole ? Status::kTruncated : Status::kOk;  // a whole download with nothing in it
+}
+
 }  // namespace edgefl

@@ -69,6 +69,19 @@ constexpr size_t kStreamPrefixBytes = 4;
 // The decode workspace one encoding of a stream needs (0 if its header does not parse).
 size_t stream_decode_workspace(Span<const uint8_t> encoding);
 
+// The largest stream_decode_workspace() of the encodings of a whole download stream (0 if its
+// framing is broken: apply_download() then fails on it).
+size_t download_decode_workspace(Span<const uint8_t> stream);
+
+// Device (and tests): applies a whole download stream to `model`, as TaskOffer.base_model_version
+// says: `whole` (base 0): the stream holds exactly one whole-model encoding (apply_whole_model);
+// else every encoding is a patch, applied in order (apply_patch, `decoded` n floats of scratch,
+// `workspace` download_decode_workspace() bytes), and *patches receives their count. Fails as
+// stream_next() and the apply functions; kCorruptPayload for a whole download of more than one
+// encoding. On failure the model is partly updated: the caller discards it.
+[[nodiscard]] Status apply_download(Span<const uint8_t> stream, bool whole, Span<float> model,
+                                    Span<float> decoded, Span<uint8_t> workspace, uint64_t* patches);
+
 }  // namespace edgefl
 
 #endif  // EDGEFL_SRC_ROUND_DOWNLINK_H_
