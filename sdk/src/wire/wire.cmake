@@ -58,5 +58,9 @@ set_target_properties(edgefl_wire PROPERTIES EXPORT_NAME wire OUTPUT_NAME edgefl
 target_compile_features(edgefl_wire PUBLIC cxx_std_17)
 # Public headers (sdk/include) come with edgefl::core; src/ holds the internal headers.
 target_include_directories(edgefl_wire PRIVATE ${PROJECT_SOURCE_DIR}/sdk/src)
-target_link_libraries(edgefl_wire PUBLIC edgefl::core PRIVATE $<BUILD_INTERFACE:edgefl_wire_schema>)
+# The schema's headers by directory, not by linking edgefl_wire_schema: nothing of it belongs in
+# the exported link interface (platforms/cmake/edgefl_install.cmake).
+target_link_libraries(edgefl_wire PUBLIC edgefl::core)
+target_include_directories(edgefl_wire SYSTEM PRIVATE ${edgefl_wire_gen_dir} ${edgefl_flatbuffers_include})
+add_dependencies(edgefl_wire edgefl_wire_generate)
 edgefl_target_options(edgefl_wire)
