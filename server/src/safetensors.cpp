@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
+
+#include "edgefl/config.h"
 
 namespace edgefl {
 namespace server {
@@ -356,8 +359,53 @@ struct FileTensor {
   std::string name;
   uint64_t shape[kMaxRank] = {};
   size_t rank = 0;
+  TensorDtype dtype = TensorDtype::kF32;
+  uint64_t elements = 0;
   uint64_t begin = 0, end = 0;
 };
+
+// IEEE 754 half to float, exactly (every half is a float).
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  uint32_t mantissa = h & 0x3FFu;
+  uint32_t bits;
+  if (exponent == 0x1F) {
+    bits = sign | 0x7F800000u | (mantissa << 13);  // inf, NaN
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;  // +-0
+  } else {        // subnormal: normalise
+    int e = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    bits = sign | (uint32_t(e) << 23) | ((mantissa & 0x3FFu) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Element `k` of a tensor's data as float32.
+float element_at(const uint8_t* src, TensorDtype dtype, uint64_t k) {
+  if (dtype == TensorDtype::kF32) {
+    const uint8_t* p = src + 4 * k;
+    const uint32_t bits = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+  }
+  const uint8_t* p = src + 2 * k;
+  const uint16_t half = uint16_t(p[0] | p[1] << 8);
+  if (dtype == TensorDtype::kF16) return half_to_float(half);
+  const uint32_t bits = uint32_t(half) << 16;  // bfloat16: the top half of a float
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
 
 // One tensor entry of the header: {"dtype":"F32","shape":[...],"data_offsets":[b,e]}, exactly.
 Status read_tensor(const std::string& name, const Json& v, FileTensor* t, std::string* error) {
@@ -386,9 +434,16 @@ Status read_tensor(const std::string& name, const Json& v, FileTensor* t, std::s
   if (dtype->kind != Json::Kind::kString) {
     return fail(error, Status::kCorruptPayload, "tensor \"" + name + "\": dtype is not a string");
   }
-  if (dtype->text != "F32") {
+  uint64_t element_bytes = 4;
+  if (dtype->text == "F32") {
+    t->dtype = TensorDtype::kF32;
+  } else if (dtype->text == "F16" || dtype->text == "BF16") {
+    t->dtype = dtype->text == "F16" ? TensorDtype::kF16 : TensorDtype::kBf16;
+    element_bytes = 2;
+  } else {
     return fail(error, Status::kCorruptPayload,
-                "tensor \"" + name + "\" has dtype \"" + dtype->text + "\"; only F32 is supported");
+                "tensor \"" + name + "\" has dtype \"" + dtype->text.substr(0, 32) +
+                    "\"; a model's tensors are F32, F16 or BF16");
   }
   if (shape->kind != Json::Kind::kArray || shape->items.size() > kMaxRank) {
     return fail(error, Status::kCorruptPayload,
@@ -412,32 +467,33 @@ Status read_tensor(const std::string& name, const Json& v, FileTensor* t, std::s
     return fail(error, Status::kCorruptPayload, "tensor \"" + name + "\": data_offsets is not [begin, end]");
   }
   t->name = name;
+  t->elements = elements;
   t->begin = offsets->items[0].integer;
   t->end = offsets->items[1].integer;
   if (t->begin > t->end) {
     return fail(error, Status::kCorruptPayload, "tensor \"" + name + "\": data_offsets begin after they end");
   }
-  if (t->end - t->begin != elements * 4) {
+  if (t->end - t->begin != elements * element_bytes) {
     return fail(error, Status::kCorruptPayload,
                 "tensor \"" + name + "\": data_offsets span " + std::to_string(t->end - t->begin) +
-                    " bytes, its shape " + shape_string(t->shape, t->rank) + " needs " +
-                    std::to_string(elements * 4));
+                    " bytes, its shape " + shape_string(t->shape, t->rank) + " in " + dtype->text +
+                    " needs " + std::to_string(elements * element_bytes));
   }
   return Status::kOk;
 }
 
 }  // namespace
 
-Status encode_safetensors(const ModelSpec& spec, Span<const float> params,
+Status encode_safetensors(const std::vector<TensorDesc>& table, Span<const float> params,
                           const std::vector<std::pair<std::string, std::string>>& metadata,
                           std::vector<uint8_t>* out, std::string* error) {
   if (out == nullptr) return fail(error, Status::kInvalidArgument, "null output");
-  const size_t count = tensor_count(spec);
-  const size_t n = parameter_count(spec);
-  if (count == 0 || n == 0) return fail(error, Status::kInvalidSpec, "invalid model spec");
+  std::string why;
+  if (validate_tensor_table(table, &why) != Status::kOk) return fail(error, Status::kInvalidSpec, why);
+  const size_t n = size_t(tensor_table_parameters(table));
   if (params.size() != n || params.data() == nullptr) {
     return fail(error, Status::kInvalidArgument,
-                std::to_string(params.size()) + " parameters given, the spec has " + std::to_string(n));
+                std::to_string(params.size()) + " parameters given, the model has " + std::to_string(n));
   }
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(params[i])) {
@@ -446,7 +502,6 @@ Status encode_safetensors(const ModelSpec& spec, Span<const float> params,
   }
   std::map<std::string, std::string> meta;
   meta[kFormatKey] = "pt";
-  meta[kSpecKey] = spec_string(spec);
   for (const auto& [key, value] : metadata) {
     if (!valid_utf8(key) || !valid_utf8(value)) {
       return fail(error, Status::kInvalidArgument, "metadata is not UTF-8 text");
@@ -466,22 +521,22 @@ Status encode_safetensors(const ModelSpec& spec, Span<const float> params,
     put_json_string(value, &json);
   }
   json += '}';
-  for (size_t i = 0; i < count; ++i) {
-    TensorInfo t;
-    if (tensor_info(spec, i, &t) != Status::kOk)
-      return fail(error, Status::kInvalidSpec, "invalid model spec");
+  uint64_t offset = 0;
+  for (const TensorDesc& t : table) {
+    const uint64_t elements = tensor_elements(t);
     json += ',';
     put_json_string(t.name, &json);
     json += ":{\"dtype\":\"F32\",\"shape\":[";
-    for (uint32_t r = 0; r < t.rank; ++r) {
+    for (size_t r = 0; r < t.shape.size(); ++r) {
       if (r > 0) json += ',';
       json += std::to_string(t.shape[r]);
     }
     json += "],\"data_offsets\":[";
-    json += std::to_string(uint64_t(t.offset) * 4);
+    json += std::to_string(offset * 4);
     json += ',';
-    json += std::to_string(uint64_t(t.offset + t.size) * 4);
+    json += std::to_string((offset + elements) * 4);
     json += "]}";
+    offset += elements;
   }
   json += '}';
   json.append((8 - json.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
@@ -500,6 +555,24 @@ Status encode_safetensors(const ModelSpec& spec, Span<const float> params,
   }
   *out = std::move(bytes);
   return Status::kOk;
+}
+
+Status encode_safetensors(const ModelSpec& spec, Span<const float> params,
+                          const std::vector<std::pair<std::string, std::string>>& metadata,
+                          std::vector<uint8_t>* out, std::string* error) {
+  if (out == nullptr) return fail(error, Status::kInvalidArgument, "null output");
+  std::vector<TensorDesc> table;
+  if (tensor_table_from_spec(spec, &table) != Status::kOk) {
+    return fail(error, Status::kInvalidSpec, "invalid model spec");
+  }
+  std::vector<std::pair<std::string, std::string>> meta = metadata;
+  for (const auto& [key, value] : metadata) {
+    if (key == kSpecKey) {
+      return fail(error, Status::kInvalidArgument, "metadata key \"" + key + "\" is repeated or reserved");
+    }
+  }
+  meta.emplace_back(kSpecKey, spec_string(spec));
+  return encode_safetensors(table, params, meta, out, error);
 }
 
 namespace {
@@ -545,6 +618,7 @@ Status read_header_json(Span<const uint8_t> file, Json* root, const uint8_t** da
 Status read_entries(const Json& root, uint64_t data_bytes, std::map<std::string, std::string>* meta,
                     std::vector<FileTensor>* tensors, std::string* error) {
   // Entries: "__metadata__" and the tensors.
+  uint64_t total_elements = 0;
   for (const auto& [key, value] : root.members) {
     if (key == "__metadata__") {
       if (value.kind != Json::Kind::kObject) {
@@ -560,6 +634,13 @@ Status read_entries(const Json& root, uint64_t data_bytes, std::map<std::string,
     }
     FileTensor t;
     EDGEFL_RETURN_IF_ERROR(read_tensor(key, value, &t, error));
+    // The size limit before the data bound: a header that claims a huge model says so.
+    total_elements += t.elements;  // each < 2^62 (read_tensor), at most 2^20 entries: no overflow
+    if (total_elements > EDGEFL_MAX_DIMENSION) {
+      return fail(error, Status::kDimensionTooLarge,
+                  "the model has more than EDGEFL_MAX_DIMENSION (" +
+                      std::to_string(uint64_t{EDGEFL_MAX_DIMENSION}) + ") parameters");
+    }
     if (t.end > data_bytes) {
       return fail(error, Status::kCorruptPayload,
                   "tensor \"" + key + "\": data_offsets [" + std::to_string(t.begin) + "," +
@@ -599,64 +680,86 @@ Status check_tiling(const std::vector<FileTensor>& tensors, uint64_t data_bytes,
   return Status::kOk;
 }
 
-// Matches the spec (the same names, the same shapes, nothing more) and copies the values.
-Status copy_tensors(const ModelSpec& spec, const std::vector<FileTensor>& tensors, const uint8_t* data,
-                    const std::map<std::string, std::string>& meta, std::vector<float>* params,
-                    std::string* error) {
-  const size_t count = tensor_count(spec);
-  const size_t n = parameter_count(spec);
-  const auto spec_it = meta.find(kSpecKey);
-  if (spec_it != meta.end() && spec_it->second != spec_string(spec)) {
-    return fail(error, Status::kDimensionMismatch,
-                "the file holds model \"" + spec_it->second + "\", expected \"" + spec_string(spec) + "\"");
-  }
-  if (tensors.size() > count) {
-    for (const FileTensor& t : tensors) {
-      bool known = false;
-      for (size_t i = 0; i < count && !known; ++i) {
-        TensorInfo info;
-        known = tensor_info(spec, i, &info) == Status::kOk && t.name == info.name;
-      }
-      if (!known) return fail(error, Status::kDimensionMismatch, "unexpected tensor \"" + t.name + "\"");
-    }
-  }
-  std::vector<float> out(n);
-  for (size_t i = 0; i < count; ++i) {
-    TensorInfo info;
-    if (tensor_info(spec, i, &info) != Status::kOk)
-      return fail(error, Status::kInvalidSpec, "invalid model spec");
-    const FileTensor* found = nullptr;
-    for (const FileTensor& t : tensors) {
-      if (t.name == info.name) found = &t;
-    }
-    if (found == nullptr)
-      return fail(error, Status::kDimensionMismatch, std::string("missing tensor \"") + info.name + "\"");
-    uint64_t want[kMaxRank] = {};
-    for (uint32_t r = 0; r < info.rank; ++r) want[r] = info.shape[r];
-    if (found->rank != info.rank || !std::equal(want, want + info.rank, found->shape)) {
-      return fail(error, Status::kDimensionMismatch,
-                  std::string("tensor \"") + info.name + "\" has shape " +
-                      shape_string(found->shape, found->rank) + ", the spec wants " +
-                      shape_string(want, info.rank));
-    }
-    const uint8_t* src = data + found->begin;  // size checked: (end - begin) == 4 * info.size
-    for (size_t k = 0; k < info.size; ++k) {
-      const uint32_t bits = uint32_t(src[4 * k]) | uint32_t(src[4 * k + 1]) << 8 |
-                            uint32_t(src[4 * k + 2]) << 16 | uint32_t(src[4 * k + 3]) << 24;
-      float f;
-      memcpy(&f, &bits, 4);
+// The file's tensors in data order, as a table, and their values widened to float32 (finite).
+Status collect_model(const std::vector<FileTensor>& tensors, const uint8_t* data, SafetensorsModel* model,
+                     std::string* error) {
+  std::vector<const FileTensor*> by_offset;
+  for (const FileTensor& t : tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const FileTensor* a, const FileTensor* b) { return a->begin < b->begin; });
+  uint64_t total = 0;  // <= EDGEFL_MAX_DIMENSION (read_entries)
+  for (const FileTensor* t : by_offset) total += t->elements;
+  model->tensors.clear();
+  model->values.clear();
+  model->values.reserve(size_t(total));
+  for (const FileTensor* t : by_offset) {
+    TensorDesc desc;
+    desc.name = t->name;
+    desc.shape.assign(t->shape, t->shape + t->rank);
+    desc.dtype = t->dtype;
+    for (uint64_t k = 0; k < t->elements; ++k) {
+      const float f = element_at(data + t->begin, t->dtype, k);
       if (!std::isfinite(f)) {
-        return fail(
-            error, Status::kNonFiniteInput,
-            std::string("tensor \"") + info.name + "\" element " + std::to_string(k) + " is not finite");
+        return fail(error, Status::kNonFiniteInput,
+                    "tensor \"" + t->name + "\" element " + std::to_string(k) + " is not finite");
       }
-      out[info.offset + k] = f;
+      model->values.push_back(f);
     }
+    model->tensors.push_back(std::move(desc));
   }
-  if (tensors.size() != count) {
-    return fail(
-        error, Status::kDimensionMismatch,
-        "the file has " + std::to_string(tensors.size()) + " tensors, the spec " + std::to_string(count));
+  std::string why;
+  if (validate_tensor_table(model->tensors, &why) != Status::kOk)
+    return fail(error, Status::kInvalidSpec, why);
+  return Status::kOk;
+}
+
+// The whole file, checked, as a model.
+Status read_model(Span<const uint8_t> file, SafetensorsModel* model, std::string* error) {
+  if (file.data() == nullptr && file.size() != 0) return fail(error, Status::kInvalidArgument, "null file");
+  Json root;
+  const uint8_t* data = nullptr;
+  uint64_t data_bytes = 0;
+  EDGEFL_RETURN_IF_ERROR(read_header_json(file, &root, &data, &data_bytes, error));
+  std::vector<FileTensor> tensors;
+  EDGEFL_RETURN_IF_ERROR(read_entries(root, data_bytes, &model->metadata, &tensors, error));
+  EDGEFL_RETURN_IF_ERROR(check_tiling(tensors, data_bytes, error));
+  return collect_model(tensors, data, model, error);
+}
+
+std::string shape_string(const std::vector<uint64_t>& shape) {
+  return shape_string(shape.data(), shape.size());
+}
+
+// The file's model against the expected table: the same names and shapes (any order in the file),
+// nothing more; the values rearranged into table order.
+Status match_table(const SafetensorsModel& found, const std::vector<TensorDesc>& table,
+                   std::vector<float>* params, std::string* error) {
+  std::map<std::string, std::pair<const TensorDesc*, size_t>> by_name;  // name -> (desc, first value)
+  size_t offset = 0;
+  for (const TensorDesc& t : found.tensors) {
+    by_name.emplace(t.name, std::make_pair(&t, offset));
+    offset += size_t(tensor_elements(t));
+  }
+  for (const TensorDesc& t : found.tensors) {
+    bool known = false;
+    for (const TensorDesc& want : table) known = known || want.name == t.name;
+    if (!known) return fail(error, Status::kDimensionMismatch, "unexpected tensor \"" + t.name + "\"");
+  }
+  std::vector<float> out;
+  out.reserve(size_t(tensor_table_parameters(table)));
+  for (const TensorDesc& want : table) {
+    const auto it = by_name.find(want.name);
+    if (it == by_name.end())
+      return fail(error, Status::kDimensionMismatch, "missing tensor \"" + want.name + "\"");
+    const TensorDesc& have = *it->second.first;
+    if (have.shape != want.shape) {
+      return fail(error, Status::kDimensionMismatch,
+                  "tensor \"" + want.name + "\" has shape " + shape_string(have.shape) +
+                      ", the model wants " + shape_string(want.shape));
+    }
+    const size_t first = it->second.second;
+    out.insert(out.end(), found.values.begin() + long(first),
+               found.values.begin() + long(first + tensor_elements(want)));
   }
   *params = std::move(out);
   return Status::kOk;
@@ -664,25 +767,47 @@ Status copy_tensors(const ModelSpec& spec, const std::vector<FileTensor>& tensor
 
 }  // namespace
 
+Status read_safetensors(Span<const uint8_t> file, SafetensorsModel* model, std::string* error) {
+  if (model == nullptr) return fail(error, Status::kInvalidArgument, "null output");
+  SafetensorsModel out;
+  EDGEFL_RETURN_IF_ERROR(read_model(file, &out, error));
+  *model = std::move(out);
+  return Status::kOk;
+}
+
+Status decode_safetensors(Span<const uint8_t> file, const std::vector<TensorDesc>& table,
+                          std::vector<float>* params, std::map<std::string, std::string>* metadata,
+                          std::string* error) {
+  if (params == nullptr) return fail(error, Status::kInvalidArgument, "null output");
+  std::string why;
+  if (validate_tensor_table(table, &why) != Status::kOk) return fail(error, Status::kInvalidSpec, why);
+  SafetensorsModel found;
+  EDGEFL_RETURN_IF_ERROR(read_model(file, &found, error));
+  std::vector<float> out;
+  EDGEFL_RETURN_IF_ERROR(match_table(found, table, &out, error));
+  *params = std::move(out);
+  if (metadata != nullptr) *metadata = std::move(found.metadata);
+  return Status::kOk;
+}
+
 Status decode_safetensors(Span<const uint8_t> file, const ModelSpec& spec, std::vector<float>* params,
                           std::map<std::string, std::string>* metadata, std::string* error) {
   if (params == nullptr) return fail(error, Status::kInvalidArgument, "null output");
-  if (tensor_count(spec) == 0 || parameter_count(spec) == 0) {
+  std::vector<TensorDesc> table;
+  if (tensor_table_from_spec(spec, &table) != Status::kOk) {
     return fail(error, Status::kInvalidSpec, "invalid model spec");
   }
-  if (file.data() == nullptr && file.size() != 0) return fail(error, Status::kInvalidArgument, "null file");
-  Json root;
-  const uint8_t* data = nullptr;
-  uint64_t data_bytes = 0;
-  EDGEFL_RETURN_IF_ERROR(read_header_json(file, &root, &data, &data_bytes, error));
-  std::map<std::string, std::string> meta;
-  std::vector<FileTensor> tensors;
-  EDGEFL_RETURN_IF_ERROR(read_entries(root, data_bytes, &meta, &tensors, error));
-  EDGEFL_RETURN_IF_ERROR(check_tiling(tensors, data_bytes, error));
+  SafetensorsModel found;
+  EDGEFL_RETURN_IF_ERROR(read_model(file, &found, error));
+  const auto spec_it = found.metadata.find(kSpecKey);
+  if (spec_it != found.metadata.end() && spec_it->second != spec_string(spec)) {
+    return fail(error, Status::kDimensionMismatch,
+                "the file holds model \"" + spec_it->second + "\", expected \"" + spec_string(spec) + "\"");
+  }
   std::vector<float> out;
-  EDGEFL_RETURN_IF_ERROR(copy_tensors(spec, tensors, data, meta, &out, error));
+  EDGEFL_RETURN_IF_ERROR(match_table(found, table, &out, error));
   *params = std::move(out);
-  if (metadata != nullptr) *metadata = std::move(meta);
+  if (metadata != nullptr) *metadata = std::move(found.metadata);
   return Status::kOk;
 }
 

@@ -30,12 +30,50 @@
 #include "edgefl/model.h"
 #include "edgefl/span.h"
 #include "edgefl/status.h"
+#include "edgefl/tensor_table.h"
 
 namespace edgefl {
 namespace server {
 
 // The largest JSON header decode_safetensors accepts.
 constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t(1) << 20;
+
+// A model as a safetensors file holds it: its tensor table in the order of the tensors' data
+// (which is how safetensors.torch.save_file lays them out), the flat float32 values in that order,
+// and the file's __metadata__.
+struct SafetensorsModel {
+  std::vector<TensorDesc> tensors;
+  std::vector<float> values;
+  std::map<std::string, std::string> metadata;
+};
+
+// Reads any safetensors file whose tensors are F32, F16 or BF16 (any names, any shapes up to rank 8,
+// PyTorch's row-major layouts), as the model a federation starts from (edgefl-server
+// --initial-model). Checks everything decode_safetensors checks (header length and cap, strict
+// JSON, offsets in bounds, non-overlapping and covering the data exactly, finite values) and
+// validate_tensor_table (1..kMaxTensors tensors, names, dims, at most EDGEFL_MAX_DIMENSION
+// parameters in all). *model is replaced on kOk only. Fails with a specific *error and:
+// kTruncated, kCorruptPayload (bad JSON, an unknown dtype such as "I64", bad offsets),
+// kNonFiniteInput (NaN or infinity, with the tensor and element), kDimensionTooLarge (more
+// parameters than EDGEFL_MAX_DIMENSION), kInvalidSpec (a table validate_tensor_table refuses),
+// kInvalidArgument (null model).
+Status read_safetensors(Span<const uint8_t> file, SafetensorsModel* model, std::string* error);
+
+// Serialises params (tensor_table_parameters(table) floats, in table order) as one F32 tensor per
+// table entry, whatever the entry's dtype (the federated model keeps float32 precision), with
+// metadata {"format": "pt", plus the caller's pairs, sorted}. *out is replaced on kOk only. Fails:
+// kInvalidSpec (a table validate_tensor_table refuses), kInvalidArgument (null out, params of
+// another size, a metadata key repeated or "format", text that is not UTF-8), kNonFiniteInput.
+Status encode_safetensors(const std::vector<TensorDesc>& table, Span<const float> params,
+                          const std::vector<std::pair<std::string, std::string>>& metadata,
+                          std::vector<uint8_t>* out, std::string* error);
+
+// Reads a file of the model `table` describes: the same tensor names and shapes, nothing more or
+// less (dtypes may differ: F16 and BF16 are widened); writes the flat params in table order.
+// Fails like read_safetensors, and kDimensionMismatch (a tensor missing, extra or of another shape).
+Status decode_safetensors(Span<const uint8_t> file, const std::vector<TensorDesc>& table,
+                          std::vector<float>* params, std::map<std::string, std::string>* metadata,
+                          std::string* error);
 
 // Serialises params (parameter_count(spec) floats) as one F32 tensor per tensor_info(spec, i)
 // (its name, its shape), metadata {"format": "pt", "edgefl.model_spec": <format_model_spec>, plus

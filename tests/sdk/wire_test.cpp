@@ -254,6 +254,12 @@ std::vector<w::Message> largest_messages() {
   offer.parameter_count = w::kMaxParameterCount;
   offer.max_upload_bytes = w::kMaxUploadBytes;
   offer.max_chunk_bytes = w::kMaxChunkBytes;
+  offer.tensors.clear();
+  for (size_t i = 0; i < edgefl::kMaxTensors; ++i) {  // 2^20 elements each: 2^30 in all
+    std::string name = std::to_string(i) + ".";
+    name.resize(edgefl::kMaxTensorNameChars, 'n');
+    offer.tensors.push_back({name, {16, 16, 4, 4, 4, 4, 4, 4}, edgefl::TensorDtype::kBf16});
+  }
   out.push_back(offer);
 
   w::RetryLater retry = samples::retry_later();
@@ -335,7 +341,7 @@ TEST_SUITE("wire.frame") {
 
   TEST_CASE("the caps are the documented ones, and every cap is at most kMaxPayloadBytes") {
     CHECK(w::max_payload_bytes(MessageType::kHello) == 4096);
-    CHECK(w::max_payload_bytes(MessageType::kTaskOffer) == 16384);
+    CHECK(w::max_payload_bytes(MessageType::kTaskOffer) == 262144);
     CHECK(w::max_payload_bytes(MessageType::kRetryLater) == 1024);
     CHECK(w::max_payload_bytes(MessageType::kModelRequest) == 1024);
     CHECK(w::max_payload_bytes(MessageType::kModelChunk) == (1u << 20) + 1024);
@@ -711,10 +717,16 @@ TEST_SUITE("wire.malformed") {
                                           : flatbuffers::Offset<fbw::TrainingConfig>();
       const auto uplink = b.CreateString(m.uplink_codec);
       const auto downlink = b.CreateString(m.downlink_codec);
-      const auto body = fbw::CreateTaskOffer(b, m.round_id, nonce, m.model_version, m.model_bytes, digest,
-                                             m.parameter_count, 0, training, uplink, downlink, 0,
-                                             m.deadline_ms, m.max_upload_bytes, m.max_chunk_bytes,
-                                             m.base_model_version, public_digest, m.initial_model_seed);
+      std::vector<flatbuffers::Offset<fbw::TensorDesc>> tensors;
+      for (const edgefl::TensorDesc& t : m.tensors) {
+        tensors.push_back(fbw::CreateTensorDesc(b, b.CreateString(t.name), b.CreateVector(t.shape),
+                                                static_cast<fbw::TensorDtype>(t.dtype)));
+      }
+      const auto tensor_vector = b.CreateVector(tensors);
+      const auto body = fbw::CreateTaskOffer(
+          b, m.round_id, nonce, m.model_version, m.model_bytes, digest, m.parameter_count, 0, training,
+          uplink, downlink, 0, m.deadline_ms, m.max_upload_bytes, m.max_chunk_bytes, m.base_model_version,
+          public_digest, m.initial_model_seed, tensor_vector);
       fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, fbw::Message::TaskOffer, body.Union()));
       return frame_of(MessageType::kTaskOffer, b);
     };
@@ -859,6 +871,38 @@ std::vector<RuleCase> rule_cases() {
   c.push_back(rule(
       "offer: 129-char model spec", o, [](w::TaskOffer& m) { m.model_spec = std::string(129, 'c'); },
       V::kTooLong, "TaskOffer.model_spec"));
+  c.push_back(rule(
+      "offer: no tensors", o, [](w::TaskOffer& m) { m.tensors.clear(); }, V::kMissing, "TaskOffer.tensors"));
+  c.push_back(rule(
+      "offer: tensors short of parameter_count", o, [](w::TaskOffer& m) { m.tensors.pop_back(); },
+      V::kInconsistent, "TaskOffer.tensors"));
+  c.push_back(rule(
+      "offer: tensors beyond parameter_count", o, [](w::TaskOffer& m) { m.tensors[2].shape = {51}; },
+      V::kInconsistent, "TaskOffer.tensors"));
+  c.push_back(rule(
+      "offer: empty tensor name", o, [](w::TaskOffer& m) { m.tensors[0].name.clear(); }, V::kEmpty,
+      "TaskOffer.tensors.name"));
+  c.push_back(rule(
+      "offer: space in a tensor name", o, [](w::TaskOffer& m) { m.tensors[0].name = "conv weight"; },
+      V::kBadText, "TaskOffer.tensors.name"));
+  c.push_back(rule(
+      "offer: 129-char tensor name", o, [](w::TaskOffer& m) { m.tensors[0].name = std::string(129, 't'); },
+      V::kTooLong, "TaskOffer.tensors.name"));
+  c.push_back(rule(
+      "offer: tensor name twice", o, [](w::TaskOffer& m) { m.tensors[2].name = "conv.weight"; },
+      V::kDuplicateName, "TaskOffer.tensors.name"));
+  c.push_back(rule(
+      "offer: zero dimension", o,
+      [](w::TaskOffer& m) {
+        m.tensors[0].shape = {0, 5000};
+      },
+      V::kOutOfRange, "TaskOffer.tensors.shape"));
+  c.push_back(rule(
+      "offer: rank 9", o, [](w::TaskOffer& m) { m.tensors[0].shape.assign(9, 1); }, V::kTooLong,
+      "TaskOffer.tensors.shape"));
+  c.push_back(rule(
+      "offer: unknown dtype", o, [](w::TaskOffer& m) { m.tensors[1].dtype = edgefl::TensorDtype(7); },
+      V::kOutOfRange, "TaskOffer.tensors.dtype"));
   c.push_back(rule(
       "offer: batch 0", o, [](w::TaskOffer& m) { m.training.batch_size = 0; }, V::kOutOfRange,
       "TrainingConfig.batch_size"));

@@ -440,9 +440,11 @@ TEST_SUITE("server.safetensors") {
     const std::string h = kTinyHeader;
     const Case cases[] = {
         {replace(h, "\"F32\",\"shape\":[3,2]", "\"F16\",\"shape\":[3,2]"), &d17, Status::kCorruptPayload,
-         "F16"},
+         "[3,2] in F16 needs 12"},
         {replace(h, "\"F32\",\"shape\":[3]", "\"BF16\",\"shape\":[3]"), &d17, Status::kCorruptPayload,
-         "only F32"},
+         "[3] in BF16 needs 6"},
+        {replace(h, "\"F32\",\"shape\":[3]", "\"I64\",\"shape\":[3]"), &d17, Status::kCorruptPayload,
+         "F32, F16 or BF16"},
         {replace(h, "\"dtype\":\"F32\",\"shape\":[3]", "\"dtype\":32,\"shape\":[3]"), &d17,
          Status::kCorruptPayload, "dtype"},
         {replace(h, "\"data_offsets\":[24,36]", "\"data_offsets\":[20,32]"), &d17, Status::kCorruptPayload,
@@ -472,7 +474,7 @@ TEST_SUITE("server.safetensors") {
          Status::kCorruptPayload, "not an object"},
         // Valid files for another model.
         {replace(h, "\"shape\":[3,2]", "\"shape\":[2,3]"), &d17, Status::kDimensionMismatch,
-         "the spec wants [3,2]"},
+         "the model wants [3,2]"},
         {replace(h, "\"shape\":[3]", "\"shape\":[3,1]"), &d17, Status::kDimensionMismatch, "fc1.bias"},
         {replace(h, ",\"fc2.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[60,68]}", ""), &d15,
          Status::kDimensionMismatch, "missing tensor \"fc2.bias\""},
@@ -534,6 +536,146 @@ TEST_SUITE("server.safetensors") {
       }
     }
     MESSAGE("mutations still accepted (metadata text, padding): " << accepted);
+  }
+
+  TEST_CASE("any model by its tensors: F32, F16 and BF16, any names and shapes, in data order") {
+    // A file as safetensors.torch.save_file could write it for a user's nn.Module: a BF16 weight, an
+    // F16 scalar, an F32 tensor of rank 3; the JSON lists them out of data order.
+    const std::string header = R"({"__metadata__":{"edgefl.input":"x / 255"},)"
+                               R"("head.w":{"dtype":"F32","shape":[1,2,1],"data_offsets":[10,18]},)"
+                               R"("body.0.weight":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},)"
+                               R"("temperature":{"dtype":"F16","shape":[],"data_offsets":[8,10]}})";
+    std::vector<uint8_t> data;
+    for (uint16_t h :
+         {uint16_t(0x3FC0), uint16_t(0xC000), uint16_t(0x0000), uint16_t(0x8000)}) {  // bf16: 1.5, -2, 0, -0
+      data.push_back(uint8_t(h));
+      data.push_back(uint8_t(h >> 8));
+    }
+    data.push_back(0x01);  // f16 0x0001: the smallest subnormal, 2^-24
+    data.push_back(0x00);
+    std::vector<uint8_t> f32;
+    put_f32(0.1f, &f32);
+    put_f32(-3e38f, &f32);
+    data.insert(data.end(), f32.begin(), f32.end());
+    std::vector<uint8_t> file;
+    for (int i = 0; i < 8; ++i) file.push_back(uint8_t(uint64_t(header.size()) >> (8 * i)));
+    file.insert(file.end(), header.begin(), header.end());
+    file.insert(file.end(), data.begin(), data.end());
+
+    SafetensorsModel model;
+    std::string error;
+    REQUIRE(read_safetensors(span(file), &model, &error) == Status::kOk);
+    REQUIRE(model.tensors.size() == 3);
+    CHECK(model.tensors[0] == TensorDesc{"body.0.weight", {2, 2}, TensorDtype::kBf16});
+    CHECK(model.tensors[1] == TensorDesc{"temperature", {}, TensorDtype::kF16});
+    CHECK(model.tensors[2] == TensorDesc{"head.w", {1, 2, 1}, TensorDtype::kF32});
+    const std::vector<float> want = {1.5f, -2.0f, 0.0f, -0.0f, 0x1p-24f, 0.1f, -3e38f};
+    REQUIRE(model.values.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      CHECK(memcmp(&model.values[i], &want[i], 4) == 0);
+    }
+    CHECK(model.metadata.at("edgefl.input") == "x / 255");
+
+    // Written back: the same names and shapes, F32, the caller's metadata; read back exactly.
+    std::vector<uint8_t> written;
+    REQUIRE(encode_safetensors(model.tensors, Span<const float>(model.values.data(), model.values.size()),
+                               {{"edgefl.round", "3"}}, &written, &error) == Status::kOk);
+    SafetensorsModel again;
+    REQUIRE(read_safetensors(span(written), &again, &error) == Status::kOk);
+    REQUIRE(again.tensors.size() == 3);
+    for (size_t i = 0; i < 3; ++i) {
+      CHECK(again.tensors[i].name == model.tensors[i].name);
+      CHECK(again.tensors[i].shape == model.tensors[i].shape);
+      CHECK(again.tensors[i].dtype == TensorDtype::kF32);
+    }
+    CHECK(memcmp(again.values.data(), model.values.data(), 4 * want.size()) == 0);
+    CHECK(again.metadata.at("edgefl.round") == "3");
+    CHECK(again.metadata.at("format") == "pt");
+    // decode_safetensors by table: any file order and dtype, the table's order out.
+    std::vector<float> params;
+    REQUIRE(decode_safetensors(span(file), model.tensors, &params, nullptr, &error) == Status::kOk);
+    CHECK(memcmp(params.data(), model.values.data(), 4 * want.size()) == 0);
+    std::vector<TensorDesc> reordered = {model.tensors[2], model.tensors[0], model.tensors[1]};
+    REQUIRE(decode_safetensors(span(written), reordered, &params, nullptr, &error) == Status::kOk);
+    CHECK(params[0] == 0.1f);
+    CHECK(params[2] == 1.5f);
+    reordered[0].shape = {2, 1};
+    CHECK(decode_safetensors(span(written), reordered, &params, nullptr, &error) ==
+          Status::kDimensionMismatch);
+    CHECK(error.find("head.w") != std::string::npos);
+
+    // Bad files: each refused with its own status and message, the output untouched.
+    struct Bad {
+      std::vector<uint8_t> bytes;
+      Status want;
+      const char* message;
+    };
+    auto with = [&](const std::string& from, const std::string& to, std::vector<uint8_t> payload) {
+      const std::string h = replace(header, from, to);
+      std::vector<uint8_t> out;
+      for (int i = 0; i < 8; ++i) out.push_back(uint8_t(uint64_t(h.size()) >> (8 * i)));
+      out.insert(out.end(), h.begin(), h.end());
+      out.insert(out.end(), payload.begin(), payload.end());
+      return out;
+    };
+    std::vector<uint8_t> nan_f16 = data, inf_bf16 = data;
+    nan_f16[8] = 0x00, nan_f16[9] = 0x7E;    // f16 NaN
+    inf_bf16[2] = 0x80, inf_bf16[3] = 0xFF;  // bf16 -inf
+    std::vector<uint8_t> over_cap(8, 0);
+    over_cap[3] = 0x01;  // a 16 MiB header length
+    const std::vector<uint8_t> truncated(file.begin(), file.end() - 1);
+    const Bad bad[] = {
+        {truncated, Status::kCorruptPayload, "run past"},
+        {std::vector<uint8_t>(file.begin(), file.begin() + 20), Status::kTruncated, "runs past"},
+        {over_cap, Status::kCorruptPayload, "exceeds the limit"},
+        {with("[10,18]", "[8,16]", data), Status::kCorruptPayload, "overlaps"},
+        {with("\"F16\"", "\"I64\"", data), Status::kCorruptPayload, "F32, F16 or BF16"},
+        {with("\"F16\"", "\"F8_E4M3\"", data), Status::kCorruptPayload, "F8_E4M3"},
+        {nan_f16, Status::kNonFiniteInput, "\"temperature\" element 0"},
+        {inf_bf16, Status::kNonFiniteInput, "\"body.0.weight\" element 1"},
+        {with("\"shape\":[1,2,1],\"data_offsets\":[10,18]",
+              "\"shape\":[1073741824,2],\"data_offsets\":[10,8589934602]", data),
+         Status::kDimensionTooLarge, "EDGEFL_MAX_DIMENSION"},
+        {with("\"head.w\"", "\"head w\"", data), Status::kInvalidSpec, "printable ASCII without spaces"},
+        {with("\"shape\":[1,2,1]", "\"shape\":[1,0,2,1]", data), Status::kCorruptPayload, "needs 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+      CAPTURE(i);
+      if (bad[i].want == Status::kNonFiniteInput) {
+        // with() was not used: patch the data of the original header
+        std::vector<uint8_t> f;
+        for (int k = 0; k < 8; ++k) f.push_back(uint8_t(uint64_t(header.size()) >> (8 * k)));
+        f.insert(f.end(), header.begin(), header.end());
+        f.insert(f.end(), bad[i].bytes.begin(), bad[i].bytes.end());
+        SafetensorsModel untouched = model;
+        CHECK(read_safetensors(span(f), &untouched, &error) == bad[i].want);
+        CHECK(untouched.values == model.values);
+      } else {
+        SafetensorsModel untouched = model;
+        CHECK(read_safetensors(span(bad[i].bytes), &untouched, &error) == bad[i].want);
+        CHECK(untouched.values == model.values);
+      }
+      CAPTURE(error);
+      CHECK(error.find(bad[i].message) != std::string::npos);
+    }
+
+    // More tensors than a model may have (1025 scalars).
+    std::string many = "{";
+    std::vector<uint8_t> many_data;
+    for (int i = 0; i < 1025; ++i) {
+      if (i > 0) many += ",";
+      many += "\"t" + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[" +
+              std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+      put_f32(1.0f, &many_data);
+    }
+    many += "}";
+    std::vector<uint8_t> many_file;
+    for (int i = 0; i < 8; ++i) many_file.push_back(uint8_t(uint64_t(many.size()) >> (8 * i)));
+    many_file.insert(many_file.end(), many.begin(), many.end());
+    many_file.insert(many_file.end(), many_data.begin(), many_data.end());
+    CHECK(read_safetensors(span(many_file), &model, &error) == Status::kInvalidSpec);
+    CHECK(error.find("at most 1024") != std::string::npos);
+    CHECK(read_safetensors(span(file), nullptr, &error) == Status::kInvalidArgument);
   }
 
   TEST_CASE("encode refuses bad input") {

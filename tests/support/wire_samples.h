@@ -77,6 +77,9 @@ inline w::TaskOffer task_offer() {
   m.base_model_version = 33;
   m.public_model_digest = digest(0x5A);
   m.initial_model_seed = 7;
+  m.tensors = {{"conv.weight", {50, 1, 10, 10}, edgefl::TensorDtype::kF32},
+               {"fc.weight", {10, 5000}, edgefl::TensorDtype::kF16},
+               {"fc.bias", {50}, edgefl::TensorDtype::kBf16}};  // 55,050 parameters
   return m;
 }
 

@@ -57,6 +57,7 @@
 #include "edgefl/config.h"
 #include "edgefl/span.h"
 #include "edgefl/status.h"
+#include "edgefl/tensor_table.h"
 
 namespace edgefl {
 namespace wire {
@@ -102,9 +103,9 @@ enum class Direction : uint8_t {
 constexpr uint32_t kMaxChunkBytes = 1u << 20;
 
 // Payload caps per message type, in bytes, checked by read_frame_header() before a payload is read:
-//   Hello 4 KiB, TaskOffer 16 KiB, RetryLater 1 KiB, ModelRequest 1 KiB, ModelChunk 1 MiB + 1 KiB,
-//   UploadStart 1 KiB, UploadStatus 1 KiB, UploadChunk 1 MiB + 1 KiB, Commit 8 KiB, Ack 1 KiB,
-//   Error 4 KiB.
+//   Hello 4 KiB, TaskOffer 256 KiB (up to 1024 tensors of 128-character names), RetryLater 1 KiB,
+//   ModelRequest 1 KiB, ModelChunk 1 MiB + 1 KiB, UploadStart 1 KiB, UploadStatus 1 KiB, UploadChunk 1 MiB +
+//   1 KiB, Commit 8 KiB, Ack 1 KiB, Error 4 KiB.
 // Every valid message fits its cap with room to spare (tests/sdk/wire_test.cpp encodes the largest).
 constexpr size_t kMaxPayloadBytes = kMaxChunkBytes + 1024;  // the largest cap
 
@@ -278,6 +279,9 @@ struct TaskOffer {
   uint64_t base_model_version = 0;
   Digest public_model_digest{};     // SHA-256 of the public model (float32 little-endian) after applying
   uint64_t initial_model_seed = 0;  // != 0: version 1 = init_parameters(model_spec, seed) on the bf16 grid
+  // The model's tensors (edgefl/tensor_table.h: validate_tensor_table), whose elements add up to
+  // parameter_count.
+  std::vector<TensorDesc> tensors;
 };
 
 // server -> client: come back at a uniformly random time in [retry_after_ms, + retry_window_ms].
@@ -404,7 +408,7 @@ enum class Violation : uint8_t {
   kOffsetBeyondTotal = 9,  // offset > total, or offset + length > total
   kBadCodecSpec = 10,      // a codec spec that parse_codec_spec() refuses
   kChecksumMismatch = 11,  // a chunk's data does not match its CRC32C
-  kDuplicateName = 12,     // two metrics with one name
+  kDuplicateName = 12,     // two metrics, or two tensors, with one name
   kInconsistent = 13,      // fields that contradict each other (model_bytes vs parameter_count)
 };
 

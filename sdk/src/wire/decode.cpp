@@ -89,6 +89,24 @@ Status convert(const fb::TaskOffer& t, TaskOffer* m, DecodeDetail* detail) {
   EDGEFL_RETURN_IF_ERROR(
       to_array(t.public_model_digest(), &m->public_model_digest, detail, "TaskOffer.public_model_digest"));
   m->initial_model_seed = t.initial_model_seed();
+  m->tensors.clear();
+  if (t.tensors() != nullptr) {
+    // Counted before anything is copied (the payload cap bounds it too).
+    if (t.tensors()->size() > kMaxTensors) return fail(detail, Violation::kTooLong, "TaskOffer.tensors");
+    m->tensors.reserve(t.tensors()->size());
+    for (const fb::TensorDesc* d : *t.tensors()) {
+      TensorDesc desc;
+      desc.name = to_string(d->name());
+      if (d->shape() != nullptr) {
+        if (d->shape()->size() > kMaxTensorTableRank) {
+          return fail(detail, Violation::kTooLong, "TaskOffer.tensors.shape");
+        }
+        desc.shape.assign(d->shape()->begin(), d->shape()->end());
+      }
+      desc.dtype = static_cast<TensorDtype>(d->dtype());
+      m->tensors.push_back(std::move(desc));
+    }
+  }
   return Status::kOk;
 }
 
@@ -246,7 +264,8 @@ Status decode(const FrameHeader& header, Span<const uint8_t> payload, Message* o
   if (!flatbuffers::BufferHasIdentifier(bytes, fb::EnvelopeIdentifier())) return Status::kBadMagic;
   flatbuffers::Verifier::Options options;
   options.max_depth = internal::kVerifierMaxDepth;
-  options.max_tables = internal::kVerifierMaxTables;
+  options.max_tables = header.type == MessageType::kTaskOffer ? internal::kVerifierMaxTablesTaskOffer
+                                                              : internal::kVerifierMaxTables;
   options.check_alignment = true;
   options.check_nested_flatbuffers = false;  // the schema has none; never follow one
   flatbuffers::Verifier verifier(bytes, size, options);

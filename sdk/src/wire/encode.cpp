@@ -73,6 +73,18 @@ Offset<fb::TaskOffer> build(FlatBufferBuilder& b, const TaskOffer& m) {
   const auto uplink = b.CreateString(m.uplink_codec.data(), m.uplink_codec.size());
   const auto downlink = optional_string(b, m.downlink_codec);
   const auto public_digest = bytes(b, m.public_model_digest);
+  std::vector<Offset<fb::TensorDesc>> tensor_offsets;
+  tensor_offsets.reserve(m.tensors.size());
+  for (const TensorDesc& d : m.tensors) {
+    const auto name = b.CreateString(d.name.data(), d.name.size());
+    const auto shape = b.CreateVector(d.shape.data(), d.shape.size());
+    fb::TensorDescBuilder tb(b);
+    tb.add_name(name);
+    tb.add_shape(shape);
+    tb.add_dtype(static_cast<fb::TensorDtype>(d.dtype));
+    tensor_offsets.push_back(tb.Finish());
+  }
+  const auto tensors = b.CreateVector(tensor_offsets);
   fb::TaskOfferBuilder t(b);
   t.add_round_id(m.round_id);
   t.add_round_nonce(nonce);
@@ -91,6 +103,7 @@ Offset<fb::TaskOffer> build(FlatBufferBuilder& b, const TaskOffer& m) {
   t.add_base_model_version(m.base_model_version);
   t.add_public_model_digest(public_digest);
   t.add_initial_model_seed(m.initial_model_seed);
+  t.add_tensors(tensors);
   return t.Finish();
 }
 

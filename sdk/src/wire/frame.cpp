@@ -17,7 +17,7 @@ struct TypeInfo {
 // (tests/sdk/wire_test.cpp encodes those and checks that they fit).
 constexpr TypeInfo kTypes[] = {
     {MessageType::kHello, "hello", 4096, Direction::kClientToServer},
-    {MessageType::kTaskOffer, "task_offer", 16384, Direction::kServerToClient},
+    {MessageType::kTaskOffer, "task_offer", 262144, Direction::kServerToClient},
     {MessageType::kRetryLater, "retry_later", 1024, Direction::kServerToClient},
     {MessageType::kModelRequest, "model_request", 1024, Direction::kClientToServer},
     {MessageType::kModelChunk, "model_chunk", kMaxChunkBytes + 1024, Direction::kServerToClient},

@@ -28,7 +28,7 @@ bool operator==(const TaskOffer& a, const TaskOffer& b) {
          a.base_model_version == b.base_model_version && a.public_model_digest == b.public_model_digest &&
          a.initial_model_seed == b.initial_model_seed && a.codec_seed == b.codec_seed &&
          a.deadline_ms == b.deadline_ms && a.max_upload_bytes == b.max_upload_bytes &&
-         a.max_chunk_bytes == b.max_chunk_bytes;
+         a.max_chunk_bytes == b.max_chunk_bytes && a.tensors == b.tensors;
 }
 
 bool operator==(const RetryLater& a, const RetryLater& b) {

@@ -23,6 +23,8 @@ namespace fb = ::edgefl::wire::fb;
 constexpr flatbuffers::uoffset_t kVerifierMaxDepth = 4;
 constexpr flatbuffers::uoffset_t kVerifierMaxTables = 64;
 static_assert(2 + kMaxMetrics <= kVerifierMaxTables, "a Commit with kMaxMetrics metrics must verify");
+// A TaskOffer: Envelope, TaskOffer, TrainingConfig and one table per tensor of the largest model.
+constexpr flatbuffers::uoffset_t kVerifierMaxTablesTaskOffer = 3 + kMaxTensors;
 
 template <typename Public, typename Generated>
 constexpr bool same_id(Public p, Generated g) {

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -203,6 +204,39 @@ Status check_message(const Hello& m, DecodeDetail* detail) {
   return check_range(m.cpu_cores, 0, kMaxCpuCores, detail, "Hello.cpu_cores");
 }
 
+// The offer's tensor table (edgefl/tensor_table.h), field by field, then against parameter_count.
+Status check_tensors(const std::vector<TensorDesc>& tensors, uint32_t parameter_count, DecodeDetail* detail) {
+  if (tensors.empty()) return fail(detail, Violation::kMissing, "TaskOffer.tensors");
+  if (tensors.size() > kMaxTensors) return fail(detail, Violation::kTooLong, "TaskOffer.tensors");
+  uint64_t total = 0;
+  for (const TensorDesc& t : tensors) {
+    EDGEFL_RETURN_IF_ERROR(check_text(t.name, 1, kMaxTensorNameChars, Alphabet::kPrintableNoSpace, detail,
+                                      "TaskOffer.tensors.name"));
+    if (t.shape.size() > kMaxTensorTableRank)
+      return fail(detail, Violation::kTooLong, "TaskOffer.tensors.shape");
+    for (uint64_t d : t.shape) {
+      if (d == 0 || d > kMaxTensorDim) return fail(detail, Violation::kOutOfRange, "TaskOffer.tensors.shape");
+    }
+    if (t.dtype != TensorDtype::kF32 && t.dtype != TensorDtype::kF16 && t.dtype != TensorDtype::kBf16) {
+      return fail(detail, Violation::kOutOfRange, "TaskOffer.tensors.dtype");
+    }
+    const uint64_t e = tensor_elements(t);
+    if (e == 0 || e > parameter_count || total > parameter_count - e) {
+      return fail(detail, Violation::kInconsistent, "TaskOffer.tensors");
+    }
+    total += e;
+  }
+  if (total != parameter_count) return fail(detail, Violation::kInconsistent, "TaskOffer.tensors");
+  std::vector<const std::string*> names;
+  names.reserve(tensors.size());
+  for (const TensorDesc& t : tensors) names.push_back(&t.name);
+  std::sort(names.begin(), names.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  for (size_t i = 1; i < names.size(); ++i) {
+    if (*names[i] == *names[i - 1]) return fail(detail, Violation::kDuplicateName, "TaskOffer.tensors.name");
+  }
+  return Status::kOk;
+}
+
 Status check_message(const TaskOffer& m, DecodeDetail* detail) {
   EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "TaskOffer.round_id"));
   EDGEFL_RETURN_IF_ERROR(check_nonce(m.round_nonce, detail, "TaskOffer.round_nonce"));
@@ -224,7 +258,9 @@ Status check_message(const TaskOffer& m, DecodeDetail* detail) {
   EDGEFL_RETURN_IF_ERROR(check_range(m.deadline_ms, 1, kMaxDeadlineMs, detail, "TaskOffer.deadline_ms"));
   EDGEFL_RETURN_IF_ERROR(
       check_range(m.max_upload_bytes, 1, kMaxUploadBytes, detail, "TaskOffer.max_upload_bytes"));
-  return check_range(m.max_chunk_bytes, 1, kMaxChunkBytes, detail, "TaskOffer.max_chunk_bytes");
+  EDGEFL_RETURN_IF_ERROR(
+      check_range(m.max_chunk_bytes, 1, kMaxChunkBytes, detail, "TaskOffer.max_chunk_bytes"));
+  return check_tensors(m.tensors, m.parameter_count, detail);
 }
 
 Status check_message(const RetryLater& m, DecodeDetail* detail) {

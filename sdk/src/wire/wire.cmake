@@ -52,6 +52,7 @@ add_library(edgefl_wire STATIC
   ${CMAKE_CURRENT_LIST_DIR}/decode.cpp
   ${CMAKE_CURRENT_LIST_DIR}/encode.cpp
   ${CMAKE_CURRENT_LIST_DIR}/messages.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tensor_table.cpp
 )
 add_library(edgefl::wire ALIAS edgefl_wire)
 set_target_properties(edgefl_wire PROPERTIES EXPORT_NAME wire OUTPUT_NAME edgefl_wire CXX_EXTENSIONS OFF)
@@ -60,7 +61,7 @@ target_compile_features(edgefl_wire PUBLIC cxx_std_17)
 target_include_directories(edgefl_wire PRIVATE ${PROJECT_SOURCE_DIR}/sdk/src)
 # The schema's headers by directory, not by linking edgefl_wire_schema: nothing of it belongs in
 # the exported link interface (platforms/cmake/edgefl_install.cmake).
-target_link_libraries(edgefl_wire PUBLIC edgefl::core)
+target_link_libraries(edgefl_wire PUBLIC edgefl::core edgefl::train)  # train: the built-in models (tensor_table.h)
 target_include_directories(edgefl_wire SYSTEM PRIVATE ${edgefl_wire_gen_dir} ${edgefl_flatbuffers_include})
 add_dependencies(edgefl_wire edgefl_wire_generate)
 edgefl_target_options(edgefl_wire)
