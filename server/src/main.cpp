@@ -36,7 +36,10 @@ const char kUsage[] =
     "  --max-connections-per-device N   (4)\n"
     "  --insecure-plaintext-for-tests   no TLS at all; device ids are made up. Tests only.\n"
     "rounds:\n"
-    "  --model SPEC            model (cnn); --codec SPEC uplink codec devices use (sparq:0.1)\n"
+    "  --model SPEC            built-in model (cnn); --codec SPEC uplink codec devices use (sparq:0.1)\n"
+    "  --initial-model FILE    start from this .safetensors file (F32/F16/BF16 tensors, any names and\n"
+    "                          shapes): its tensors define the model unless --model names a built-in\n"
+    "                          one it must match; its __metadata__ goes into every global.safetensors\n"
     "  --downlink-codec SPEC   codec of the patches that bring devices to the new model; the whole\n"
     "                          model goes as bf16 when that is smaller (sparq:0.02)\n"
     "  --optimizer SPEC        fedavg | fedavgm | fedadam[:lr=...] (fedavg)\n"
@@ -55,7 +58,8 @@ const char kUsage[] =
     "  --lr X --epochs E --batch B --momentum M --max-steps S   devices' local training\n"
     "                          (0.02, 2, 32, 0.9, 0)\n"
     "  --seed S                initial model and training seeds (1)\n"
-    "  --eval [DIR]            evaluate each new model on the Fashion-MNIST test set\n"
+    "  --eval [DIR]            evaluate each new model on the Fashion-MNIST test set (built-in models\n"
+    "                          with 784 inputs and 10 classes; any other model is refused at start)\n"
     "  --eval-samples N        (10000)\n"
     "output:\n"
     "  --summary FILE          per-round summary as JSON lines\n"
@@ -133,6 +137,9 @@ bool set_round_option(const std::string& a, const std::string& v, edgefl::server
     r->state_dir = v;
   } else if (a == "--model") {
     r->model_spec = v;
+    r->model_spec_given = true;
+  } else if (a == "--initial-model") {
+    r->initial_model = v;
   } else if (a == "--codec") {
     r->uplink_codec = v;
   } else if (a == "--downlink-codec") {
@@ -252,6 +259,8 @@ int main(int argc, char** argv) {
     }
   }
   if (o.rounds.state_dir.empty()) return fail("--state-dir is required");
+  // An initial model defines the model unless --model names one.
+  if (!o.rounds.initial_model.empty() && !o.rounds.model_spec_given) o.rounds.model_spec.clear();
   if (!o.insecure_plaintext_for_tests &&
       (o.tls.ca_file.empty() || o.tls.cert_file.empty() || o.tls.key_file.empty())) {
     return fail(

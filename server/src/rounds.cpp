@@ -103,11 +103,62 @@ void RoundManager::fatal(const std::string& what, const std::string& error) {
   log_error("storage_failure").kv("what", what).kv("error", error);
 }
 
-Status RoundManager::start(int64_t now_ms, std::string* error) {
-  if (parse_model_spec(options_.model_spec.c_str(), &spec_) != Status::kOk) {
-    *error = "invalid model spec '" + options_.model_spec + "'";
-    return Status::kInvalidSpec;
+Status RoundManager::resolve_model(std::string* error) {
+  if (!options_.model_spec.empty()) {
+    if (parse_model_spec(options_.model_spec.c_str(), &spec_) != Status::kOk) {
+      *error = "invalid model spec '" + options_.model_spec + "'";
+      return Status::kInvalidSpec;
+    }
+    EDGEFL_RETURN_IF_ERROR(tensor_table_from_spec(spec_, &tensors_));
+    char text[wire::kMaxModelSpecChars + 1];
+    format_model_spec(spec_, text, sizeof text);
+    spec_text_ = text;
+  } else if (options_.initial_model.empty()) {
+    *error = "no model: give a built-in model spec (--model) or an initial model file (--initial-model)";
+    return Status::kInvalidArgument;
   }
+  if (options_.initial_model.empty()) return Status::kOk;
+
+  std::vector<uint8_t> file;
+  EDGEFL_RETURN_IF_ERROR(read_file(options_.initial_model, uint64_t{1} << 33, &file, error));
+  SafetensorsModel model;
+  if (const Status s = read_safetensors({file.data(), file.size()}, &model, error); s != Status::kOk) {
+    *error = options_.initial_model + ": " + *error;
+    return s;
+  }
+  // A file written by edgefl for a built-in model names it: the federation is that built-in model.
+  const auto named = model.metadata.find("edgefl.model_spec");
+  if (options_.model_spec.empty() && named != model.metadata.end()) {
+    if (parse_model_spec(named->second.c_str(), &spec_) != Status::kOk) {
+      *error = options_.initial_model + ": its edgefl.model_spec '" + named->second + "' is not a model spec";
+      return Status::kInvalidSpec;
+    }
+    EDGEFL_RETURN_IF_ERROR(tensor_table_from_spec(spec_, &tensors_));
+    char text[wire::kMaxModelSpecChars + 1];
+    format_model_spec(spec_, text, sizeof text);
+    spec_text_ = text;
+  }
+  if (!spec_text_.empty()) {
+    // The file must hold the built-in model, by name and shape, in any order and dtype.
+    if (const Status s =
+            decode_safetensors({file.data(), file.size()}, tensors_, &initial_values_, nullptr, error);
+        s != Status::kOk) {
+      *error = options_.initial_model + " is not a '" + spec_text_ + "' model: " + *error;
+      return s;
+    }
+  } else {
+    builtin_ = false;
+    tensors_ = std::move(model.tensors);
+    initial_values_ = std::move(model.values);
+  }
+  for (const auto& [key, value] : model.metadata) {
+    if (key.rfind("edgefl.", 0) != 0 && key != "format") user_metadata_.emplace_back(key, value);
+  }
+  return Status::kOk;
+}
+
+Status RoundManager::start(int64_t now_ms, std::string* error) {
+  EDGEFL_RETURN_IF_ERROR(resolve_model(error));
   if (parse_codec_spec(options_.uplink_codec.c_str(), &codec_) != Status::kOk) {
     *error = "invalid uplink codec '" + options_.uplink_codec + "'";
     return Status::kInvalidSpec;
@@ -132,7 +183,7 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
         "round options out of range (cohort >= 1, 1 <= over-selection <= 10, deadline, retry, chunk size)";
     return Status::kInvalidArgument;
   }
-  n_ = edgefl::parameter_count(spec_);
+  n_ = size_t(tensor_table_parameters(tensors_));
   selection_rng_ = options_.seed * 0x2545F4914F6CDD1Dull;
   if (!(options_.selection_probability > 0.0 && options_.selection_probability <= 1.0)) {
     *error = "selection probability must be in (0, 1]";
@@ -149,10 +200,31 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
     max_upload_bytes_ = std::max<uint64_t>(max_upload_bytes_, encoded_bound(fp32, n_));
 
   // One state directory, one model: refuse to reuse it for another spec.
+  // Whatever the start refuses, it refuses before the state directory records anything.
+  evaluator_ = options_.evaluator;
+  if (evaluator_ == nullptr && !options_.eval_data_dir.empty()) {
+    std::unique_ptr<ModelEvaluator> built_in;
+    EDGEFL_RETURN_IF_ERROR(make_fashion_mnist_evaluator(builtin_ ? spec_text_ : std::string("(tensors)"),
+                                                        options_.eval_data_dir, options_.eval_samples,
+                                                        &built_in, error));
+    evaluator_ = std::move(built_in);
+  }
+  if (evaluator_ != nullptr) {
+    EDGEFL_RETURN_IF_ERROR(evaluator_->check_model(tensors_, spec_text_, error));
+    log_info("evaluation").kv("what", evaluator_->describe());
+  }
+  // A model of its own is known by the SHA-256 of its tensor table (names, dtypes, shapes).
   std::optional<std::string> stored_spec;
   EDGEFL_RETURN_IF_ERROR(storage_->get_setting("model_spec", &stored_spec, error));
-  char spec_text[256];
-  format_model_spec(spec_, spec_text, sizeof spec_text);
+  std::string spec_text = spec_text_;
+  if (!builtin_) {
+    const std::string table = describe_tensor_table(tensors_, SIZE_MAX);
+    const tls::Sha256Digest digest =
+        tls::sha256({reinterpret_cast<const uint8_t*>(table.data()), table.size()});
+    static const char* const kHex = "0123456789abcdef";
+    spec_text = "tensors:";
+    for (uint8_t b : digest) spec_text += std::string{kHex[b >> 4], kHex[b & 15]};
+  }
   if (stored_spec && *stored_spec != spec_text) {
     *error = "the state directory holds a federation of model '" + *stored_spec + "', not '" + spec_text +
              "': use another --state-dir";
@@ -177,15 +249,6 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
   mean_.resize(n_);
   candidate_.resize(n_);
 
-  if (!options_.eval_data_dir.empty()) {
-    if (!load_fashion_mnist(options_.eval_data_dir, false, &test_set_, error)) return Status::kIoError;
-    TrainConfig eval_config;
-    eval_workspace_.resize(SgdTrainer::workspace_bytes(spec_, eval_config));
-    EDGEFL_RETURN_IF_ERROR(
-        eval_trainer_.init(spec_, eval_config, {eval_workspace_.data(), eval_workspace_.size()}));
-    eval_enabled_ = true;
-  }
-
   size_t stale = 0;  // temp files of a write a crash interrupted
   EDGEFL_RETURN_IF_ERROR(remove_temp_files(options_.state_dir, &stale, error));
   if (stale != 0) log_info("stale_temp_files_removed").kv("count", uint64_t{stale});
@@ -202,14 +265,21 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
   std::optional<std::string> seed_setting;
   EDGEFL_RETURN_IF_ERROR(storage_->get_setting("initial_model_seed", &seed_setting, error));
   if (!latest && !seed_setting) {
-    EDGEFL_RETURN_IF_ERROR(storage_->put_setting("initial_model_seed", std::to_string(options_.seed), error));
-    seed_setting = std::to_string(options_.seed);
+    // A model from a file is downloaded whole by a new device: no seeded version 1.
+    const std::string seed = options_.initial_model.empty() ? std::to_string(options_.seed) : "0";
+    EDGEFL_RETURN_IF_ERROR(storage_->put_setting("initial_model_seed", seed, error));
+    seed_setting = seed;
   }
   initial_model_seed_ = seed_setting ? std::strtoull(seed_setting->c_str(), nullptr, 10) : 0;
   EDGEFL_RETURN_IF_ERROR(public_.init(downlink_, n_, initial_model_seed_ != 0, error));
   if (!latest) {
-    global_.assign(n_, 0.0f);
-    init_parameters(spec_, options_.seed, {global_.data(), n_});
+    if (!initial_values_.empty()) {
+      global_ = std::move(initial_values_);
+      initial_values_.clear();
+    } else {
+      global_.assign(n_, 0.0f);
+      init_parameters(spec_, options_.seed, {global_.data(), n_});
+    }
     // Versions count from 1 (the initial model); round 0 stands for "no round".
     model_version_ = 1;
     EDGEFL_RETURN_IF_ERROR(public_.reset({global_.data(), n_}, 1, error));
@@ -217,8 +287,10 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
         {global_.data(), n_}, {optimizer_memory_.data(), optimizer_memory_.size()}, 1, 0, now_ms, error));
     log_info("model_created")
         .kv("version", uint64_t{1})
-        .kv("model", options_.model_spec)
-        .kv("parameters", uint64_t{n_});
+        .kv("model", builtin_ ? spec_text_ : std::string("tensors"))
+        .kv("tensors", uint64_t{tensors_.size()})
+        .kv("parameters", uint64_t{n_})
+        .kv("from", options_.initial_model.empty() ? std::string("seed") : options_.initial_model);
   } else {
     std::vector<uint8_t> file;
     const std::string path = options_.state_dir + "/" + latest->path;
@@ -230,7 +302,13 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
       return Status::kChecksumMismatch;
     }
     std::map<std::string, std::string> metadata;
-    EDGEFL_RETURN_IF_ERROR(decode_safetensors({file.data(), file.size()}, spec_, &global_, &metadata, error));
+    EDGEFL_RETURN_IF_ERROR(
+        decode_safetensors({file.data(), file.size()}, tensors_, &global_, &metadata, error));
+    // The user's metadata as the latest file carries it (the initial file may be gone).
+    user_metadata_.clear();
+    for (const auto& [key, value] : metadata) {
+      if (key.rfind("edgefl.", 0) != 0 && key != "format") user_metadata_.emplace_back(key, value);
+    }
     model_version_ = latest->version;
     if (!optimizer_memory_.empty()) {
       std::vector<uint8_t> state;
@@ -253,11 +331,17 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
 Status RoundManager::write_model(Span<const float> model, Span<const uint8_t> optimizer_state,
                                  uint64_t version, uint64_t round_id, int64_t now_ms, std::string* error) {
   std::vector<uint8_t> file;
-  EDGEFL_RETURN_IF_ERROR(encode_safetensors(spec_, model,
-                                            {{"edgefl.model_version", std::to_string(version)},
-                                             {"edgefl.round", std::to_string(round_id)},
-                                             {"edgefl.optimizer", options_.optimizer}},
-                                            &file, error));
+  std::vector<std::pair<std::string, std::string>> metadata = user_metadata_;
+  metadata.emplace_back("edgefl.model_version", std::to_string(version));
+  metadata.emplace_back("edgefl.round", std::to_string(round_id));
+  metadata.emplace_back("edgefl.optimizer", options_.optimizer);
+  if (builtin_) metadata.emplace_back("edgefl.model_spec", spec_text_);
+  // What a user must do to an input to use the model as it was trained and evaluated.
+  const std::string preprocessing = evaluator_ != nullptr ? evaluator_->preprocessing()
+                                    : builtin_            ? fashion_mnist_preprocessing(spec_text_)
+                                                          : std::string();
+  if (!preprocessing.empty()) metadata.emplace_back("edgefl.preprocessing", preprocessing);
+  EDGEFL_RETURN_IF_ERROR(encode_safetensors(tensors_, model, metadata, &file, error));
   if (optimizer_state.size() != 0) {
     EDGEFL_RETURN_IF_ERROR(
         write_file_atomic(options_.state_dir, optimizer_file_name(version), optimizer_state, error));
@@ -377,14 +461,15 @@ Status RoundManager::open_next_round(int64_t now_ms, std::string* error) {
 }
 
 void RoundManager::evaluate(RoundSummary* summary) {
-  if (!eval_enabled_) return;
-  const size_t count = std::min<size_t>(options_.eval_samples, test_set_.count);
-  DataView view{test_set_.inputs.data(), test_set_.labels.data(), count, test_set_.dim(), nullptr, 0};
-  float loss = 0, accuracy = 0;
-  if (eval_trainer_.evaluate({global_.data(), n_}, view, &loss, &accuracy) == Status::kOk) {
-    summary->test_accuracy = accuracy;
-    summary->test_loss = loss;
-    metrics_->test_accuracy_micros.store(static_cast<int64_t>(std::llround(double(accuracy) * 1e6)));
+  if (evaluator_ == nullptr) return;
+  Evaluation result;
+  std::string why;
+  if (evaluator_->evaluate({global_.data(), n_}, &result, &why) == Status::kOk) {
+    summary->test_accuracy = result.accuracy;
+    summary->test_loss = result.loss;
+    metrics_->test_accuracy_micros.store(static_cast<int64_t>(std::llround(double(result.accuracy) * 1e6)));
+  } else {
+    log_error("evaluation_failed").kv("error", why);
   }
 }
 
@@ -680,9 +765,8 @@ wire::TaskOffer RoundManager::make_offer(const std::string& device, const wire::
   offer.public_model_digest = public_.digest();
   offer.initial_model_seed = initial_model_seed_;
   offer.parameter_count = static_cast<uint32_t>(n_);
-  char spec_text[wire::kMaxModelSpecChars + 1];
-  format_model_spec(spec_, spec_text, sizeof spec_text);
-  offer.model_spec = spec_text;
+  offer.model_spec = spec_text_;
+  offer.tensors = tensors_;
   offer.training = options_.training;
   const DeviceSeeds seeds = seeds_of(device, open_->record.round_id);  // round/seeds.h
   offer.training.seed = seeds.training;

@@ -55,8 +55,10 @@
 #include "edgefl/codec.h"
 #include "edgefl/data.h"
 #include "edgefl/model.h"
+#include "edgefl/tensor_table.h"
 #include "edgefl/trainer.h"
 #include "edgefl/wire.h"
+#include "evaluator.h"
 #include "metrics.h"
 #include "public_model.h"
 #include "round/seeds.h"
@@ -67,7 +69,16 @@
 namespace edgefl::server {
 
 struct RoundOptions {
-  std::string model_spec = "cnn";  // edgefl/model.h grammar
+  // The model: a built-in spec (edgefl/model.h grammar), or "" with initial_model.
+  std::string model_spec = "cnn";
+  // A .safetensors file (server/src/safetensors.h: read_safetensors) holding the model the
+  // federation starts from: its tensors define the model (any names and shapes, F32/F16/BF16),
+  // its values are version 1, its __metadata__ is carried into every model file (keys not starting
+  // with "edgefl." or "format"). With model_spec set too, the file must hold that model. Read at
+  // the first start of a state directory; later starts check that it still describes the
+  // directory's model and otherwise ignore it. "" = the built-in spec's seeded initialisation.
+  std::string initial_model;
+  bool model_spec_given = false;  // edgefl-server: --model was on the command line
   std::string uplink_codec = "sparq:0.1";
   // The codec of the patches that move the devices' public model (sdk/src/round/downlink.h,
   // server/src/public_model.h); the whole model always travels as bf16.
@@ -96,10 +107,13 @@ struct RoundOptions {
   // An offered device that sends nothing for this long loses its offer (the slot goes back to
   // the pool; it may take one again while the round has room). 0: deadline_ms / 2.
   uint32_t offer_lease_ms = 0;
-  uint64_t seed = 1;              // initial model and per-round training seeds
-  std::string state_dir;          // model files (the database lives here too)
-  std::string eval_data_dir;      // Fashion-MNIST directory for server-side evaluation; "" = none
-  uint32_t eval_samples = 10000;  // test samples evaluated after each commit
+  uint64_t seed = 1;      // initial model and per-round training seeds
+  std::string state_dir;  // model files (the database lives here too)
+  // Server-side evaluation after each commit: `evaluator` if set (evaluator.h), else the built-in
+  // Fashion-MNIST evaluator when eval_data_dir is set. Either one must accept the model at start.
+  std::shared_ptr<ModelEvaluator> evaluator;
+  std::string eval_data_dir;      // Fashion-MNIST directory for the built-in evaluator; "" = none
+  uint32_t eval_samples = 10000;  // test samples the built-in evaluator uses
 };
 
 // What a session should do with a device after a message: reply (always), and maybe close.
@@ -187,6 +201,7 @@ class RoundManager {
     bool committed = false;
   };
 
+  Status resolve_model(std::string* error);  // spec_, tensors_, initial_values_ from the options
   Status load_or_create_model(int64_t now_ms, std::string* error);
   Status recover_open_round(int64_t now_ms, std::string* error);
   Status open_next_round(int64_t now_ms, std::string* error);
@@ -234,7 +249,12 @@ class RoundManager {
   RoundOptions options_;
   Storage* storage_;
   Metrics* metrics_;
-  ModelSpec spec_{};
+  ModelSpec spec_{};                   // the built-in model (when builtin_)
+  bool builtin_ = true;                // false: a model defined by its tensors (initial_model)
+  std::string spec_text_;              // the canonical spec, or "" for a model of its own
+  std::vector<TensorDesc> tensors_;    // the model's tensors (sent in every offer)
+  std::vector<float> initial_values_;  // from initial_model, until version 1 is written
+  std::vector<std::pair<std::string, std::string>> user_metadata_;  // carried into every model file
   CodecSpec codec_{};
   ServerOptimizerSpec optimizer_spec_{};
   size_t n_ = 0;
@@ -276,10 +296,7 @@ class RoundManager {
   int64_t next_open_attempt_ms_ = 0;
 
   // Server-side evaluation (optional).
-  Dataset test_set_;
-  std::vector<uint8_t> eval_workspace_;
-  SgdTrainer eval_trainer_;
-  bool eval_enabled_ = false;
+  std::shared_ptr<ModelEvaluator> evaluator_;  // null: no evaluation
 };
 
 }  // namespace edgefl::server

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -1127,5 +1128,248 @@ TEST_SUITE("server.rounds.downlink") {
     CHECK(s.offer("i", 3).base_model_version == 0);
     CHECK(s.offer("j", 4).base_model_version == 4);
     std::filesystem::remove_all(dir);
+  }
+}
+
+namespace {
+
+// A model of its own (nothing built-in has these names): 39 parameters.
+const std::vector<TensorDesc> kOwnTable = {{"embed.weight", {5, 7}, TensorDtype::kF32},
+                                           {"head.bias", {3}, TensorDtype::kF32},
+                                           {"norm.scale", {}, TensorDtype::kF32}};
+
+std::string write_model_file(const std::string& path, const std::vector<TensorDesc>& table,
+                             const std::vector<float>& values,
+                             const std::vector<std::pair<std::string, std::string>>& metadata) {
+  std::vector<uint8_t> file;
+  std::string error;
+  REQUIRE(encode_safetensors(table, {values.data(), values.size()}, metadata, &file, &error) == Status::kOk);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(file.data()), long(file.size()));
+  return path;
+}
+
+Update sized(const std::string& device, size_t n, uint32_t salt, uint32_t samples) {
+  Update u = honest(device, salt, samples);
+  u.values.resize(n);
+  for (size_t i = 0; i < n; ++i) u.values[i] = float(int(i % 7) - 3) * 1e-3f * float(salt + 1);
+  return u;
+}
+
+// An evaluator of the deployment's own: counts its calls and reports the model's mean.
+class MeanEvaluator final : public ModelEvaluator {
+ public:
+  std::string describe() const override { return "mean of the parameters"; }
+  Status check_model(const std::vector<TensorDesc>& tensors, const std::string&,
+                     std::string* error) const override {
+    if (tensors != kOwnTable) {
+      *error = "not the table this evaluator knows";
+      return Status::kInvalidSpec;
+    }
+    return Status::kOk;
+  }
+  Status evaluate(Span<const float> model, Evaluation* out, std::string*) override {
+    double sum = 0;
+    for (float v : model) sum += v;
+    ++calls;
+    *out = Evaluation{0.25f, float(sum / double(model.size())), uint32_t(model.size())};
+    return Status::kOk;
+  }
+  std::string preprocessing() const override { return "none: the inputs are already features"; }
+  int calls = 0;
+};
+
+std::string read_error(Server& s) {
+  std::string error;
+  std::unique_ptr<Storage> inner;
+  REQUIRE(open_sqlite_storage(s.dir + "/state.db", &inner, &error) == Status::kOk);
+  RoundManager rounds(s.options, inner.get(), &s.metrics);
+  (void)rounds.start(s.now, &error);
+  return error;
+}
+
+}  // namespace
+
+TEST_SUITE("server.rounds.models") {
+  TEST_CASE(
+      "a model of its own: its tensors in every offer, written back with its names, shapes and metadata") {
+    const std::string dir = make_temp_dir();
+    std::vector<float> initial(39);
+    for (size_t i = 0; i < initial.size(); ++i) initial[i] = 0.01f * float(i) - 0.2f;
+    const std::string file = write_model_file(dir + "/initial.safetensors", kOwnTable, initial,
+                                              {{"preprocessing", "x / 255"}, {"edgefl.round", "99"}});
+    RoundOptions o;
+    o.cohort = 2;
+    Server s(dir, o);
+    s.options.model_spec.clear();
+    s.options.initial_model = file;
+    auto evaluator = std::make_shared<MeanEvaluator>();
+    s.options.evaluator = evaluator;
+    REQUIRE(s.open() == Status::kOk);
+    CHECK(s.model() == initial);  // the file's values, exactly (the server model is not rounded)
+
+    const wire::TaskOffer offer = s.offer("a");
+    CHECK(offer.tensors == kOwnTable);
+    CHECK(offer.model_spec.empty());
+    CHECK(offer.parameter_count == 39);
+    CHECK(offer.initial_model_seed == 0);  // nothing to build: download it
+    CHECK(offer.base_model_version == 0);  // the whole model
+    CHECK(offer.model_bytes > 0);
+
+    const std::vector<Update> updates = {sized("a", 39, 1, 3), sized("b", 39, 2, 5)};
+    const std::vector<float> want = fedavg(initial, updates);
+    CHECK(disposition(s.upload(offer, updates[0])) == wire::UpdateDisposition::kAccepted);
+    CHECK(disposition(s.upload(s.offer("b"), updates[1])) == wire::UpdateDisposition::kAccepted);
+    REQUIRE(s.rounds->model_version() == 2);
+    CHECK(evaluator->calls == 1);
+    CHECK(s.metrics.test_accuracy_micros.load() == 250000);
+
+    std::vector<uint8_t> bytes;
+    std::string error;
+    REQUIRE(read_file(dir + "/model-v000002.safetensors", 1u << 20, &bytes, &error) == Status::kOk);
+    SafetensorsModel written;
+    REQUIRE(read_safetensors({bytes.data(), bytes.size()}, &written, &error) == Status::kOk);
+    CHECK(written.tensors == kOwnTable);
+    REQUIRE(written.values.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      CHECK(written.values[i] == doctest::Approx(want[i]).epsilon(1e-6));
+    CHECK(written.metadata.at("preprocessing") == "x / 255");  // the user's metadata, carried
+    CHECK(written.metadata.at("edgefl.round") == "1");         // ours, not the file's
+    CHECK(written.metadata.at("edgefl.model_version") == "2");
+    CHECK(written.metadata.at("edgefl.preprocessing") == "none: the inputs are already features");
+    CHECK(written.metadata.count("edgefl.model_spec") == 0);
+
+    // A restart reads its own files (the initial file may be gone), and offers the same table.
+    std::filesystem::remove(file);
+    s.options.initial_model.clear();
+    s.options.model_spec.clear();
+    CHECK(s.open() == Status::kInvalidArgument);  // no model named at all
+    s.options.initial_model = write_model_file(dir + "/again.safetensors", kOwnTable, initial, {});
+    s.reopen();
+    CHECK(s.rounds->model_version() == 2);
+    CHECK(s.offer("c").tensors == kOwnTable);
+    // Another model's file cannot take over the state directory.
+    std::vector<TensorDesc> other = kOwnTable;
+    other[0].shape = {7, 5};
+    s.options.initial_model = write_model_file(dir + "/other.safetensors", other, initial, {});
+    s.options.evaluator = nullptr;  // (it would refuse the other table first)
+    s.rounds.reset();
+    s.storage.reset();
+    CHECK(s.open() == Status::kInvalidArgument);
+    CHECK(read_error(s).find("holds a federation of model 'tensors:") != std::string::npos);
+  }
+
+  TEST_CASE("bad initial model files are refused with their own error and change nothing") {
+    std::vector<float> initial(39, 0.5f);
+    struct Bad {
+      const char* what;
+      std::function<void(std::vector<uint8_t>*)> damage;
+      Status want;
+      const char* message;
+    };
+    const Bad bad[] = {
+        {"truncated", [](std::vector<uint8_t>* f) { f->resize(f->size() - 3); }, Status::kCorruptPayload,
+         "run past"},
+        {"NaN weight",
+         [](std::vector<uint8_t>* f) {
+           const uint32_t nan = 0x7FC00000u;
+           std::memcpy(f->data() + f->size() - 4, &nan, 4);
+         },
+         Status::kNonFiniteInput, "\"norm.scale\" element 0 is not finite"},
+        {"header over its cap",
+         [](std::vector<uint8_t>* f) { (*f)[0] = 0, (*f)[1] = 0, (*f)[2] = 0x20, (*f)[3] = 0; },
+         Status::kCorruptPayload, "exceeds the limit"},
+        {"unknown dtype",
+         [](std::vector<uint8_t>* f) {
+           std::string text(f->begin(), f->end());
+           const size_t at = text.find("\"F32\"");
+           std::memcpy(f->data() + at, "\"U32\"", 5);
+         },
+         Status::kCorruptPayload, "F32, F16 or BF16"},
+    };
+    for (const Bad& b : bad) {
+      CAPTURE(b.what);
+      const std::string dir = make_temp_dir();
+      const std::string path = write_model_file(dir + "/initial.safetensors", kOwnTable, initial, {});
+      std::vector<uint8_t> bytes;
+      std::string error;
+      REQUIRE(read_file(path, 1u << 20, &bytes, &error) == Status::kOk);
+      b.damage(&bytes);
+      std::ofstream(path, std::ios::binary | std::ios::trunc)
+          .write(reinterpret_cast<const char*>(bytes.data()), long(bytes.size()));
+      Server s(dir);
+      s.options.model_spec.clear();
+      s.options.initial_model = path;
+      CHECK(s.open() == b.want);
+      const std::string why = read_error(s);
+      CAPTURE(why);
+      CHECK(why.find(b.message) != std::string::npos);
+      CHECK(why.find(path) != std::string::npos);
+      CHECK(!std::filesystem::exists(dir + "/model-v000001.safetensors"));
+      // Nothing was recorded: the right file starts the federation.
+      write_model_file(path, kOwnTable, initial, {});
+      s.rounds.reset();
+      s.storage.reset();
+      REQUIRE(s.open() == Status::kOk);
+      CHECK(s.rounds->model_version() == 1);
+    }
+  }
+
+  TEST_CASE("a built-in model from its file, and evaluation refused at start where it cannot run") {
+    const std::string dir = make_temp_dir();
+    ModelSpec spec;
+    REQUIRE(parse_model_spec(kSpec, &spec) == Status::kOk);
+    std::vector<float> values(parameter_count(spec));
+    init_parameters(spec, 99, {values.data(), values.size()});
+    std::vector<uint8_t> file;
+    std::string error;
+    REQUIRE(encode_safetensors(spec, {values.data(), values.size()}, {}, &file, &error) == Status::kOk);
+    const std::string path = dir + "/cnn.safetensors";
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(file.data()), long(file.size()));
+    {
+      Server s(dir);
+      s.options.model_spec.clear();
+      s.options.initial_model = path;
+      REQUIRE(s.open() == Status::kOk);
+      CHECK(s.model() == values);
+      const wire::TaskOffer offer = s.offer("a");
+      CHECK(offer.model_spec == kSpec);  // the file named its built-in model
+      CHECK(offer.initial_model_seed == 0);
+    }
+    // The same file under --model for another built-in model is refused by name and shape.
+    {
+      Server s(make_temp_dir());
+      s.options.model_spec = "mlp:784-5-10";
+      s.options.initial_model = path;
+      CHECK(s.open() == Status::kDimensionMismatch);
+      CHECK(read_error(s).find("is not a 'mlp:784-5-10' model") != std::string::npos);
+    }
+    // --eval of a model the built-in evaluation cannot run: said at start, not skipped later.
+    {
+      Server s(make_temp_dir());
+      s.options.model_spec = "mlp:10-5-2";
+      s.options.eval_data_dir = "/nonexistent";
+      CHECK(s.open() == Status::kInvalidSpec);
+      CHECK(read_error(s).find("10 inputs and has 2 classes") != std::string::npos);
+    }
+    {
+      Server s(make_temp_dir());
+      s.options.model_spec.clear();
+      s.options.initial_model =
+          write_model_file(s.dir + "/own.safetensors", kOwnTable, std::vector<float>(39, 1.0f), {});
+      s.options.eval_data_dir = "/nonexistent";
+      CHECK(s.open() == Status::kInvalidSpec);
+      CHECK(read_error(s).find("not a built-in model") != std::string::npos);
+      // A deployment's own evaluator that refuses the model stops the start too.
+      s.options.eval_data_dir.clear();
+      std::vector<TensorDesc> other = kOwnTable;
+      other[1].name = "head.b";
+      s.options.initial_model =
+          write_model_file(s.dir + "/other.safetensors", other, std::vector<float>(39, 1.0f), {});
+      s.options.evaluator = std::make_shared<MeanEvaluator>();
+      s.rounds.reset();
+      s.storage.reset();
+      CHECK(s.open() == Status::kInvalidSpec);
+    }
   }
 }

@@ -40,6 +40,7 @@
 #include "edgefl/error_feedback.h"
 #include "edgefl/span.h"
 #include "edgefl/status.h"
+#include "edgefl/tensor_table.h"
 #include "edgefl/trainer.h"
 
 namespace edgefl {
@@ -55,8 +56,12 @@ class TlsCredentials;
 struct RoundTask {
   uint64_t round_id = 0;
   uint64_t model_version = 0;
-  std::string model_spec;  // edgefl/model.h grammar
+  std::string model_spec;  // a built-in model (edgefl/model.h grammar), or "" for a model of its own
   size_t parameter_count = 0;
+  // The model's tensors (edgefl/tensor_table.h): the flat vector given to fit() is these, in
+  // order, each row-major. A trainer for a model of its own checks them against its model in
+  // prepare() (names and shapes) and refuses the task (kInvalidSpec) if they differ.
+  std::vector<TensorDesc> tensors;
   TrainConfig training;  // hyper-parameters (and the round's training seed)
   std::string codec;     // the uplink codec spec
   uint64_t codec_seed = 0;

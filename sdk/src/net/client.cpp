@@ -344,6 +344,7 @@ RoundTask task_of(const wire::TaskOffer& offer) {
   task.model_version = offer.model_version;
   task.model_spec = offer.model_spec;
   task.parameter_count = offer.parameter_count;
+  task.tensors = offer.tensors;
   task.training.batch_size = offer.training.batch_size;
   task.training.local_epochs = offer.training.local_epochs;
   task.training.max_steps = offer.training.max_steps;
