@@ -738,6 +738,7 @@ Status Client::participate(LocalTrainer& trainer, uint32_t rounds, const Progres
   if (error == nullptr) error = &local_error;
   uint32_t accepted = 0;
   uint32_t transient_failures = 0;
+  uint32_t not_counted = 0;  // updates in a row the server did not count (rejected, straggler, late)
   auto last_accepted = Clock::now();
   while (rounds == 0 || accepted < rounds) {
     RoundResult result;
@@ -747,7 +748,19 @@ Status Client::participate(LocalTrainer& trainer, uint32_t rounds, const Progres
       if (progress) progress(result);
       if (result.outcome == RoundOutcome::kAccepted || result.outcome == RoundOutcome::kDuplicate) {
         ++accepted;
+        not_counted = 0;
         last_accepted = Clock::now();
+      } else if (result.outcome != RoundOutcome::kServerDraining) {
+        // The same model and seed would give the same update: retrying at once would only repeat
+        // it (a rejected norm) or find the round closed again. Back off, longer each time in a
+        // row, so that the next attempt meets a new round.
+        RoundResult waited;
+        const std::string why = result.outcome == RoundOutcome::kRejected
+                                    ? "rejected (" + result.reject_reason + ")"
+                                    : std::string(round_outcome_name(result.outcome));
+        note(LogLevel::kInfo, "round " + std::to_string(result.round_id) + ": the update was not counted: " +
+                                  why + "; backing off before the next round");
+        EDGEFL_RETURN_IF_ERROR(back_off(++not_counted, &waited));
       }
       if (result.outcome != RoundOutcome::kServerDraining) continue;
       if (options_.stop_when_draining) break;
