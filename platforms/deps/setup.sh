@@ -6,6 +6,7 @@
 #
 #   platforms/deps/setup.sh            # build + test dependencies
 #   platforms/deps/setup.sh --cross    # also the ARM cross compilers, QEMU, and zlib for ARM Linux
+#   platforms/deps/setup.sh --torch    # also libtorch and PyTorch (examples/pytorch)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
@@ -29,8 +30,12 @@ cross_packages=(g++-aarch64-linux-gnu g++-arm-linux-gnueabihf  # ARM Linux (glib
                 libstdc++-arm-none-eabi-dev                  # its C++ headers (<new>, <type_traits>)
                 qemu-user qemu-system-arm)                   # qemu-aarch64/-arm; MPS2 boards
 
+torch_packages=(libtorch-dev     # the C++ API of PyTorch 1.13: examples/pytorch's device and server evaluator
+                python3-torch)   # PyTorch: the walkthrough's model definition and evaluation
+
 want=("${packages[@]}")
 if [[ "${1:-}" == "--cross" ]]; then want+=("${cross_packages[@]}"); fi
+if [[ "${1:-}" == "--torch" ]]; then want+=("${torch_packages[@]}"); fi
 
 missing=()
 for p in "${want[@]}"; do

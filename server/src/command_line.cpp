@@ -1,4 +1,7 @@
-// edgefl-server: federated rounds over mutual TLS. `edgefl-server --help` lists the options.
+// command_line.cpp: edgefl-server's command line (command_line.h). `edgefl-server --help` lists
+// the options.
+#include "command_line.h"
+
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -223,20 +226,22 @@ bool set_output_option(const std::string& a, const std::string& v, edgefl::serve
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  using namespace edgefl::server;
+namespace edgefl::server {
+
+int server_main(const std::vector<std::string>& args, const ServerCustomization& custom) {
   ServerOptions o;
   o.rounds.training.learning_rate = 0.02f;
   o.rounds.training.local_epochs = 2;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  auto fail = [](const std::string& message) {
-    std::fprintf(stderr, "edgefl-server: %s (see --help)\n", message.c_str());
+  const std::string name = custom.program.empty() ? "edgefl-server" : custom.program;
+  auto fail = [&](const std::string& message) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", name.c_str(), message.c_str());
     return 2;
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
+      if (!custom.extra_usage.empty()) std::fputs(custom.extra_usage.c_str(), stdout);
       return 0;
     } else if (a == "--progress") {
       o.progress = true;
@@ -269,5 +274,12 @@ int main(int argc, char** argv) {
   if (::mkdir(o.rounds.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return fail("cannot create " + o.rounds.state_dir + ": " + std::strerror(errno));
   }
+  if (custom.evaluator) {
+    if (!o.rounds.eval_data_dir.empty())
+      return fail("--eval and " + custom.evaluator_name + " exclude each other");
+    o.rounds.evaluator = custom.evaluator;
+  }
   return run_server(o);
 }
+
+}  // namespace edgefl::server

@@ -18,7 +18,7 @@ class FashionMnistEvaluator final : public ModelEvaluator {
       *error = "--eval: model '" + model_spec +
                "' is not a built-in model (mlp:/cnn); the built-in evaluation runs built-in models on "
                "Fashion-MNIST. Evaluate a model of your own through ModelEvaluator (server/src/evaluator.h), "
-               "or load global.safetensors in PyTorch (examples/pytorch/)";
+               "or load global.safetensors in PyTorch";
       return Status::kInvalidSpec;
     }
     spec_text_ = model_spec;
