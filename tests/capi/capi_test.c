@@ -372,6 +372,9 @@ typedef struct test_trainer {
   size_t parameter_count;
   char model_spec[160];
   char codec[160];
+  size_t tensor_count;
+  char first_tensor[64];
+  uint64_t first_shape[2];
   uint64_t rng;
 } test_trainer;
 
@@ -388,6 +391,12 @@ static edgefl_status tt_prepare(void* user, const edgefl_task* task) {
   t->parameter_count = task->parameter_count;
   strncpy(t->model_spec, task->model_spec, sizeof t->model_spec - 1);
   strncpy(t->codec, task->codec, sizeof t->codec - 1);
+  t->tensor_count = task->tensor_count;
+  if (task->tensor_count > 0) {
+    strncpy(t->first_tensor, task->tensors[0].name, sizeof t->first_tensor - 1);
+    t->first_shape[0] = task->tensors[0].rank == 2 ? task->tensors[0].shape[0] : 0;
+    t->first_shape[1] = task->tensors[0].rank == 2 ? task->tensors[0].shape[1] : 0;
+  }
   return t->prepare_returns;
 }
 
@@ -488,6 +497,10 @@ static void run_round_tests(const char* server, const char* ca, const char* cert
   CHECK(strstr(error, "trainer prepare() returned invalid_spec") != NULL);
   CHECK(t.prepare_calls == 1 && t.fit_calls == 0);
   CHECK(strcmp(t.model_spec, "mlp:784-16-10") == 0);
+  /* The tensor table: fc1.weight [16, 784], fc1.bias, fc2.weight, fc2.bias. */
+  CHECK(t.tensor_count == 4);
+  CHECK(strcmp(t.first_tensor, "fc1.weight") == 0);
+  CHECK(t.first_shape[0] == 16 && t.first_shape[1] == 784);
   CHECK(t.parameter_count == 784 * 16 + 16 + 16 * 10 + 10);
   CHECK(strlen(t.codec) > 0);
 

@@ -225,8 +225,27 @@ EDGEFL_C_API void edgefl_client_options_init(edgefl_client_options* options);
 
 /* ---- The trainer -------------------------------------------------------------------------- */
 
-/* A round's task as the server offered it. Strings and the struct are valid during the callback
- * only. */
+/* How a tensor was stored in the model file the server started from (devices always train and
+ * exchange float32). */
+typedef enum edgefl_tensor_dtype {
+  EDGEFL_TENSOR_F32 = 1,
+  EDGEFL_TENSOR_F16 = 2,
+  EDGEFL_TENSOR_BF16 = 3
+} edgefl_tensor_dtype;
+
+#define EDGEFL_MAX_TENSOR_RANK 8
+
+/* One tensor of the model (edgefl/tensor_table.h): the flat vector fit() gets is the task's
+ * tensors in order, each row-major. */
+typedef struct edgefl_tensor {
+  const char* name;                         /* "conv1.weight"; unique in the model */
+  uint32_t rank;                            /* 0 (a scalar) .. EDGEFL_MAX_TENSOR_RANK */
+  uint64_t shape[EDGEFL_MAX_TENSOR_RANK];   /* outermost first; entries past rank are 0 */
+  edgefl_tensor_dtype dtype;
+} edgefl_tensor;
+
+/* A round's task as the server offered it. Strings, arrays and the struct are valid during the
+ * callback only. */
 typedef struct edgefl_task {
   uint64_t round_id;
   uint64_t model_version;
@@ -243,6 +262,11 @@ typedef struct edgefl_task {
   const char* codec; /* the uplink codec spec (edgefl/codec.h grammar) */
   uint64_t codec_seed;
   uint32_t deadline_ms;
+  /* The model's tensors (a trainer for a model of its own checks names and shapes in prepare()
+   * and returns EDGEFL_STATUS_INVALID_SPEC if they are not its model's). model_spec is "" for a
+   * model that is not built-in. */
+  size_t tensor_count;
+  const edgefl_tensor* tensors;
 } edgefl_task;
 
 /* The app's training engine, called from edgefl_client_run_round() on the caller's thread. The

@@ -181,7 +181,16 @@ class CTrainer final : public edgefl::LocalTrainer {
   int failed_status() const { return failed_status_; }
 
  private:
-  static edgefl_task to_c_task(const edgefl::RoundTask& task) {
+  edgefl_task to_c_task(const edgefl::RoundTask& task) const {
+    tensors_.assign(task.tensors.size(), edgefl_tensor{});
+    for (size_t i = 0; i < task.tensors.size(); ++i) {
+      const edgefl::TensorDesc& t = task.tensors[i];
+      edgefl_tensor& e = tensors_[i];
+      e.name = t.name.c_str();
+      e.rank = static_cast<uint32_t>(std::min<size_t>(t.shape.size(), EDGEFL_MAX_TENSOR_RANK));
+      for (uint32_t r = 0; r < e.rank; ++r) e.shape[r] = t.shape[r];
+      e.dtype = static_cast<edgefl_tensor_dtype>(static_cast<int>(t.dtype));
+    }
     edgefl_task c;
     memset(&c, 0, sizeof c);
     c.round_id = task.round_id;
@@ -199,6 +208,8 @@ class CTrainer final : public edgefl::LocalTrainer {
     c.codec = task.codec.c_str();
     c.codec_seed = task.codec_seed;
     c.deadline_ms = task.deadline_ms;
+    c.tensor_count = tensors_.size();
+    c.tensors = tensors_.empty() ? nullptr : tensors_.data();
     return c;
   }
   Status note(const char* callback, edgefl_status s) {
@@ -211,7 +222,7 @@ class CTrainer final : public edgefl::LocalTrainer {
   }
 
   edgefl_trainer t_;
-  const char* failed_ = nullptr;
+  X const char* failed_ = nullptr;
   int failed_status_ = EDGEFL_STATUS_OK;
 };
 
