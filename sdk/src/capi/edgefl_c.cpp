@@ -11,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "edgefl/client.h"
 #include "edgefl/status.h"
@@ -222,7 +224,8 @@ class CTrainer final : public edgefl::LocalTrainer {
   }
 
   edgefl_trainer t_;
-  X const char* failed_ = nullptr;
+  mutable std::vector<edgefl_tensor> tensors_;  // the task's table for the callbacks (valid during each)
+  const char* failed_ = nullptr;
   int failed_status_ = EDGEFL_STATUS_OK;
 };
 
