@@ -72,13 +72,28 @@ const char kEncodeUsage[] =
     "  --codec SPEC   codec spec, e.g. fp16, bf16, q8, q4:block=64, q8:shared=0.001, hq4, qsgd:s=15,\n"
     "                 tern, sign, topk:0.01+q4, topk:k=1000,idx=rice+fp16, thresh:0.01+q8, randk:0.1+q8\n"
     "  --seed N       seed of stochastic rounding, random-k and rotations (default 1; decimal or 0x hex)\n"
-    "\n"
-    "spec grammar:\n"
-    "  spec       := [sparsifier '+'] values | sparsifier\n"
-    "  sparsifier := topk:(FRACTION|k=COUNT)[,approx][,sample=F][,idx=ef|rice|auto]\n"
-    "              | thresh:ABS[,idx=...] | randk:(FRACTION|k=COUNT)[,unscaled]\n"
-    "  values     := fp32 | fp16 | bf16 | q{1,2,4,8}[:block=N|det|shared=STEP] | hq{1,2,3,4}[:block=N]\n"
-    "              | qsgd[:s=LEVELS,bucket=N] | tern[:block=N] | sign[:block=N]\n";
+    "\n";
+
+}  // namespace
+
+const char kCodecSpecHelp[] =
+    "codec specs (edgefl/codec.h; in a list, separate specs with ';'):\n"
+    "  spec       := [sparsifier '+'] values | sparsifier | sketch | alias\n"
+    "  sparsifier := topk:FRACTION | topk:k=COUNT [,approx] [,sample=FRACTION] [,idx=ef|rice|auto]\n"
+    "              | thresh:ABSVALUE [,idx=ef|rice|auto]\n"
+    "              | randk:FRACTION | randk:k=COUNT [,unscaled]\n"
+    "  values     := fp32 | fp16 | bf16\n"
+    "              | q1 | q2 | q4 | q8 [:block=N] [,det] [,sm] [,ans]    (sm: sign-magnitude; ans: rANS)\n"
+    "              | q1 | q2 | q4 | q8 :shared=STEP [,clip]              (summable; clip: saturate)\n"
+    "              | hq1 | hq2 | hq3 | hq4 [:block=N]                   (N a power of two, 16..1024)\n"
+    "              | qsgd [:s=LEVELS] [,bucket=N] | tern [:block=N] | sign [:block=N]\n"
+    "              | skc [:bins=256] [,groups=8] [,rows=2] [,cols=0.3] [,k=128]   (SKCompress)\n"
+    "  sketch     := cs [:CELLS | cells=FRACTION | cols=C] [,rows=5] [,top=FRACTION | k=COUNT] [,step=STEP]\n"
+    "  alias      := sparq:FRACTION = topk:FRACTION,approx,idx=auto+q4:sm,ans   (edgefl's sparse codec)\n"
+    "  examples: bf16 q8 q4:block=64,det q8:shared=0.001,clip hq4 qsgd:s=15 tern sign topk:0.01+q4:sm,ans\n"
+    "            thresh:0.01+q8 randk:0.1+q8 sparq:0.1 topk:0.1+skc skc cs:0.1 cs:cols=2000,rows=3,k=100\n";
+
+namespace {
 
 const char kDecodeUsage[] =
     "usage: edgefl decode IN.efl OUT.npy\n"
@@ -263,6 +278,8 @@ std::string flags_text(const EncodedInfo& info) {
   if (info.stochastic) add("stochastic");
   if (info.shared_scale) add("shared_scale");
   if (info.randk_unscaled) add("randk_unscaled");
+  if (info.entropy_coded) add("entropy_coded");
+  if (info.sign_magnitude) add("sign_magnitude");
   return s.empty() ? "none" : s;
 }
 
@@ -318,6 +335,7 @@ void print_inspect_text(const std::string& path, const EncodedInfo& info, std::o
     out << buf << value << "\n";
   };
   row("file", path);
+  row("spec", spec_of_encoding(info));
   row("version", std::to_string(info.version));
   row("sparsifier", sparsifier_name(info.sparsifier));
   row("values", value_coder_name(info.values));
@@ -347,6 +365,7 @@ void print_inspect_text(const std::string& path, const EncodedInfo& info, std::o
 void print_inspect_json(const std::string& path, const EncodedInfo& info, std::ostream& out) {
   JsonObjectWriter w;
   w.add_string("file", path)
+      .add_string("spec", spec_of_encoding(info))
       .add_uint("version", info.version)
       .add_string("sparsifier", sparsifier_name(info.sparsifier))
       .add_string("values", value_coder_name(info.values))
@@ -360,6 +379,8 @@ void print_inspect_json(const std::string& path, const EncodedInfo& info, std::o
       .add_bool("stochastic", info.stochastic)
       .add_bool("shared_scale", info.shared_scale)
       .add_bool("randk_unscaled", info.randk_unscaled)
+      .add_bool("entropy_coded", info.entropy_coded)
+      .add_bool("sign_magnitude", info.sign_magnitude)
       .add_number("param", info.param)
       .add_uint("seed", info.seed)
       .add_uint("contributions", info.contributions)
@@ -528,6 +549,60 @@ int run_certs_command(int argc, const char* const* argv, std::ostream& out, std:
 }
 
 }  // namespace
+
+std::string spec_of_encoding(const EncodedInfo& info) {
+  auto g9 = [](double v) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.9g", v);
+    return std::string(buf);
+  };
+  const std::string k = "k=" + std::to_string(info.nnz);
+  const std::string idx = info.index_coding == IndexCoding::kEliasFano ? ",idx=ef"
+                          : info.index_coding == IndexCoding::kRice    ? ",idx=rice"
+                                                                       : "";
+  std::string sparsifier;
+  switch (info.sparsifier) {
+    case SparsifierKind::kNone: break;
+    case SparsifierKind::kTopK: sparsifier = "topk:" + k + idx; break;
+    case SparsifierKind::kTopKApprox: sparsifier = "topk:" + k + ",approx" + idx; break;
+    case SparsifierKind::kThreshold: sparsifier = "thresh:" + g9(info.param) + idx; break;
+    case SparsifierKind::kRandomK:
+      sparsifier = "randk:" + k + (info.randk_unscaled ? ",unscaled" : "");
+      break;
+  }
+  const std::string block = "block=" + std::to_string(info.block);
+  std::string values;
+  switch (info.values) {
+    case ValueCoderKind::kFp32: values = "fp32"; break;
+    case ValueCoderKind::kFp16: values = "fp16"; break;
+    case ValueCoderKind::kBf16: values = "bf16"; break;
+    case ValueCoderKind::kUniform:
+      values = "q" + std::to_string(info.bits) + ":";
+      if (info.shared_scale) {
+        values += "shared=" + g9(info.param);
+      } else {
+        values += block;
+        if (!info.stochastic) values += ",det";
+        if (info.sign_magnitude) values += ",sm";
+        if (info.entropy_coded) values += ",ans";
+      }
+      break;
+    case ValueCoderKind::kQsgd:
+      values = "qsgd:s=" + std::to_string(info.levels) + ",bucket=" + std::to_string(info.block);
+      break;
+    case ValueCoderKind::kTernGrad: values = "tern:" + block; break;
+    case ValueCoderKind::kScaledSign: values = "sign:" + block; break;
+    case ValueCoderKind::kHadamard: values = "hq" + std::to_string(info.bits) + ":" + block; break;
+    case ValueCoderKind::kSkCompress:
+      values = "skc:bins=" + std::to_string(info.block) + ",groups=" + std::to_string(info.levels >> 4) +
+               ",rows=" + std::to_string(info.levels & 15) + ",cols=" + g9(info.param);
+      break;
+    case ValueCoderKind::kCountSketch:
+      return "cs:cols=" + std::to_string(info.block) + ",rows=" + std::to_string(info.levels) + "," + k +
+             ",step=" + g9(info.param);
+  }
+  return sparsifier.empty() ? values : sparsifier + "+" + values;
+}
 
 const char* cli_version() {
   return EDGEFL_CLI_VERSION;
@@ -754,7 +829,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return usage_error(err, "encode", error, kEncodeUsage);
     }
     if (args.help) {
-      out << kEncodeUsage;
+      out << kEncodeUsage << kCodecSpecHelp;
       return kExitOk;
     }
     if (!args.has("--codec")) return usage_error(err, "encode", "--codec SPEC is required", kEncodeUsage);
@@ -810,7 +885,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
         {"--no-real", false, false}, {"--sparse", false, false}, {"--kernels", false, false}};
     if (!parse_args(argc, argv, 2, defs, &args, &error)) return usage_error(err, "bench", error, kBenchUsage);
     if (args.help) {
-      out << kBenchUsage;
+      out << kBenchUsage << "\n" << kCodecSpecHelp;
       return kExitOk;
     }
     if (!args.positional.empty()) {

@@ -26,6 +26,15 @@ constexpr int kExitUsage = 2;
 // The tool's version ("0.1.0").
 const char* cli_version();
 
+// The codec spec grammar, every codec and option, with examples that parse: the text every
+// command that takes a codec prints in its --help (and the README's "Codec specs" block).
+extern const char kCodecSpecHelp[];
+
+// A codec spec that parse_codec_spec() accepts and that encodes to this encoding's format (the
+// same sparsifier, index coding, value coder, bits, block, levels and flags; k = nnz, since a
+// fraction is not kept in the header), e.g. "topk:k=1000,approx,idx=rice+q4:block=256,sm,ans".
+std::string spec_of_encoding(const EncodedInfo& info);
+
 // Reads an encoding from `path` and verifies it with edgefl::inspect (header + checksum). Fails
 // when the file holds bytes beyond info->total_bytes. *error names the file and the reason.
 bool load_encoding(const std::string& path, std::vector<uint8_t>* bytes, EncodedInfo* info,

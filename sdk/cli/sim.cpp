@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "commands.h"
 #include "edgefl/aggregate.h"
 #include "edgefl/codec.h"
 #include "edgefl/data.h"
@@ -819,7 +820,7 @@ int run_sim_command(int argc, const char* const* argv, std::ostream& out, std::o
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      out << kSimUsage;
+      out << kSimUsage << "\n" << kCodecSpecHelp;
       return 0;
     }
     if (arg == "--quiet" || arg == "--reuse") {

@@ -134,6 +134,73 @@ TEST_SUITE("cli") {
     CHECK(run({"bench", "--codecs", ";;"}, &out, &err) == cli::kExitUsage);
   }
 
+  TEST_CASE("every command that takes a codec lists every codec and option in --help") {
+    std::string out;
+    for (std::vector<std::string> cmd : {std::vector<std::string>{"encode", "--help"}, {"bench", "--help"}}) {
+      CAPTURE(cmd[0]);
+      REQUIRE(run(cmd, &out) == 0);
+      for (const char* word : {"sparq:", "skc", "cs ", "topk:", "randk:", "thresh:", ",sm", ",ans", "shared=",
+                               ",clip", "hq1", "qsgd", "tern", "sign", "idx=ef|rice|auto", "unscaled"}) {
+        CAPTURE(word);
+        CHECK(contains(out, word));
+      }
+    }
+    // The examples in the help all parse.
+    const std::string help = cli::kCodecSpecHelp;
+    const size_t at = help.find("examples:");
+    REQUIRE(at != std::string::npos);
+    std::istringstream examples(help.substr(at + 9));
+    std::string spec;
+    int count = 0;
+    while (examples >> spec) {
+      CAPTURE(spec);
+      edgefl::CodecSpec parsed;
+      CHECK(edgefl::parse_codec_spec(spec.c_str(), &parsed) == edgefl::Status::kOk);
+      ++count;
+    }
+    CHECK(count >= 15);
+  }
+
+  TEST_CASE("inspect names a spec that encodes to the same format, and every flag") {
+    std::vector<float> update(20000);
+    uint64_t x = 7;
+    for (float& v : update) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      v = float(int64_t(x >> 40) - (1 << 23)) * 1e-9f;
+    }
+    for (const char* text : {"sparq:0.1", "q8:shared=0.001,clip", "cs:0.1", "topk:0.1+skc", "skc",
+                             "randk:0.1,unscaled+q8", "thresh:0.004+fp16", "qsgd:s=15", "hq3", "tern", "sign",
+                             "q4:block=64,det", "topk:0.05,idx=ef+bf16", "q2:sm,ans", "fp32"}) {
+      CAPTURE(text);
+      auto encode_with = [&](const std::string& spec_text, edgefl::EncodedInfo* info) {
+        edgefl::CodecSpec spec;
+        REQUIRE(edgefl::parse_codec_spec(spec_text.c_str(), &spec) == edgefl::Status::kOk);
+        std::vector<uint8_t> ws(edgefl::workspace_size(spec, update.size()));
+        std::vector<uint8_t> out(edgefl::encoded_bound(spec, update.size()));
+        size_t written = 0;
+        REQUIRE(edgefl::encode(spec, {update.data(), update.size()}, 1, {ws.data(), ws.size()},
+                               {out.data(), out.size()}, &written) == edgefl::Status::kOk);
+        REQUIRE(edgefl::inspect({out.data(), written}, info) == edgefl::Status::kOk);
+      };
+      edgefl::EncodedInfo first, again;
+      encode_with(text, &first);
+      const std::string canonical = cli::spec_of_encoding(first);
+      CAPTURE(canonical);
+      encode_with(canonical, &again);
+      CHECK(again.sparsifier == first.sparsifier);
+      CHECK(again.values == first.values);
+      CHECK(again.index_coding == first.index_coding);
+      CHECK(again.bits == first.bits);
+      CHECK(again.block == first.block);
+      CHECK(again.levels == first.levels);
+      CHECK(again.stochastic == first.stochastic);
+      CHECK(again.shared_scale == first.shared_scale);
+      CHECK(again.randk_unscaled == first.randk_unscaled);
+      CHECK(again.sign_magnitude == first.sign_magnitude);
+      CHECK(again.param == first.param);
+    }
+  }
+
   TEST_CASE("encode, inspect and decode round-trip through files") {
     TempDir dir;
     const std::vector<float> x = test_vector(5000);
