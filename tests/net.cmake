@@ -25,3 +25,12 @@ if(TARGET edgefl_net AND TARGET edgefl_cli_lib)
   add_test(NAME net.other COMMAND edgefl_net_tests --test-suite-exclude=${edgefl_net_suite_list} --no-intro=true)
   set_tests_properties(net.other PROPERTIES LABELS unit TIMEOUT 600)
 endif()
+
+# `edgefl client` talks: an unreachable server (exit status 4 at --give-up-after) and a round that
+# closes while the device trains (tests/net/client_cli_test.sh).
+if(TARGET edgefl AND TARGET edgefl-server)
+  add_test(NAME cli.client.talks
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/net/client_cli_test.sh $<TARGET_FILE:edgefl>
+                   $<TARGET_FILE:edgefl-server> ${CMAKE_CURRENT_BINARY_DIR}/client_cli)
+  set_tests_properties(cli.client.talks PROPERTIES LABELS "unit;e2e" TIMEOUT 300 RESOURCE_LOCK edgefl_e2e)
+endif()

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,7 +45,16 @@ const char kUsage[] =
     "  --timeout MS           per-message timeout (30000)\n"
     "  --seed S               jitter and upload ids (from the OS)\n"
     "  --drop-after-chunks C  test: drop the connection once after C upload chunks (resume check)\n"
-    "  --insecure-plaintext-for-tests   no TLS (only against a server started the same way)\n";
+    "  --quiet                only the round lines and errors (no progress: connecting, waiting, training)\n"
+    "  --insecure-plaintext-for-tests   no TLS (only against a server started the same way)\n"
+    "\n"
+    "Progress goes to stderr, one line each: connection attempts and their failures, how long the\n"
+    "device waits and why (the server's retry window, backoff), each task, training and upload;\n"
+    "a round line per round on stdout, including updates the server did not count.\n"
+    "\n"
+    "exit status: 0 the rounds were done (or the server drained), 1 a failure (printed),\n"
+    "             2 a bad command line, 3 refused by the server (certificate, revocation, TLS),\n"
+    "             4 gave up: no round accepted within --give-up-after.\n";
 
 bool to_u64(const std::string& s, uint64_t* out) {
   if (s.empty() || s[0] == '-') return false;
@@ -67,6 +77,7 @@ struct ClientArgs {
   std::string data_dir = fashion_mnist_dir();
   std::string partition_text = "dirichlet:0.5";
   uint64_t shard = 0, shards = 1, partition_seed = 1, rounds = 0;
+  bool quiet = false;
 };
 
 // -1: go on; else the exit code (0 after --help, 2 on a bad option).
@@ -84,6 +95,10 @@ int parse_client_args(int argc, const char* const* argv, ClientArgs* args, std::
     }
     if (a == "--stay") {
       args->stay = true;
+      continue;
+    }
+    if (a == "--quiet") {
+      args->quiet = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -201,6 +216,18 @@ void print_round(std::ostream& out, const RoundResult& r) {
     out.flush();
     return;
   }
+  if (r.outcome == RoundOutcome::kStraggler || r.outcome == RoundOutcome::kLate ||
+      r.outcome == RoundOutcome::kRejected) {
+    const std::string why =
+        r.outcome == RoundOutcome::kStraggler ? "the round closed with its quorum while this device trained"
+        : r.outcome == RoundOutcome::kLate    ? "it arrived after the round's deadline"
+                                              : "the server rejected it (" + r.reject_reason + ")";
+    out << "round " << r.round_id << " (model v" << r.model_version << "): " << round_outcome_name(r.outcome)
+        << ": the update (" << r.update_bytes << " B, " << r.samples << " samples) was discarded: " << why
+        << "; the next round starts from the new model\n";
+    out.flush();
+    return;
+  }
   char line[768];
   std::snprintf(line, sizeof line,
                 "round %llu (model v%llu): %s; %u samples, loss %.4f, train %.2f s; update %llu B (%s)%s; "
@@ -242,6 +269,16 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
     const struct mallinfo2 m = mallinfo2();  // glibc: arena bytes in use + mmapped blocks
     return static_cast<size_t>(m.uordblks + m.hblkhd);
   };
+  if (!args.quiet) {
+    o.log = [&err](LogLevel level, const std::string& message) {
+      if (level == LogLevel::kDebug) return;
+      const std::time_t now = std::time(nullptr);
+      char stamp[16];
+      std::strftime(stamp, sizeof stamp, "%H:%M:%S", std::localtime(&now));
+      err << "edgefl client: " << stamp << " " << message << "\n";
+      err.flush();
+    };
+  }
   Client client(o);
   std::string error;
   if (client.init(&error) != Status::kOk) {
@@ -253,7 +290,10 @@ int run_client_command(int argc, const char* const* argv, std::ostream& out, std
       &error);
   if (s != Status::kOk) {
     err << "edgefl client: " << status_name(s) << ": " << error << "\n";
-    return s == Status::kUnauthorized || s == Status::kTlsHandshakeFailed ? 3 : 1;
+    if (s == Status::kUnauthorized || s == Status::kTlsHandshakeFailed) return 3;
+    // participate() ends a run of transient failures only at --give-up-after, and says so.
+    if (o.give_up_after_ms != 0 && error.rfind("no round accepted in", 0) == 0) return 4;
+    return 1;
   }
   return 0;
 }

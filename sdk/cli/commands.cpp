@@ -60,7 +60,10 @@ const char kUsage[] =
     "  -h, --help      show help (also `edgefl <command> --help`)\n"
     "  -V, --version   print the version\n"
     "\n"
-    "exit status: 0 success, 1 failure (bad file, codec error), 2 bad command line.\n";
+    "exit status: 0 success, 1 failure (bad file, codec error), 2 bad command line;\n"
+    "             client also 3 (refused by the server: certificate, revocation, TLS) and\n"
+    "             4 (gave up: no round accepted within --give-up-after).\n"
+    "`edgefl encode --help` lists every codec and its options.\n";
 
 const char kEncodeUsage[] =
     "usage: edgefl encode --codec SPEC [--seed N] IN.npy OUT.efl\n"

@@ -31,6 +31,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -267,6 +268,8 @@ class Client {
   ErrorFeedback feedback_;
   std::string feedback_codec_;
   uint32_t chunks_sent_total_ = 0;
+  // participate(): when give_up_after_ms runs out (no wait goes past it); epoch = none.
+  std::chrono::steady_clock::time_point give_up_at_{};
 };
 
 }  // namespace edgefl

@@ -213,6 +213,9 @@ enum class RejectReason : uint8_t {
 // "digest_mismatch", "invalid_encoding", ...; "none" for kNone, "unknown" otherwise. Never null.
 const char* reject_reason_name(RejectReason reason);
 
+// Why a RetryLater came, in words for logs ("no round is open", "the server is busy", ...).
+const char* retry_reason_text(RetryReason reason);
+
 enum class ErrorCode : uint8_t {
   kBadMessage = 1,
   kUnexpectedMessage = 2,

@@ -101,6 +101,8 @@ struct Client::Pending {
   wire::Digest digest{};
   uint32_t samples = 0;
   float loss = 0;
+  std::chrono::steady_clock::time_point deadline;  // the round's reporting deadline, as offered
+  uint64_t model_version = 0;                      // the model it was trained from
 };
 
 Client::Client(ClientOptions options) : options_(std::move(options)), connection_(new net::Connection) {
@@ -164,13 +166,17 @@ MemoryPlan Client::plan_memory(const RoundTask& task, const LocalTrainer& traine
 }
 
 Status Client::sleep_ms(uint64_t ms) {
-  const auto until = Clock::now() + std::chrono::milliseconds(ms);
+  auto until = Clock::now() + std::chrono::milliseconds(ms);
+  // participate()'s give_up_after_ms: no wait runs past it.
+  const bool gives_up = give_up_at_ != Clock::time_point{} && until >= give_up_at_;
+  if (gives_up) until = give_up_at_;
   while (Clock::now() < until) {
     if (cancelled_.load()) return Status::kCancelled;
     std::this_thread::sleep_for(
         std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(50)));
   }
-  return cancelled_.load() ? Status::kCancelled : Status::kOk;
+  if (cancelled_.load()) return Status::kCancelled;
+  return gives_up ? Status::kTimeout : Status::kOk;
 }
 
 // Exponential backoff with jitter before reconnect number `attempt` (>= 1):
@@ -180,8 +186,8 @@ Status Client::back_off(uint32_t attempt, RoundResult* result) {
       std::min<double>(options_.backoff_max_ms,
                        double(options_.backoff_initial_ms) * std::ldexp(1.0, int(std::min(attempt, 20u))));
   const double jitter = 0.5 + 0.5 * unit_double(splitmix64_next(&rng_state_));
-  note(LogLevel::kInfo, "reconnecting in " + std::to_string(static_cast<uint64_t>(cap * jitter)) +
-                            " ms (attempt " + std::to_string(attempt + 1) + ")");
+  note(LogLevel::kInfo, "waiting " + std::to_string(static_cast<uint64_t>(cap * jitter)) +
+                            " ms before trying again (backoff " + std::to_string(attempt) + ")");
   const auto t0 = Clock::now();
   const Status s = sleep_ms(static_cast<uint64_t>(cap * jitter));
   result->wait_seconds += seconds_since(t0);
@@ -195,7 +201,15 @@ Status Client::connect_with_backoff(RoundResult* result, std::string* error) {
   std::string last;
   for (uint32_t attempt = 0; attempt < options_.max_attempts; ++attempt) {
     if (cancelled_.load()) return Status::kCancelled;
-    if (attempt > 0) EDGEFL_RETURN_IF_ERROR(back_off(attempt, result));
+    if (attempt > 0) {
+      if (const Status w = back_off(attempt, result); w != Status::kOk) {
+        *error = last;
+        return w;
+      }
+    }
+    note(LogLevel::kInfo, "connecting to " + options_.host + ":" + std::to_string(options_.port) +
+                              " (attempt " + std::to_string(attempt + 1) + " of " +
+                              std::to_string(options_.max_attempts) + ")");
     const Status s = connection_->connect(options_.host, options_.port, credentials_.get(),
                                           options_.connect_timeout_ms, &last);
     if (s == Status::kOk) {
@@ -403,9 +417,10 @@ Client::Attempt::Step Client::Attempt::say_hello(wire::TaskOffer* offer) {
       return done(Status::kTimeout);
     }
     waited_ms += wait;
-    c.note(LogLevel::kInfo, "no task (reason " + std::to_string(static_cast<int>(retry->reason)) +
-                                "): retrying in " + std::to_string(static_cast<uint64_t>(wait)) +
-                                " ms, as the server asks");
+    c.note(LogLevel::kInfo, std::string("no task: ") + wire::retry_reason_text(retry->reason) + "; back in " +
+                                std::to_string(static_cast<uint64_t>(wait)) +
+                                " ms, as the server asks (window " + std::to_string(retry->retry_after_ms) +
+                                " + " + std::to_string(retry->retry_window_ms) + " ms)");
     // Long waits release the connection; short ones keep it. A busy server closes it anyway.
     if (wait > 5000 || retry->reason == wire::RetryReason::kServerBusy) c.connection_->close();
     const auto t0 = Clock::now();
@@ -436,6 +451,14 @@ Client::Attempt::Step Client::Attempt::check_task(const wire::TaskOffer& offer, 
   if (parse_codec_spec(task.codec.c_str(), codec) != Status::kOk) {
     return fail("the server's codec '" + task.codec + "' does not parse", Status::kProtocolError);
   }
+  const std::string download = offer.model_bytes == 0 ? std::string("nothing to download")
+                               : offer.base_model_version == 0
+                                   ? "the whole model, " + std::to_string(offer.model_bytes) + " bytes"
+                                   : "patches since v" + std::to_string(offer.base_model_version) + ", " +
+                                         std::to_string(offer.model_bytes) + " bytes";
+  c.note(LogLevel::kInfo, "round " + std::to_string(task.round_id) + ": task for model v" +
+                              std::to_string(task.model_version) + " (" + download + "), codec " +
+                              task.codec + ", deadline " + std::to_string(task.deadline_ms / 1000) + " s");
   return Step::kNext;
 }
 
@@ -555,9 +578,21 @@ Status Client::Attempt::apply_download(const wire::TaskOffer& offer, bool seeded
 Client::Attempt::Step Client::Attempt::compute_update(LocalTrainer& trainer, const wire::TaskOffer& offer,
                                                       const RoundTask& task, const CodecSpec& codec) {
   const size_t n = task.parameter_count;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(task.deadline_ms);
   c.connection_->close();
   Status s = trainer.prepare(task);
-  if (s != Status::kOk) return done(s);
+  if (s != Status::kOk) {
+    const std::string model = !task.model_spec.empty()
+                                  ? "model '" + task.model_spec + "'"
+                                  : "a model of its own (" + std::to_string(task.tensors.size()) +
+                                        " tensors, the first '" +
+                                        (task.tensors.empty() ? std::string() : task.tensors[0].name) + "')";
+    *error = "the trainer refused round " + std::to_string(task.round_id) + "'s " + model + " (" +
+             status_name(s) + "): this device's trainer cannot train it";
+    return done(s);
+  }
+  c.note(LogLevel::kInfo, "round " + std::to_string(task.round_id) + ": training model v" +
+                              std::to_string(task.model_version) + " (" + std::to_string(n) + " parameters)");
   c.delta_.assign(n, 0.0f);
   auto t0 = Clock::now();
   auto p = std::make_unique<Pending>();
@@ -594,10 +629,16 @@ Client::Attempt::Step Client::Attempt::compute_update(LocalTrainer& trainer, con
     return done(s);
   }
   p->bytes.resize(written);
+  c.note(LogLevel::kInfo, "round " + std::to_string(task.round_id) + ": trained on " +
+                              std::to_string(p->samples) + " samples in " +
+                              std::to_string(int(result->train_seconds * 1000)) + " ms; uploading " +
+                              std::to_string(written) + " bytes (" + task.codec + ")");
   const tls::Sha256Digest digest = tls::sha256({p->bytes.data(), p->bytes.size()});
   std::memcpy(p->digest.data(), digest.data(), digest.size());
   p->round_id = offer.round_id;
   p->nonce = offer.round_nonce;
+  p->deadline = deadline;
+  p->model_version = offer.model_version;
   for (size_t i = 0; i < p->upload_id.size(); i += 8) {
     const uint64_t r = splitmix64_next(&c.rng_state_);
     std::memcpy(p->upload_id.data() + i, &r, std::min<size_t>(8, p->upload_id.size() - i));
@@ -715,7 +756,22 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       result->model_version = task.model_version;
       result->codec = task.codec;
       if (pending_ && (pending_->round_id != offer.round_id || pending_->nonce != offer.round_nonce)) {
-        pending_.reset();  // the round it was for has ended
+        // The round it was for ended while the device trained or was away: the update is
+        // discarded, and said so (the next call joins the round just offered).
+        const bool late = Clock::now() >= pending_->deadline;
+        result->outcome = late ? RoundOutcome::kLate : RoundOutcome::kStraggler;
+        result->round_id = pending_->round_id;
+        result->model_version = pending_->model_version;
+        result->update_bytes = pending_->bytes.size();
+        result->samples = pending_->samples;
+        result->train_loss = pending_->loss;
+        note(LogLevel::kInfo,
+             "round " + std::to_string(pending_->round_id) + " ended before its update was uploaded" +
+                 (late ? " (past its deadline)" : " (closed while this device trained)") +
+                 ": the update is discarded; round " + std::to_string(offer.round_id) + " is open");
+        pending_.reset();
+        a.done(Status::kOk);
+        return a.finish();
       }
       if (!pending_) {
         CodecSpec codec;
@@ -740,6 +796,24 @@ Status Client::participate(LocalTrainer& trainer, uint32_t rounds, const Progres
   uint32_t transient_failures = 0;
   uint32_t not_counted = 0;  // updates in a row the server did not count (rejected, straggler, late)
   auto last_accepted = Clock::now();
+  auto set_give_up = [&] {
+    give_up_at_ = options_.give_up_after_ms != 0
+                      ? last_accepted + std::chrono::milliseconds(options_.give_up_after_ms)
+                      : Clock::time_point{};
+  };
+  set_give_up();
+  // A wait cut short by give_up_after_ms ends the call with the reason.
+  auto gave_up = [&](Status s) {
+    if (s == Status::kTimeout && give_up_at_ != Clock::time_point{} && Clock::now() >= give_up_at_) {
+      *error = "no round accepted in " + std::to_string(options_.give_up_after_ms) + " ms; last: " + *error;
+    }
+    connection_->close();
+    return s;
+  };
+  struct ClearGiveUp {
+    Client* c;
+    ~ClearGiveUp() { c->give_up_at_ = Clock::time_point{}; }
+  } clear_give_up{this};
   while (rounds == 0 || accepted < rounds) {
     RoundResult result;
     const Status s = run_round(trainer, &result, error);
@@ -750,6 +824,7 @@ Status Client::participate(LocalTrainer& trainer, uint32_t rounds, const Progres
         ++accepted;
         not_counted = 0;
         last_accepted = Clock::now();
+        set_give_up();
       } else if (result.outcome != RoundOutcome::kServerDraining) {
         // The same model and seed would give the same update: retrying at once would only repeat
         // it (a rejected norm) or find the round closed again. Back off, longer each time in a
@@ -760,7 +835,7 @@ Status Client::participate(LocalTrainer& trainer, uint32_t rounds, const Progres
                                     : std::string(round_outcome_name(result.outcome));
         note(LogLevel::kInfo, "round " + std::to_string(result.round_id) + ": the update was not counted: " +
                                   why + "; backing off before the next round");
-        EDGEFL_RETURN_IF_ERROR(back_off(++not_counted, &waited));
+        if (const Status w = back_off(++not_counted, &waited); w != Status::kOk) return gave_up(w);
       }
       if (result.outcome != RoundOutcome::kServerDraining) continue;
       if (options_.stop_when_draining) break;
@@ -768,22 +843,21 @@ Status Client::participate(LocalTrainer& trainer, uint32_t rounds, const Progres
       const double wait =
           result.retry_after_ms + double(result.retry_window_ms) * unit_double(splitmix64_next(&rng_state_));
       note(LogLevel::kInfo, "the server is draining: back in " + std::to_string(uint64_t(wait)) + " ms");
-      EDGEFL_RETURN_IF_ERROR(sleep_ms(static_cast<uint64_t>(wait)));
+      if (const Status w = sleep_ms(static_cast<uint64_t>(wait)); w != Status::kOk) return gave_up(w);
       continue;
     }
     if (!is_transient_status(s)) {
       connection_->close();
       return s;
     }
-    const double idle_ms = std::chrono::duration<double, std::milli>(Clock::now() - last_accepted).count();
-    if (options_.give_up_after_ms != 0 && idle_ms >= double(options_.give_up_after_ms)) {
+    if (give_up_at_ != Clock::time_point{} && Clock::now() >= give_up_at_) {
       *error = "no round accepted in " + std::to_string(options_.give_up_after_ms) + " ms; last: " + *error;
       connection_->close();
       return s;
     }
     note(LogLevel::kWarn, std::string("round failed (") + status_name(s) + "): " + *error + "; trying again");
     RoundResult waited;
-    EDGEFL_RETURN_IF_ERROR(back_off(++transient_failures, &waited));
+    if (const Status w = back_off(++transient_failures, &waited); w != Status::kOk) return gave_up(w);
   }
   connection_->close();
   return Status::kOk;

@@ -138,5 +138,16 @@ const char* reject_reason_name(RejectReason reason) {
   return "unknown";
 }
 
+const char* retry_reason_text(RetryReason reason) {
+  switch (reason) {
+    case RetryReason::kNoRound: return "no round is open";
+    case RetryReason::kNotSelected: return "this check-in was not selected for the round";
+    case RetryReason::kRoundFull: return "the round has all its participants";
+    case RetryReason::kServerBusy: return "the server is at its connection limit";
+    case RetryReason::kDraining: return "the server is draining";
+  }
+  return "unknown reason";
+}
+
 }  // namespace wire
 }  // namespace edgefl
