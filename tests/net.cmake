@@ -34,3 +34,14 @@ if(TARGET edgefl AND TARGET edgefl-server)
                    $<TARGET_FILE:edgefl-server> ${CMAKE_CURRENT_BINARY_DIR}/client_cli)
   set_tests_properties(cli.client.talks PROPERTIES LABELS "unit;e2e" TIMEOUT 300 RESOURCE_LOCK edgefl_e2e)
 endif()
+
+# The README's commands use only options their programs have; no link leaves the repository.
+if(TARGET edgefl AND TARGET edgefl-server)
+  find_program(EDGEFL_PYTHON3 python3)
+  if(EDGEFL_PYTHON3)
+    add_test(NAME docs.readme
+             COMMAND ${EDGEFL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/docs/readme_options.py ${PROJECT_SOURCE_DIR}/README.md
+                     $<TARGET_FILE:edgefl> $<TARGET_FILE:edgefl-server>)
+    set_tests_properties(docs.readme PROPERTIES LABELS unit TIMEOUT 60)
+  endif()
+endif()
