@@ -238,9 +238,9 @@ typedef enum edgefl_tensor_dtype {
 /* One tensor of the model (edgefl/tensor_table.h): the flat vector fit() gets is the task's
  * tensors in order, each row-major. */
 typedef struct edgefl_tensor {
-  const char* name;                         /* "conv1.weight"; unique in the model */
-  uint32_t rank;                            /* 0 (a scalar) .. EDGEFL_MAX_TENSOR_RANK */
-  uint64_t shape[EDGEFL_MAX_TENSOR_RANK];   /* outermost first; entries past rank are 0 */
+  const char* name;                       /* "conv1.weight"; unique in the model */
+  uint32_t rank;                          /* 0 (a scalar) .. EDGEFL_MAX_TENSOR_RANK */
+  uint64_t shape[EDGEFL_MAX_TENSOR_RANK]; /* outermost first; entries past rank are 0 */
   edgefl_tensor_dtype dtype;
 } edgefl_tensor;
 
