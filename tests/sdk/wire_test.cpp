@@ -746,6 +746,65 @@ TEST_SUITE("wire.malformed") {
     }
   }
 
+  TEST_CASE("a tensor shape whose 8-byte elements sit 4 bytes off alignment decodes (no misaligned load)") {
+    // The Verifier checks a vector's bounds and its 4-byte length, not the alignment of 8-byte
+    // elements: build the shape as a [uint] vector of (low, high) halves, then give it the length
+    // of the [ulong] it stands for. Under UBSan a misaligned 8-byte load would stop this test.
+    const w::TaskOffer m = samples::task_offer();
+    REQUIRE(!m.tensors.empty());
+    const edgefl::TensorDesc& first = m.tensors[0];
+    REQUIRE(!first.shape.empty());
+    bool misaligned_seen = false;
+    for (int pad = 0; pad < 2; ++pad) {
+      CAPTURE(pad);
+      flatbuffers::FlatBufferBuilder b;
+      const auto nonce = b.CreateVector(m.round_nonce);
+      const auto digest = b.CreateVector(m.model_digest.data(), m.model_digest.size());
+      const auto public_digest = b.CreateVector(m.public_model_digest.data(), m.public_model_digest.size());
+      const auto training = fbw::CreateTrainingConfig(b, 32, 1, 0, 0.1f, 0.0f, 0.0f, 0.0f, 1);
+      const auto uplink = b.CreateString(m.uplink_codec);
+      const auto downlink = b.CreateString(m.downlink_codec);
+      std::vector<flatbuffers::Offset<fbw::TensorDesc>> tensors;
+      for (size_t t = 0; t < m.tensors.size(); ++t) {
+        const edgefl::TensorDesc& desc = m.tensors[t];
+        const auto name = b.CreateString(desc.name);
+        flatbuffers::Offset<flatbuffers::Vector<uint64_t>> shape;
+        if (t == 0) {
+          std::vector<uint32_t> halves;
+          for (uint64_t d : desc.shape) {
+            halves.push_back(uint32_t(d));
+            halves.push_back(uint32_t(d >> 32));
+          }
+          if (pad == 1) b.PushElement(uint32_t(0));
+          shape = flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(b.CreateVector(halves).o);
+        } else {
+          shape = b.CreateVector(desc.shape);
+        }
+        tensors.push_back(fbw::CreateTensorDesc(b, name, shape, static_cast<fbw::TensorDtype>(desc.dtype)));
+      }
+      const auto tensor_vector = b.CreateVector(tensors);
+      const auto body = fbw::CreateTaskOffer(
+          b, m.round_id, nonce, m.model_version, m.model_bytes, digest, m.parameter_count, 0, training,
+          uplink, downlink, 0, m.deadline_ms, m.max_upload_bytes, m.max_chunk_bytes, m.base_model_version,
+          public_digest, m.initial_model_seed, tensor_vector);
+      fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, fbw::Message::TaskOffer, body.Union()));
+      std::vector<uint8_t> frame = frame_of(MessageType::kTaskOffer, b);
+      uint8_t* payload = frame.data() + w::kFrameHeaderBytes;
+      const auto* shape = fbw::GetEnvelope(payload)->message_as_TaskOffer()->tensors()->Get(0)->shape();
+      const size_t length_at = size_t(reinterpret_cast<const uint8_t*>(shape) - payload);
+      REQUIRE(length_at + 4 <= frame.size() - w::kFrameHeaderBytes);
+      REQUIRE(flatbuffers::ReadScalar<uint32_t>(payload + length_at) == 2 * first.shape.size());
+      flatbuffers::WriteScalar<uint32_t>(payload + length_at, uint32_t(first.shape.size()));
+      if ((length_at + 4) % 8 != 0) misaligned_seen = true;
+      const Decoded d = decode(frame);
+      REQUIRE(d.status == Status::kOk);
+      const w::TaskOffer* got = std::get_if<w::TaskOffer>(&d.message);
+      REQUIRE(got != nullptr);
+      CHECK(got->tensors == m.tensors);
+    }
+    CHECK(misaligned_seen);
+  }
+
   TEST_CASE("a chunk whose data does not match its CRC32C is refused") {
     for (const w::Message& m : {w::Message(samples::model_chunk()), w::Message(samples::upload_chunk())}) {
       std::vector<uint8_t> frame = encode_ok(m);

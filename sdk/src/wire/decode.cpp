@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/bitio.h"
 #include "core/crc32c.h"
 #include "edgefl/wire.h"
 #include "wire/checks.h"
@@ -101,7 +102,11 @@ Status convert(const fb::TaskOffer& t, TaskOffer* m, DecodeDetail* detail) {
         if (d->shape()->size() > kMaxTensorTableRank) {
           return fail(detail, Violation::kTooLong, "TaskOffer.tensors.shape");
         }
-        desc.shape.assign(d->shape()->begin(), d->shape()->end());
+        // Read byte by byte: the Verifier checks a vector's bounds and 4-byte length, not the
+        // 8-byte alignment of its elements, so a hostile buffer may place them 4 bytes off.
+        const uint8_t* bytes = d->shape()->Data();
+        for (uint32_t i = 0; i < d->shape()->size(); ++i)
+          desc.shape.push_back(load_le64(bytes + 8 * size_t(i)));
       }
       desc.dtype = static_cast<TensorDtype>(d->dtype());
       m->tensors.push_back(std::move(desc));
