@@ -141,15 +141,35 @@ TEST_SUITE("crc32c") {
     CHECK(edgefl::crc32c_update(0, text, 9) == 0xE3069283u);
   }
 
-  TEST_CASE("the hardware path matches the reference at every length and split") {
-    std::vector<uint8_t> data(1031);
-    for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 131 + 7);
-    for (size_t len = 0; len <= data.size(); len += 37) {
-      const uint32_t whole = edgefl::crc32c_update_ref(0, data.data(), len);
-      CHECK(edgefl::crc32c_update(0, data.data(), len) == whole);
-      const size_t half = len / 3;
-      CHECK(edgefl::crc32c_update(edgefl::crc32c_update(0, data.data(), half), data.data() + half,
-                                  len - half) == whole);
+  TEST_CASE("the hardware path matches the reference at every length, split and alignment") {
+    // Long inputs take the three-lane path (blocks of 3 x 512 bytes joined by the shift tables):
+    // lengths cross 0, 1, 2 and 3 blocks, starts are unaligned, and a running CRC is continued.
+    std::vector<uint8_t> data(5 * 1536 + 64);
+    uint64_t state = 0x9E3779B97F4A7C15ull;
+    for (uint8_t& b : data) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      b = uint8_t(state >> 56);
+    }
+    std::vector<size_t> lengths;
+    for (size_t len = 0; len <= 1100; len += 37) lengths.push_back(len);
+    for (size_t blocks = 1; blocks <= 4; ++blocks) {
+      for (size_t delta : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(1535)}) {
+        lengths.push_back(blocks * 1536 - 1);
+        lengths.push_back(blocks * 1536 + delta);
+      }
+    }
+    for (size_t offset : {size_t(0), size_t(1), size_t(3), size_t(5)}) {
+      for (size_t len : lengths) {
+        CAPTURE(offset);
+        CAPTURE(len);
+        const uint8_t* p = data.data() + offset;
+        const uint32_t whole = edgefl::crc32c_update_ref(0, p, len);
+        CHECK(edgefl::crc32c_update(0, p, len) == whole);
+        const size_t third = len / 3;
+        CHECK(edgefl::crc32c_update(edgefl::crc32c_update(0, p, third), p + third, len - third) == whole);
+        CHECK(edgefl::crc32c_update_ref(edgefl::crc32c_update_ref(0, p, third), p + third, len - third) ==
+              whole);
+      }
     }
   }
 }
