@@ -554,6 +554,29 @@ TEST_SUITE("codec.roundtrip") {
     CHECK(decode_ok(encode_ok("bf16", ok_bf16, 1), 10)[0] == big);
   }
 
+  TEST_CASE("dense fp16 and bf16 (one pass: convert, range check, checksum) tell NaN/Inf from overflow") {
+    // Long enough for the fused kernels' three-lane blocks (768 values each) and a tail.
+    const size_t n = 3 * 768 + 100;
+    for (const char* text : {"fp16", "bf16"}) {
+      const bool bf16 = text[0] == 'b';
+      for (size_t at : {size_t{0}, size_t{767}, size_t{1500}, n - 1}) {
+        INFO("spec: ", std::string(text), "  at: ", at);
+        std::vector<float> x = edgefl_test::gaussian_vector(n, 21);
+        const std::vector<float> y = decode_ok(encode_ok(text, x, 1), n);
+        CHECK(y[at] == (bf16 ? edgefl_test::bf16_round(x[at]) : edgefl_test::fp16_round(x[at])));
+        x[at] = bf16 ? -FLT_MAX : 1e6f;
+        edgefl_test::Encoding e = encode_vec(parse_or_fail(text), x, 1);
+        CHECK(e.status == Status::kValueOutOfRange);
+        CHECK(e.written == 0);
+        x[at] = NAN;
+        x[n / 3] = bf16 ? FLT_MAX : 1e6f;  // both: NaN wins, whichever comes first
+        e = encode_vec(parse_or_fail(text), x, 1);
+        CHECK(e.status == Status::kNonFiniteInput);
+        CHECK(e.written == 0);
+      }
+    }
+  }
+
   TEST_CASE("extreme finite values encode to finite decodable output or fail with kValueOutOfRange") {
     // Sums of squares, block ranges (max - min) and Hadamard sums overflow float long before the
     // values do: the encoder must not emit an encoding its own decoder rejects or decodes to inf.

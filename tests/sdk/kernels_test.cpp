@@ -124,6 +124,42 @@ TEST_SUITE("kernels") {
     CHECK(std::string(edgefl::kernels().name) == tables.front()->name);
   }
 
+  TEST_CASE("fused convert-and-checksum kernels give to_fp16 / to_bf16's bytes and their CRC32C") {
+    // Lengths around the three-lane blocks (768 floats of output per block) and their tails;
+    // a running CRC is continued; an overflowing value anywhere (block or tail) is reported.
+    std::vector<size_t> lengths = {1, 15, 16, 17, 767, 768, 769, 2 * 768 + 5, 3 * 768, 5000};
+    size_t fused_tables = 0;
+    for (const edgefl::Kernels* simd : simd_tables()) {
+      for (int kind = 0; kind < 2; ++kind) {
+        const bool bf16 = kind == 1;
+        auto fused = bf16 ? simd->to_bf16_crc : simd->to_fp16_crc;
+        auto plain = bf16 ? edgefl::kernels_ref().to_bf16 : edgefl::kernels_ref().to_fp16;
+        if (fused == nullptr) continue;
+        ++fused_tables;
+        const std::string table = std::string(simd->name) + (bf16 ? " bf16" : " fp16");
+        CAPTURE(table);
+        for (size_t n : lengths) {
+          CAPTURE(n);
+          std::vector<float> x = test_vector(n, 77 + n);
+          for (float& f : x) f = std::fmod(f, 60000.0f);
+          std::vector<uint8_t> a(2 * n), b(2 * n);
+          uint32_t crc = 0x12345678u;
+          CHECK(fused(x.data(), n, a.data(), &crc));
+          CHECK(plain(x.data(), n, b.data()));
+          CHECK(a == b);
+          CHECK(crc == edgefl::crc32c_update_ref(0x12345678u, b.data(), b.size()));
+          for (size_t at : {size_t(0), n / 2, n - 1}) {
+            std::vector<float> bad(x);
+            bad[at] = bf16 ? INFINITY : 70000.0f;
+            crc = 0;
+            CHECK_FALSE(fused(bad.data(), n, a.data(), &crc));
+          }
+        }
+      }
+    }
+    MESSAGE("tables with fused kernels: " << fused_tables);
+  }
+
   TEST_CASE("fp16 overflow is reported by both tables") {
     const float big[9] = {1, 2, 3, 4, 5, 6, 7, 8, 65520.0f};
     uint8_t out[18];
@@ -139,6 +175,29 @@ TEST_SUITE("crc32c") {
     const uint8_t text[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};
     CHECK(edgefl::crc32c_update_ref(0, text, 9) == 0xE3069283u);
     CHECK(edgefl::crc32c_update(0, text, 9) == 0xE3069283u);
+  }
+
+  TEST_CASE("crc32c_combine joins the CRCs of two pieces at any split") {
+    std::vector<uint8_t> data(3000);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 167 + 11);
+    for (size_t len : {size_t(0), size_t(1), size_t(9), size_t(1536), size_t(3000)}) {
+      for (size_t cut : {size_t(0), len / 3, len}) {
+        CAPTURE(len);
+        CAPTURE(cut);
+        const uint32_t a = edgefl::crc32c_update_ref(0, data.data(), cut);
+        const uint32_t b = edgefl::crc32c_update_ref(0, data.data() + cut, len - cut);
+        CHECK(edgefl::crc32c_combine(a, b, len - cut) == edgefl::crc32c_update_ref(0, data.data(), len));
+      }
+    }
+    // Runs of zeros, and lengths beyond memory: joining is associative, (A B) C == A (B C).
+    const std::vector<uint8_t> zeros(10000, 0);
+    CHECK(edgefl::crc32c_combine(0xDEADBEEFu, edgefl::crc32c_update_ref(0, zeros.data(), zeros.size()),
+                                 zeros.size()) ==
+          edgefl::crc32c_update_ref(0xDEADBEEFu, zeros.data(), zeros.size()));
+    const uint64_t lb = (uint64_t(1) << 40) + 3, lc = (uint64_t(1) << 33) + 12345;
+    const uint32_t a = 0xDEADBEEFu, b = 0x01234567u, c = 0x89ABCDEFu;
+    CHECK(edgefl::crc32c_combine(edgefl::crc32c_combine(a, b, lb), c, lc) ==
+          edgefl::crc32c_combine(a, edgefl::crc32c_combine(b, c, lc), lb + lc));
   }
 
   TEST_CASE("the hardware path matches the reference at every length, split and alignment") {

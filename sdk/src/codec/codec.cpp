@@ -602,10 +602,26 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
     EDGEFL_RETURN_IF_ERROR(encode_count_sketch(spec, x, n, seed, kern, payload, &h));
 #endif
   } else if (!is_sparse(spec) && !is_skc(spec)) {
-    if (n > 0 && kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
     h.index_coding = IndexCoding::kNone;
     h.nnz = uint32_t(n);
     h.value_bytes = size_t(values::region_bytes(p, n));
+    // Dense fp16 / bf16: one pass converts, checks the range and checksums (the kernels refuse
+    // NaN and Inf with the values that round to Inf; which of the two is looked up after).
+    const auto convert_and_checksum = p.kind == ValueCoderKind::kBf16   ? kern.to_bf16_crc
+                                      : p.kind == ValueCoderKind::kFp16 ? kern.to_fp16_crc
+                                                                        : nullptr;
+    if (convert_and_checksum != nullptr && !spec.entropy_coded && n > 0) {
+      uint32_t payload_crc = 0;
+      if (!convert_and_checksum(x, n, payload, &payload_crc)) {
+        return kern.max_abs_bits(x, n) >= 0x7F800000u ? Status::kNonFiniteInput : Status::kValueOutOfRange;
+      }
+      h.header_bytes = kEncodedHeaderBytes;
+      h.total_bytes = kEncodedHeaderBytes + h.value_bytes;
+      format::seal_with_payload_crc(h, out.data(), payload_crc);
+      *written = h.total_bytes;
+      return Status::kOk;
+    }
+    if (n > 0 && kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
     if (n > 0) EDGEFL_RETURN_IF_ERROR(encode_dense(p, x, n, payload, ws.hadamard));
   } else {
     select::Selection sel;

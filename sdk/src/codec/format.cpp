@@ -45,6 +45,12 @@ void seal(const EncodedInfo& info, uint8_t* out) {
   store_le32(out + kChecksumOffset, compute_checksum(out, info.total_bytes));
 }
 
+void seal_with_payload_crc(const EncodedInfo& info, uint8_t* out, uint32_t payload_crc) {
+  write_header(info, out);
+  const uint32_t head = crc32c_update(0, out, kChecksumOffset);
+  store_le32(out + kChecksumOffset, crc32c_combine(head, payload_crc, info.total_bytes - kHeaderBytes));
+}
+
 uint32_t compute_checksum(const uint8_t* encoding, size_t total_bytes) {
   const uint32_t crc = crc32c_update(0, encoding, kChecksumOffset);
   return crc32c_update(crc, encoding + kHeaderBytes, total_bytes - kHeaderBytes);

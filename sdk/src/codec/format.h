@@ -86,6 +86,9 @@ uint32_t compute_checksum(const uint8_t* encoding, size_t total_bytes);
 // Writes the header for `info` and then its checksum over the info.total_bytes of `out` (whose
 // payload is already in place).
 void seal(const EncodedInfo& info, uint8_t* out);
+// seal() for an encoder that checksummed its payload while writing it: payload_crc is
+// crc32c_update(0, payload, info.total_bytes - kHeaderBytes). Same bytes as seal().
+void seal_with_payload_crc(const EncodedInfo& info, uint8_t* out, uint32_t payload_crc);
 
 }  // namespace format
 }  // namespace edgefl

@@ -20,6 +20,11 @@ struct Kernels {
   // unspecified) if a value rounds to Inf.
   bool (*to_fp16)(const float* x, size_t n, uint8_t* out);
   bool (*to_bf16)(const float* x, size_t n, uint8_t* out);
+  // to_fp16 / to_bf16 that also continue the CRC32C of what they write, in the same pass:
+  // *crc = crc32c_update(*crc, out, 2 * n) (core/crc32c.h), *crc updated even when false.
+  // Null in tables without a fused loop: callers then convert, then checksum.
+  bool (*to_fp16_crc)(const float* x, size_t n, uint8_t* out, uint32_t* crc);
+  bool (*to_bf16_crc)(const float* x, size_t n, uint8_t* out, uint32_t* crc);
   // fp16 little-endian -> float (exact).
   void (*from_fp16)(const uint8_t* in, size_t n, float* out);
   // code = min(trunc((x - lo) * inv + u), 2^bits - 1), u = unit_float(hash32(key, first + i))

@@ -1,11 +1,12 @@
-// AVX2 + F16C kernels. Compiled with -mavx2 -mf16c for this file only and used only when the CPU
-// has them (kernels()). Each must give the bytes of its twin in kernels_ref.cpp: same float
-// operations in the same order (no FMA), same hash per lane.
+// AVX2 + F16C kernels (and SSE4.2's CRC32, which -mavx2 includes). Compiled with -mavx2 -mf16c for this file
+// only and used only when the CPU has them (kernels()). Each must give the bytes of its twin in
+// kernels_ref.cpp: same float operations in the same order (no FMA), same hash per lane.
 #include <immintrin.h>
 #include <string.h>
 
 #include "codec/kernels.h"
 #include "core/cpu.h"
+#include "core/crc32c.h"
 #include "core/half.h"
 #include "core/rng.h"
 
@@ -35,6 +36,78 @@ inline __m256 uniforms_x8(__m256i key, uint32_t first) {
 // any CPU. Each kernel builds its constants locally.
 inline __m256i abs_mask() {
   return _mm256_set1_epi32(0x7FFFFFFF);
+}
+
+// 16 floats -> 16 bf16 (32 bytes at out, also returned), the bits of |x| folded into *worst.
+inline __m256i bf16_x16(const float* x, uint8_t* out, __m256i* worst) {
+  const __m256i round_base = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1);
+  __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8));
+  *worst = _mm256_max_epu32(*worst, _mm256_and_si256(u0, abs_mask()));
+  *worst = _mm256_max_epu32(*worst, _mm256_and_si256(u1, abs_mask()));
+  u0 = _mm256_srli_epi32(
+      _mm256_add_epi32(u0, _mm256_add_epi32(round_base, _mm256_and_si256(_mm256_srli_epi32(u0, 16), one))),
+      16);
+  u1 = _mm256_srli_epi32(
+      _mm256_add_epi32(u1, _mm256_add_epi32(round_base, _mm256_and_si256(_mm256_srli_epi32(u1, 16), one))),
+      16);
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(u0, u1), 0xD8);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), packed);
+  return packed;
+}
+
+// 16 floats -> 16 fp16 (32 bytes at out, also returned), the bits of |x| folded into *worst.
+inline __m256i fp16_x16(const float* x, uint8_t* out, __m256i* worst) {
+  const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+  *worst = _mm256_max_epu32(*worst, _mm256_and_si256(_mm256_castps_si256(v0), abs_mask()));
+  *worst = _mm256_max_epu32(*worst, _mm256_and_si256(_mm256_castps_si256(v1), abs_mask()));
+  const __m256i packed = _mm256_set_m128i(_mm256_cvtps_ph(v1, _MM_FROUND_TO_NEAREST_INT),
+                                          _mm256_cvtps_ph(v0, _MM_FROUND_TO_NEAREST_INT));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), packed);
+  return packed;
+}
+
+// The CRC register after the 32 bytes of v.
+inline uint64_t crc_of_x32(uint64_t c, __m256i v) {
+  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+  c = _mm_crc32_u64(c, uint64_t(_mm_cvtsi128_si64(lo)));
+  c = _mm_crc32_u64(c, uint64_t(_mm_extract_epi64(lo, 1)));
+  c = _mm_crc32_u64(c, uint64_t(_mm_cvtsi128_si64(hi)));
+  return _mm_crc32_u64(c, uint64_t(_mm_extract_epi64(hi, 1)));
+}
+
+inline uint32_t max_lane(__m256i v) {
+  uint32_t lanes[8];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), v);
+  uint32_t m = 0;
+  for (uint32_t l : lanes) m = l > m ? l : m;
+  return m;
+}
+
+// Converts and checksums in one pass: blocks of three lanes of kCrc32cLaneBytes of output, each
+// lane converted 16 floats at a time and its 32 new bytes fed from the register to its own CRC chain (the
+// CRC instruction's latency hidden by the other two lanes and by the conversion), the lanes
+// joined by crc32c_shift_lane. The tail goes through `convert_tail` and crc32c_update.
+template <__m256i (*Convert16)(const float*, uint8_t*, __m256i*)>
+uint32_t convert_and_crc(const float* x, size_t n, uint8_t* out, uint32_t* crc, size_t* done) {
+  constexpr size_t kLaneFloats = kCrc32cLaneBytes / 2;
+  __m256i worst = _mm256_setzero_si256();
+  uint32_t c = ~*crc;
+  size_t i = 0;
+  for (; i + 3 * kLaneFloats <= n; i += 3 * kLaneFloats) {
+    uint64_t a = c, b = 0, d = 0;
+    const float* xa = x + i;
+    uint8_t* oa = out + 2 * i;
+    for (size_t j = 0; j < kLaneFloats; j += 16) {
+      a = crc_of_x32(a, Convert16(xa + j, oa + 2 * j, &worst));
+      b = crc_of_x32(b, Convert16(xa + kLaneFloats + j, oa + kCrc32cLaneBytes + 2 * j, &worst));
+      d = crc_of_x32(d, Convert16(xa + 2 * kLaneFloats + j, oa + 2 * kCrc32cLaneBytes + 2 * j, &worst));
+    }
+    c = crc32c_shift_lane(crc32c_shift_lane(uint32_t(a)) ^ uint32_t(b)) ^ uint32_t(d);
+  }
+  *crc = ~c;
+  *done = i;
+  return max_lane(worst);
 }
 
 uint32_t max_abs_bits_avx2(const float* x, size_t n) {
@@ -110,22 +183,8 @@ bool to_fp16_avx2(const float* x, size_t n, uint8_t* out) {
 
 bool to_bf16_avx2(const float* x, size_t n, uint8_t* out) {
   __m256i worst = _mm256_setzero_si256();
-  const __m256i round_base = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1);
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
-    __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8));
-    worst = _mm256_max_epu32(worst, _mm256_and_si256(u0, abs_mask()));
-    worst = _mm256_max_epu32(worst, _mm256_and_si256(u1, abs_mask()));
-    u0 = _mm256_srli_epi32(
-        _mm256_add_epi32(u0, _mm256_add_epi32(round_base, _mm256_and_si256(_mm256_srli_epi32(u0, 16), one))),
-        16);
-    u1 = _mm256_srli_epi32(
-        _mm256_add_epi32(u1, _mm256_add_epi32(round_base, _mm256_and_si256(_mm256_srli_epi32(u1, 16), one))),
-        16);
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(u0, u1), 0xD8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i), packed);
-  }
+  for (; i + 16 <= n; i += 16) bf16_x16(x + i, out + 2 * i, &worst);
   uint32_t lanes[8];
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), worst);
   bool ok = true;
@@ -246,12 +305,30 @@ size_t count_abs_at_least_avx2(const float* x, size_t n, uint32_t key_threshold)
   return count;
 }
 
+bool to_bf16_crc_avx2(const float* x, size_t n, uint8_t* out, uint32_t* crc) {
+  size_t done = 0;
+  const uint32_t worst = convert_and_crc<bf16_x16>(x, n, out, crc, &done);
+  const bool ok = to_bf16_avx2(x + done, n - done, out + 2 * done);
+  *crc = crc32c_update(*crc, out + 2 * done, 2 * (n - done));
+  return ok && worst < kBf16OverflowBits;
+}
+
+bool to_fp16_crc_avx2(const float* x, size_t n, uint8_t* out, uint32_t* crc) {
+  size_t done = 0;
+  const uint32_t worst = convert_and_crc<fp16_x16>(x, n, out, crc, &done);
+  const bool ok = to_fp16_avx2(x + done, n - done, out + 2 * done);
+  *crc = crc32c_update(*crc, out + 2 * done, 2 * (n - done));
+  return ok && worst < kFp16OverflowBits;
+}
+
 constexpr Kernels kAvx2 = {
     "avx2",
     max_abs_bits_avx2,
     min_max_avx2,
     to_fp16_avx2,
     to_bf16_avx2,
+    to_fp16_crc_avx2,
+    to_bf16_crc_avx2,
     from_fp16_avx2,
     quantize_uniform_avx2,
     quantize_shared_avx2,
@@ -261,7 +338,8 @@ constexpr Kernels kAvx2 = {
 }  // namespace
 
 const Kernels* kernels_avx2() {
-  return cpu_features().avx2 ? &kAvx2 : nullptr;
+  // The fused checksums use SSE4.2's CRC32 (every AVX2 CPU has it; checked all the same).
+  return cpu_features().avx2 && cpu_features().sse42 ? &kAvx2 : nullptr;
 }
 
 }  // namespace edgefl

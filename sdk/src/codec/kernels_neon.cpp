@@ -307,6 +307,8 @@ constexpr Kernels kNeon = {
     min_max_neon,
     to_fp16_neon,
     to_bf16_neon,
+    nullptr,
+    nullptr,
     from_fp16_neon,
     quantize_uniform_neon,
     quantize_shared_neon,

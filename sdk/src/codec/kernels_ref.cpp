@@ -101,6 +101,8 @@ constexpr Kernels kRef = {
     min_max_ref,
     to_fp16_ref,
     to_bf16_ref,
+    nullptr,
+    nullptr,
     from_fp16_ref,
     quantize_uniform_ref,
     quantize_shared_ref,

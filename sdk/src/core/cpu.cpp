@@ -4,8 +4,9 @@
 #define EDGEFL_CPU_X86 1
 #include <cpuid.h>
 #endif
-#if defined(EDGEFL_HAVE_NEON_KERNELS) && defined(__arm__) && defined(__linux__)
-#include <sys/auxv.h>  // getauxval: whether this ARMv7 CPU has NEON
+#if (defined(EDGEFL_HAVE_NEON_KERNELS) && defined(__arm__) && defined(__linux__)) || \
+    (defined(__aarch64__) && defined(__linux__) && !defined(EDGEFL_KERNELS_REF))
+#include <sys/auxv.h>  // getauxval: NEON on ARMv7, the CRC32 instructions on AArch64
 #endif
 
 namespace edgefl {
@@ -14,18 +15,21 @@ namespace {
 constexpr int kSse42 = 1 << 0;
 constexpr int kAvx2 = 1 << 1;
 constexpr int kNeon = 1 << 2;
+constexpr int kCrc32 = 1 << 3;
+constexpr int kFeatureCombinations = 16;
 
 // The CpuFeatures of every combination of the bits above, so that cpu_features() can return a
 // reference without a (thread-safe) static.
 struct FeatureTable {
-  CpuFeatures of_bits[8];
+  CpuFeatures of_bits[kFeatureCombinations];
 };
 constexpr FeatureTable make_feature_table() {
   FeatureTable table{};
-  for (int bits = 0; bits < 8; ++bits) {
+  for (int bits = 0; bits < kFeatureCombinations; ++bits) {
     table.of_bits[bits].sse42 = (bits & kSse42) != 0;
     table.of_bits[bits].avx2 = (bits & kAvx2) != 0;
     table.of_bits[bits].neon = (bits & kNeon) != 0;
+    table.of_bits[bits].crc32 = (bits & kCrc32) != 0;
   }
   return table;
 }
@@ -57,6 +61,14 @@ int detect_bits() {
   if (getauxval(AT_HWCAP) & kHwcapNeon) bits |= kNeon;
 #endif
 #endif
+#if defined(__aarch64__) && !defined(EDGEFL_KERNELS_REF)
+#if defined(__ARM_FEATURE_CRC32)
+  bits |= kCrc32;  // the build targets a CPU that has them
+#elif defined(__linux__)
+  constexpr unsigned long kHwcapCrc32 = 1ul << 7;  // HWCAP_CRC32, <asm/hwcap.h> (AArch64)
+  if (getauxval(AT_HWCAP) & kHwcapCrc32) bits |= kCrc32;
+#endif
+#endif
   return bits;
 }
 
@@ -71,7 +83,7 @@ const CpuFeatures& cpu_features() {
     bits = detect_bits();
     __atomic_store_n(&g_bits, bits, __ATOMIC_RELAXED);
   }
-  return kFeatureTable.of_bits[bits & 7];
+  return kFeatureTable.of_bits[bits & (kFeatureCombinations - 1)];
 }
 
 }  // namespace edgefl

@@ -6,9 +6,16 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define EDGEFL_CRC32C_X86 1
 #include <immintrin.h>
-#elif defined(__ARM_FEATURE_CRC32)
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+// AArch64: the CRC32 instructions are optional in ARMv8.0, so they are used when the CPU says it
+// has them (cpu_features().crc32), whatever -march the build has.
 #define EDGEFL_CRC32C_ARM 1
 #include <arm_acle.h>
+#if defined(__clang__)
+#define EDGEFL_TARGET_CRC __attribute__((target("crc")))
+#else
+#define EDGEFL_TARGET_CRC __attribute__((target("+crc")))
+#endif
 #endif
 
 namespace edgefl {
@@ -44,7 +51,6 @@ inline uint32_t load_le32(const uint8_t* p) {
   return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
 }
 
-#if defined(EDGEFL_CRC32C_X86) || defined(EDGEFL_CRC32C_ARM)
 // The CRC instructions take 3 cycles but can start one per cycle, so one stream runs at a third
 // of their throughput. Long inputs go in blocks of three lanes of kLaneBytes, each lane its own
 // dependency chain, joined with the "append kLaneBytes zero bytes" operator (linear over GF(2) on
@@ -52,7 +58,7 @@ inline uint32_t load_le32(const uint8_t* p) {
 //   register(A || B || C) = shift(shift(register(A)) ^ register(B)) ^ register(C)
 // where register(B) and register(C) start from 0. (The method of Intel's crc_pcl and of Mark
 // Adler's crc32c.c; the tables are ours, computed at compile time.)
-constexpr size_t kLaneBytes = 512;
+constexpr size_t kLaneBytes = kCrc32cLaneBytes;
 
 struct ShiftTables {
   uint32_t t[4][256];
@@ -85,6 +91,32 @@ inline uint32_t shift_by_lane(uint32_t r) {
          kShift.t[3][r >> 24];
 }
 
+// Polynomials over GF(2) modulo the CRC polynomial, in the CRC's reflected order: bit 31 is the
+// coefficient of x^0, bit 0 that of x^31.
+constexpr uint32_t kOne = 0x80000000u;  // x^0
+
+// a * b mod P.
+uint32_t multiply_mod_p(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t bit = kOne; bit != 0; bit >>= 1) {
+    if (a & bit) product ^= b;
+    b = (b & 1u) ? (b >> 1) ^ 0x82F63B78u : b >> 1;  // b * x
+  }
+  return product;
+}
+
+// x^(8 * bytes) mod P by square and multiply.
+uint32_t x_pow_8n_mod_p(uint64_t bytes) {
+  uint32_t result = kOne;
+  uint32_t square = kOne >> 8;  // x^8
+  for (; bytes != 0; bytes >>= 1) {
+    if (bytes & 1u) result = multiply_mod_p(result, square);
+    square = multiply_mod_p(square, square);
+  }
+  return result;
+}
+
+#if defined(EDGEFL_CRC32C_X86) || defined(EDGEFL_CRC32C_ARM)
 inline uint64_t load_u64(const uint8_t* p) {
   uint64_t word;
   __builtin_memcpy(&word, p, 8);  // little-endian targets only (x86-64, Arm)
@@ -117,7 +149,7 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc, const uint
   return ~c;
 }
 #elif defined(EDGEFL_CRC32C_ARM)
-uint32_t crc32c_armv8(uint32_t crc, const uint8_t* data, size_t size) {
+EDGEFL_TARGET_CRC uint32_t crc32c_armv8(uint32_t crc, const uint8_t* data, size_t size) {
   uint32_t c = ~crc;
   while (size >= 3 * kLaneBytes) {
     uint32_t a = c, b = 0, d = 0;
@@ -159,11 +191,19 @@ uint32_t crc32c_update_ref(uint32_t crc, const uint8_t* data, size_t size) {
   return ~c;
 }
 
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  return multiply_mod_p(x_pow_8n_mod_p(len_b), crc_a) ^ crc_b;
+}
+
+uint32_t crc32c_shift_lane(uint32_t reg) {
+  return shift_by_lane(reg);
+}
+
 uint32_t crc32c_update(uint32_t crc, const uint8_t* data, size_t size) {
 #if defined(EDGEFL_CRC32C_X86)
   if (cpu_features().sse42) return crc32c_sse42(crc, data, size);
 #elif defined(EDGEFL_CRC32C_ARM)
-  return crc32c_armv8(crc, data, size);
+  if (cpu_features().crc32) return crc32c_armv8(crc, data, size);
 #endif
   return crc32c_update_ref(crc, data, size);
 }
