@@ -246,12 +246,15 @@ TEST_SUITE("values") {
       bool shared;
     };
     const Layout layouts[] = {
-        {ValueCoderKind::kFp32, 32, 0, false},      {ValueCoderKind::kFp16, 16, 0, false},
-        {ValueCoderKind::kBf16, 16, 0, false},      {ValueCoderKind::kUniform, 8, 0, true},
-        {ValueCoderKind::kUniform, 4, 0, true},     {ValueCoderKind::kUniform, 8, 256, false},
-        {ValueCoderKind::kUniform, 4, 256, false},  {ValueCoderKind::kUniform, 8, 1000, false},
-        {ValueCoderKind::kUniform, 4, 1000, false}, {ValueCoderKind::kUniform, 4, 7, false},
-        {ValueCoderKind::kUniform, 2, 64, false},
+        {ValueCoderKind::kFp32, 32, 0, false},         {ValueCoderKind::kFp16, 16, 0, false},
+        {ValueCoderKind::kBf16, 16, 0, false},         {ValueCoderKind::kUniform, 8, 0, true},
+        {ValueCoderKind::kUniform, 4, 0, true},        {ValueCoderKind::kUniform, 8, 256, false},
+        {ValueCoderKind::kUniform, 4, 256, false},     {ValueCoderKind::kUniform, 8, 1000, false},
+        {ValueCoderKind::kUniform, 4, 1000, false},    {ValueCoderKind::kUniform, 4, 7, false},
+        {ValueCoderKind::kUniform, 2, 64, false},      {ValueCoderKind::kScaledSign, 1, 256, false},
+        {ValueCoderKind::kScaledSign, 1, 1000, false}, {ValueCoderKind::kScaledSign, 1, 7, false},
+        {ValueCoderKind::kTernGrad, 2, 256, false},    {ValueCoderKind::kTernGrad, 2, 1000, false},
+        {ValueCoderKind::kTernGrad, 2, 7, false},
     };
     for (const Layout& layout : layouts) {
       values::Params p;

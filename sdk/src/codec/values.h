@@ -21,6 +21,7 @@ namespace values {
 
 // Values per group for the unblocked coders (a multiple of 8, so codes stay byte-aligned).
 constexpr uint32_t kFloatChunk = 256;
+static_assert(kFloatChunk % 8 == 0, "sign runs start on a code byte");
 static_assert(kFloatChunk % 2 == 0, "4-bit runs start on a byte boundary");
 constexpr uint32_t kMaxHadamardBlock = 1024;
 // Largest |scale| a decoder accepts: keeps every decoded value (scale x code, code < 2^31)
@@ -198,10 +199,64 @@ inline bool has_dense_runs(const Params& p) {
 #if defined(__OPTIMIZE_SIZE__)
   return false;
 #else
+  if (p.kind == ValueCoderKind::kScaledSign || p.kind == ValueCoderKind::kTernGrad) return true;
   const bool bits84 = p.bits == 8 || p.bits == 4;
   return p.kind == ValueCoderKind::kUniform && bits84 && (p.shared || !p.signmag);
 #endif
 }
+
+#if !defined(__OPTIMIZE_SIZE__)
+// The 5 base-3 digits of each TernGrad byte 0..242, least significant first.
+struct TritTable {
+  uint8_t digits[243][5];
+};
+constexpr TritTable make_trit_table() {
+  TritTable t{};
+  for (unsigned byte = 0; byte < 243; ++byte) {
+    unsigned v = byte;
+    for (unsigned j = 0; j < 5; ++j, v /= 3) t.digits[byte][j] = uint8_t(v % 3);
+  }
+  return t;
+}
+constexpr TritTable kTrits = make_trit_table();
+
+// decode_dense_runs for scaled sign (value = a with the sign bit flipped where the code bit is 1:
+// exactly decode_region's -a) and TernGrad (digit 0, 1, 2 -> 0, a, -a), a block at a time.
+template <typename Runs>
+void decode_sign_runs(const Params& p, const uint8_t* data, uint64_t total, Runs&& runs, float* buf) {
+  uint64_t pos = 0;
+  const uint8_t* g = data;
+  while (pos < total) {
+    const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
+    float a;
+    memcpy(&a, g, 4);
+    const uint32_t a_bits = float_bits(a);
+    const float values3[3] = {0.0f, a, -a};
+    // Runs start on a code byte: 8 signs or 5 trits per byte.
+    const uint32_t chunk =
+        p.kind == ValueCoderKind::kScaledSign ? kFloatChunk : kFloatChunk - kFloatChunk % 5;
+    for (uint32_t done = 0; done < count; done += chunk) {
+      const uint32_t m = count - done < chunk ? count - done : chunk;
+      if (p.kind == ValueCoderKind::kScaledSign) {
+        const uint8_t* bitsp = g + 4 + done / 8;
+        for (uint32_t j = 0; j < m; ++j) {
+          buf[j] = bits_float(a_bits ^ (uint32_t((bitsp[j >> 3] >> (j & 7)) & 1u) << 31));
+        }
+      } else {
+        const uint8_t* packed = g + 4 + done / 5;
+        for (uint32_t j = 0; j < m; j += 5) {
+          const uint8_t* d = kTrits.digits[packed[j / 5]];
+          const uint32_t in_byte = m - j < 5 ? m - j : 5;
+          for (uint32_t t = 0; t < in_byte; ++t) buf[j + t] = values3[d[t]];
+        }
+      }
+      runs(pos + done, static_cast<const float*>(buf), m);
+    }
+    g += group_bytes(p, count);
+    pos += count;
+  }
+}
+#endif
 
 // For a validated region with has_dense_runs(p): the values of decode_region (same arithmetic,
 // same order) as runs(first_position, values, count), count <= kFloatChunk, so that a dense
@@ -230,6 +285,10 @@ void decode_dense_runs(const Params& p, const uint8_t* data, uint64_t total, Run
       }
       runs(i, static_cast<const float*>(buf), m);
     }
+    return;
+  }
+  if (p.kind == ValueCoderKind::kScaledSign || p.kind == ValueCoderKind::kTernGrad) {
+    decode_sign_runs(p, data, total, runs, buf);
     return;
   }
   uint64_t pos = 0;
