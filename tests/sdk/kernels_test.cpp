@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/index_coding.h"
 #include "codec/kernels.h"
 #include "codec/values.h"
 #include "core/crc32c.h"
@@ -305,5 +306,83 @@ TEST_SUITE("values") {
         CHECK(memcmp(runs.data(), one_by_one.data(), size_t(total) * sizeof(float)) == 0);
       }
     }
+  }
+}
+
+namespace {
+
+// The Elias-Fano reader bit by bit (BitReader::get and get_unary): what the word-at-a-time
+// reader must reproduce on every input, well formed or not.
+class BitByBitEliasFano {
+ public:
+  BitByBitEliasFano(uint64_t n, uint64_t k, const uint8_t* data)
+      : n_(n),
+        low_bits_(edgefl::index_coding::ef_low_bits(n, k)),
+        low_(data, size_t(edgefl::index_coding::ef_low_bytes(n, k))),
+        high_reader_(data + edgefl::index_coding::ef_low_bytes(n, k),
+                     size_t(edgefl::index_coding::ef_high_bytes(n, k))) {}
+  uint64_t next() {
+    const uint64_t low = low_.get(low_bits_);
+    high_ += high_reader_.get_unary(n_ >> low_bits_);
+    return (high_ << low_bits_) | low;
+  }
+  bool failed() const { return low_.failed() || high_reader_.failed(); }
+
+ private:
+  uint64_t n_;
+  unsigned low_bits_;
+  edgefl::BitReader low_;
+  edgefl::BitReader high_reader_;
+  uint64_t high_ = 0;
+};
+
+}  // namespace
+
+TEST_SUITE("index coding") {
+  TEST_CASE("the word-at-a-time Elias-Fano reader gives the bit-by-bit reader's indices and failures") {
+    namespace ic = edgefl::index_coding;
+    uint64_t state = 12345;
+    auto next_random = [&] {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return state >> 33;
+    };
+    size_t well_formed = 0, failing = 0;
+    for (int trial = 0; trial < 1000; ++trial) {
+      const uint64_t n = 1 + next_random() % 2000;
+      const uint64_t k = 1 + next_random() % n;
+      std::vector<uint8_t> data(size_t(ic::ef_bytes(n, k)));
+      if (trial % 2 == 0) {
+        // A real encoding of a random k-subset, then (half the time) one flipped bit.
+        std::vector<uint32_t> chosen;
+        for (uint64_t i = 0; i < n && chosen.size() < k; ++i) {
+          if (next_random() % (n - i) < k - chosen.size()) chosen.push_back(uint32_t(i));
+        }
+        ic::EliasFanoWriter w(n, k, data.data());
+        for (uint32_t i : chosen) w.add(i);
+        w.finish();
+        REQUIRE_FALSE(w.overflowed());
+        if (trial % 4 == 0 && !data.empty())
+          data[next_random() % data.size()] ^= uint8_t(1u << (next_random() % 8));
+      } else {
+        for (uint8_t& b : data) b = uint8_t(next_random());  // arbitrary bytes
+        if (trial % 3 == 0)
+          for (uint8_t& b : data) b = b & 0x11;  // long zero runs
+      }
+      CAPTURE(n);
+      CAPTURE(k);
+      CAPTURE(trial);
+      ic::EliasFanoReader fast(n, k, data.data());
+      BitByBitEliasFano slow(n, k, data.data());
+      for (uint64_t j = 0; j < k; ++j) {
+        const uint64_t a = fast.next(), b = slow.next();
+        REQUIRE(fast.failed() == slow.failed());
+        if (slow.failed()) break;
+        REQUIRE(a == b);
+      }
+      (slow.failed() ? failing : well_formed) += 1;
+    }
+    MESSAGE("well-formed streams " << well_formed << ", failing " << failing);
+    CHECK(well_formed > 200);
+    CHECK(failing > 50);
   }
 }

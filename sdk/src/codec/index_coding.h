@@ -61,27 +61,70 @@ class EliasFanoWriter {
   uint64_t prev_high_ = 0;
 };
 
+// Reads the indices back in order, a word at a time: a low part is one unaligned load at bit
+// j * L, a high part the position of the next one bit in the high bitmap (found with a
+// count-trailing-zeros over a 64-bit word) minus j. Fails (sticky) where the bit-by-bit reading
+// would: a run of more than n >> L zeros, or no one bit left in the high region.
 class EliasFanoReader {
  public:
   EliasFanoReader(uint64_t n, uint64_t k, const uint8_t* data)
-      : n_(n),
-        low_bits_(ef_low_bits(n, k)),
-        low_(data, size_t(ef_low_bytes(n, k))),
-        high_reader_(data + ef_low_bytes(n, k), size_t(ef_high_bytes(n, k))) {}
+      : low_bits_(ef_low_bits(n, k)),
+        low_mask_(low_bits_ == 0 ? 0 : (~uint64_t(0) >> (64 - low_bits_))),
+        max_zeros_(n >> ef_low_bits(n, k)),
+        low_(data),
+        low_size_(size_t(ef_low_bytes(n, k))),
+        high_(data + ef_low_bytes(n, k)),
+        high_size_(size_t(ef_high_bytes(n, k))) {}
   // Next index; the caller checks failed() at the end, and range and order as it goes.
   uint64_t next() {
-    const uint64_t low = low_.get(low_bits_);
-    high_ += high_reader_.get_unary(n_ >> low_bits_);
-    return (high_ << low_bits_) | low;
+    uint64_t low = 0;
+    if (low_bits_ != 0) {
+      const size_t byte = size_t(low_bit_ >> 3);
+      const unsigned shift = unsigned(low_bit_ & 7);
+      low_bit_ += low_bits_;
+      low = (load_at_most_8(low_, low_size_, byte) >> shift) & low_mask_;  // shift + L <= 37
+      if (low_bit_ > uint64_t(low_size_) * 8) failed_ = true;
+    }
+    while (word_ == 0) {
+      if (next_byte_ >= high_size_) {
+        failed_ = true;
+        return 0;
+      }
+      word_ = load_at_most_8(high_, high_size_, next_byte_);
+      word_bit_ = uint64_t(next_byte_) * 8;
+      next_byte_ += 8;
+    }
+    const uint64_t one = word_bit_ + unsigned(__builtin_ctzll(word_));
+    word_ &= word_ - 1;
+    if (one - previous_one_ - 1 > max_zeros_) failed_ = true;  // previous_one_ starts at -1
+    previous_one_ = one;
+    const uint64_t high = one - count_++;
+    return (high << low_bits_) | low;
   }
-  bool failed() const { return low_.failed() || high_reader_.failed(); }
+  bool failed() const { return failed_; }
 
  private:
-  uint64_t n_;
+  // The little-endian 64-bit word at data + at, zeros past size.
+  static uint64_t load_at_most_8(const uint8_t* data, size_t size, size_t at) {
+    if (at + 8 <= size) return load_le64(data + at);
+    uint64_t word = 0;
+    for (size_t i = 0; at + i < size && i < 8; ++i) word |= uint64_t(data[at + i]) << (8 * i);
+    return word;
+  }
   unsigned low_bits_;
-  BitReader low_;
-  BitReader high_reader_;
-  uint64_t high_ = 0;
+  uint64_t low_mask_;
+  uint64_t max_zeros_;
+  const uint8_t* low_;
+  size_t low_size_;
+  const uint8_t* high_;
+  size_t high_size_;
+  uint64_t low_bit_ = 0;
+  uint64_t word_ = 0;
+  uint64_t word_bit_ = 0;
+  size_t next_byte_ = 0;
+  uint64_t previous_one_ = ~uint64_t(0);
+  uint64_t count_ = 0;
+  bool failed_ = false;
 };
 
 // ---- Adaptive Rice ----------------------------------------------------------------------------

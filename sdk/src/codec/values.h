@@ -145,14 +145,18 @@ void decode_entropy_region(const Params& p, const uint8_t* data, size_t bytes, u
   // The codes in chunks through a stack buffer (the bulk decoder), then the values.
   uint8_t codes[256];
   float a = 0, b = 0;
+  uint64_t next_block = 0;  // position where the next block's (a, b) start (no division per value)
+  const uint8_t* scale = data;
   for (uint64_t chunk = 0; chunk < total; chunk += sizeof codes) {
     const size_t count = size_t(total - chunk < sizeof codes ? total - chunk : sizeof codes);
     if (dec.decode(codes, count) != Status::kOk) return;  // validated before
     for (size_t j = 0; j < count; ++j) {
       const uint64_t i = chunk + j;
-      if (i % p.block == 0) {
-        memcpy(&a, data + 8 * (i / p.block), 4);
-        memcpy(&b, data + 8 * (i / p.block) + 4, 4);
+      if (i == next_block) {
+        memcpy(&a, scale, 4);
+        memcpy(&b, scale + 4, 4);
+        scale += 8;
+        next_block += p.block;
       }
       sink(i, uniform_value(p, a, b, codes[j]));
     }
