@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "codec/format.h"
 #include "codec/index_coding.h"
 #include "codec/kernels.h"
+#include "codec/select.h"
 #include "codec/values.h"
 #include "core/crc32c.h"
 #include "core/half.h"
+#include "edgefl/codec.h"
 
 namespace {
 
@@ -384,5 +387,97 @@ TEST_SUITE("index coding") {
     MESSAGE("well-formed streams " << well_formed << ", failing " << failing);
     CHECK(well_formed > 200);
     CHECK(failing > 50);
+  }
+}
+
+TEST_SUITE("random-k indices") {
+  using edgefl::select::PermutedIndexStream;
+
+  TEST_CASE("the permuted stream gives distinct indices below n; k = n gives a permutation") {
+    for (size_t n : {size_t(1), size_t(2), size_t(10), size_t(1000), size_t(65535), size_t(65536),
+                     size_t(65537), size_t(300001)}) {
+      CAPTURE(n);
+      PermutedIndexStream stream(n, 77 + n);
+      std::vector<uint8_t> seen(n, 0);
+      for (size_t j = 0; j < n; ++j) {
+        const uint32_t i = stream.next();
+        REQUIRE(i < n);
+        REQUIRE(seen[i] == 0);
+        seen[i] = 1;
+      }
+    }
+  }
+
+  TEST_CASE("each coordinate is kept with probability k/n, pairs with k(k-1)/(n(n-1)), first draws uniform") {
+    // Fixed seeds, so the statistics are the same on every run; the bounds are 5 standard
+    // deviations of the chi-square (or of the normal approximation) around its mean.
+    const size_t n = 1000, k = 50, trials = 20000;
+    std::vector<double> kept(n, 0.0);
+    double adjacent_pairs = 0.0;
+    std::vector<double> first_decile(10, 0.0);
+    for (size_t t = 0; t < trials; ++t) {
+      PermutedIndexStream stream(n, 0x1234567ull * t + 1);
+      std::vector<uint8_t> in(n, 0);
+      for (size_t j = 0; j < k; ++j) {
+        const uint32_t i = stream.next();
+        if (j == 0) first_decile[i * 10 / n] += 1;
+        in[i] = 1;
+        kept[i] += 1;
+      }
+      for (size_t i = 0; i + 1 < n; ++i) adjacent_pairs += double(in[i] & in[i + 1]);
+    }
+    const double expected = double(trials) * double(k) / double(n);
+    double chi2 = 0.0;
+    for (double c : kept) chi2 += (c - expected) * (c - expected) / expected;
+    const double dof = double(n - 1);
+    MESSAGE("inclusion chi-square " << chi2 << " (" << dof << " degrees of freedom)");
+    CHECK(chi2 < dof + 5.0 * std::sqrt(2.0 * dof));
+    CHECK(chi2 > dof - 5.0 * std::sqrt(2.0 * dof));
+    const double pair_p = double(k) * double(k - 1) / (double(n) * double(n - 1));
+    const double pairs_expected = double(trials) * double(n - 1) * pair_p;
+    MESSAGE("adjacent pairs " << adjacent_pairs << ", expected " << pairs_expected);
+    CHECK(std::fabs(adjacent_pairs - pairs_expected) < 5.0 * std::sqrt(pairs_expected));
+    double chi2_first = 0.0;
+    for (double c : first_decile) chi2_first += (c - trials / 10.0) * (c - trials / 10.0) / (trials / 10.0);
+    MESSAGE("first index by decile: chi-square " << chi2_first << " (9 degrees of freedom)");
+    CHECK(chi2_first < 9.0 + 5.0 * std::sqrt(18.0));
+  }
+
+  TEST_CASE("an encoding from before kFlagRandkPermuted (ascending Algorithm S indices) still decodes") {
+    namespace format = edgefl::format;
+    const size_t n = 5000, k = 60;
+    const uint64_t seed = 99;
+    std::vector<float> x = test_vector(n, 5);
+    edgefl::EncodedInfo h;
+    h.sparsifier = edgefl::SparsifierKind::kRandomK;
+    h.values = edgefl::ValueCoderKind::kFp32;
+    h.index_coding = edgefl::IndexCoding::kNone;
+    h.n = uint32_t(n);
+    h.nnz = uint32_t(k);
+    h.bits = 32;
+    h.seed = seed;
+    h.contributions = 1;
+    h.randk_unscaled = true;
+    h.randk_permuted = false;
+    h.header_bytes = format::kHeaderBytes;
+    h.value_bytes = 4 * k;
+    h.total_bytes = format::kHeaderBytes + 4 * k;
+    std::vector<uint8_t> bytes(h.total_bytes);
+    std::vector<float> expected(n, 0.0f);
+    edgefl::select::RandomIndexStream old_stream(n, k, seed);
+    for (size_t j = 0; j < k; ++j) {
+      const uint32_t i = old_stream.next();
+      memcpy(bytes.data() + format::kHeaderBytes + 4 * j, &x[i], 4);
+      expected[i] = x[i];
+    }
+    format::seal(h, bytes.data());
+    std::vector<float> decoded(n, -1.0f);
+    REQUIRE(edgefl::decode({bytes.data(), bytes.size()}, {decoded.data(), n}) == edgefl::Status::kOk);
+    CHECK(memcmp(decoded.data(), expected.data(), n * sizeof(float)) == 0);
+    // The same bytes with the flag set are read as permuted indices: other coordinates.
+    h.randk_permuted = true;
+    format::seal(h, bytes.data());
+    REQUIRE(edgefl::decode({bytes.data(), bytes.size()}, {decoded.data(), n}) == edgefl::Status::kOk);
+    CHECK(memcmp(decoded.data(), expected.data(), n * sizeof(float)) != 0);
   }
 }

@@ -162,6 +162,8 @@ struct EncodedInfo {
   bool stochastic = false;
   bool shared_scale = false;
   bool randk_unscaled = false;
+  bool randk_permuted = false;  // random-k indices in seeded-permutation order (every encoder
+                                // since this flag); false: ascending (Algorithm S), older encoders
   bool entropy_coded = false;   // the value region is rANS-coded (uniform blocked codes)
   bool sign_magnitude = false;  // uniform codes are sign + magnitude levels
   float param = 0.0f;           // shared step (kUniform shared) or threshold (kThreshold)

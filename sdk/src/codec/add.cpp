@@ -43,7 +43,8 @@ Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> o
 #endif
   }
   if (ha.n != hb.n || ha.sparsifier != hb.sparsifier || ha.values != hb.values || ha.nnz != hb.nnz ||
-      ha.shared_scale != hb.shared_scale || ha.randk_unscaled != hb.randk_unscaled) {
+      ha.shared_scale != hb.shared_scale || ha.randk_unscaled != hb.randk_unscaled ||
+      ha.randk_permuted != hb.randk_permuted) {
     return Status::kIncompatible;
   }
   if (ha.sparsifier == SparsifierKind::kRandomK && ha.seed != hb.seed) return Status::kIncompatible;

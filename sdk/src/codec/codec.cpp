@@ -283,9 +283,14 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
       }
       break;
     case SparsifierKind::kRandomK: {
-      // Indices come from the seed; decode_region visits values in index order.
-      select::RandomIndexStream gen(h.n, h.nnz, h.seed);
-      for_each_value([&](uint64_t, float v) { sink(gen.next(), v); });
+      // Indices come from the seed, in the order the encoder visited them.
+      if (h.randk_permuted) {
+        select::PermutedIndexStream gen(h.n, h.seed);
+        for_each_value([&](uint64_t, float v) { sink(gen.next(), v); });
+      } else {
+        select::RandomIndexStream gen(h.n, h.nnz, h.seed);
+        for_each_value([&](uint64_t, float v) { sink(gen.next(), v); });
+      }
       break;
     }
     default:
@@ -380,6 +385,7 @@ EncodedInfo header_for(const CodecSpec& spec, const values::Params& p, size_t n,
                  (spec.values == ValueCoderKind::kUniform && spec.stochastic);
   h.shared_scale = p.shared;
   h.randk_unscaled = spec.randk_unscaled;
+  h.randk_permuted = spec.sparsifier == SparsifierKind::kRandomK;
   h.sign_magnitude = spec.sign_magnitude;
   h.param = p.shared ? p.step : spec.sparsifier == SparsifierKind::kThreshold ? spec.threshold : 0.0f;
   h.seed = seed;

@@ -26,10 +26,10 @@ void write_header(const EncodedInfo& info, uint8_t* out) {
   store_le32(out + 8, info.n);
   store_le32(out + 12, info.nnz);
   out[16] = info.bits;
-  out[17] =
-      uint8_t((info.stochastic ? kFlagStochastic : 0) | (info.shared_scale ? kFlagSharedScale : 0) |
-              (info.randk_unscaled ? kFlagRandkUnscaled : 0) | (info.entropy_coded ? kFlagEntropyCoded : 0) |
-              (info.sign_magnitude ? kFlagSignMagnitude : 0));
+  out[17] = uint8_t(
+      (info.stochastic ? kFlagStochastic : 0) | (info.shared_scale ? kFlagSharedScale : 0) |
+      (info.randk_unscaled ? kFlagRandkUnscaled : 0) | (info.entropy_coded ? kFlagEntropyCoded : 0) |
+      (info.sign_magnitude ? kFlagSignMagnitude : 0) | (info.randk_permuted ? kFlagRandkPermuted : 0));
   store_le16(out + 18, info.levels);
   store_le32(out + 20, info.block);
   memcpy(out + 24, &info.param, 4);
@@ -87,6 +87,7 @@ Status check_parameters(const EncodedInfo& h) {
     return Status::kBadParameters;
   }
   if (h.randk_unscaled && h.sparsifier != SparsifierKind::kRandomK) return Status::kBadParameters;
+  if (h.randk_permuted && h.sparsifier != SparsifierKind::kRandomK) return Status::kBadParameters;
   if (h.contributions == 0) return Status::kBadParameters;
   // Value coder.
   const bool uniform = h.values == ValueCoderKind::kUniform;
@@ -161,6 +162,7 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   h.randk_unscaled = (flags & kFlagRandkUnscaled) != 0;
   h.entropy_coded = (flags & kFlagEntropyCoded) != 0;
   h.sign_magnitude = (flags & kFlagSignMagnitude) != 0;
+  h.randk_permuted = (flags & kFlagRandkPermuted) != 0;
   if (h.sign_magnitude && (p[6] != uint8_t(ValueCoderKind::kUniform) || h.shared_scale || p[16] < 2)) {
     return Status::kBadParameters;
   }

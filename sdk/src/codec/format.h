@@ -71,8 +71,11 @@ constexpr uint8_t kFlagSharedScale = 1u << 1;
 constexpr uint8_t kFlagRandkUnscaled = 1u << 2;
 constexpr uint8_t kFlagEntropyCoded = 1u << 3;
 constexpr uint8_t kFlagSignMagnitude = 1u << 4;
-constexpr uint8_t kKnownFlags =
-    kFlagStochastic | kFlagSharedScale | kFlagRandkUnscaled | kFlagEntropyCoded | kFlagSignMagnitude;
+// Random-k indices from select::PermutedIndexStream (O(k), in permutation order); without it,
+// from select::RandomIndexStream (Algorithm S, ascending), as encoders wrote before the flag.
+constexpr uint8_t kFlagRandkPermuted = 1u << 5;
+constexpr uint8_t kKnownFlags = kFlagStochastic | kFlagSharedScale | kFlagRandkUnscaled | kFlagEntropyCoded |
+                                kFlagSignMagnitude | kFlagRandkPermuted;
 
 // Writes the header for `info` (checksum field left 0) into `out` (kHeaderBytes bytes).
 void write_header(const EncodedInfo& info, uint8_t* out);
