@@ -667,6 +667,10 @@ bool make_real_update(const std::string& model, size_t round, std::vector<float>
   c.quiet = true;
   c.capture_update = update;
   c.capture_round = round;
+  // The README's end-to-end setting (edgefl sim --epochs 2 --lr 0.02: 100 clients, Dirichlet 0.5,
+  // 10 per round), so that the update has the sparsity of the updates codecs meet there.
+  c.train.local_epochs = 2;
+  c.train.learning_rate = 0.02f;
   update->clear();
   std::vector<RoundRecord> records;
   std::ostringstream log;
