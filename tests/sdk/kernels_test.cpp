@@ -164,6 +164,48 @@ TEST_SUITE("kernels") {
     MESSAGE("tables with fused kernels: " << fused_tables);
   }
 
+  TEST_CASE(
+      "the hq kernels (signs, transform, quantize) of every ISA table match the reference bit for bit") {
+    const edgefl::Kernels& ref = edgefl::kernels_ref();
+    REQUIRE(bool(ref.hadamard_transform));
+    const float levels4[16] = {-2.7326f, -2.0690f, -1.6181f, -1.2562f, -0.9423f, -0.6568f, -0.3880f, -0.1284f,
+                               0.1284f,  0.3880f,  0.6568f,  0.9423f,  1.2562f,  1.6181f,  2.0690f,  2.7326f};
+    float thresholds[15];
+    for (int j = 0; j < 15; ++j) thresholds[j] = 0.5f * (levels4[j] + levels4[j + 1]);
+    for (const edgefl::Kernels* simd : simd_tables()) {
+      CAPTURE(std::string(simd->name));
+      for (uint32_t padded = 1; padded <= 1024; padded *= 2) {
+        for (uint32_t count : {padded, padded - padded / 3, (padded + 1) / 2}) {
+          CAPTURE(padded);
+          CAPTURE(count);
+          const std::vector<float> x = test_vector(padded, 31 + padded + count);
+          std::vector<float> a(padded, -7.0f), b(padded, 7.0f);
+          simd->hadamard_signs(x.data(), count, padded, 0xABCDu, 1000u + count, a.data());
+          ref.hadamard_signs(x.data(), count, padded, 0xABCDu, 1000u + count, b.data());
+          CHECK(memcmp(a.data(), b.data(), padded * sizeof(float)) == 0);
+          simd->hadamard_transform(a.data(), padded);
+          ref.hadamard_transform(b.data(), padded);
+          CHECK(memcmp(a.data(), b.data(), padded * sizeof(float)) == 0);
+          for (unsigned bits = 1; bits <= 4; ++bits) {
+            // Levels and thresholds of a narrower code: the middle of the 4-bit tables.
+            const unsigned count_levels = 1u << bits;
+            float lv[16], th[15];
+            for (unsigned j = 0; j < count_levels; ++j) lv[j] = levels4[8 - count_levels / 2 + j];
+            for (unsigned j = 0; j + 1 < count_levels; ++j) th[j] = 0.5f * (lv[j] + lv[j + 1]);
+            std::vector<uint8_t> ca(padded, 99), cb(padded, 98);
+            float da[4] = {0.5f, 0, 0, -1}, db[4] = {0.5f, 0, 0, -1};
+            simd->hadamard_quantize(a.data(), padded, 3.0f, bits == 4 ? thresholds : th, lv, bits, ca.data(),
+                                    da);
+            ref.hadamard_quantize(b.data(), padded, 3.0f, bits == 4 ? thresholds : th, lv, bits, cb.data(),
+                                  db);
+            CHECK(ca == cb);
+            CHECK(memcmp(da, db, sizeof da) == 0);
+          }
+        }
+      }
+    }
+  }
+
   TEST_CASE("fp16 overflow is reported by both tables") {
     const float big[9] = {1, 2, 3, 4, 5, 6, 7, 8, 65520.0f};
     uint8_t out[18];
@@ -258,7 +300,9 @@ TEST_SUITE("values") {
         {ValueCoderKind::kUniform, 2, 64, false},      {ValueCoderKind::kScaledSign, 1, 256, false},
         {ValueCoderKind::kScaledSign, 1, 1000, false}, {ValueCoderKind::kScaledSign, 1, 7, false},
         {ValueCoderKind::kTernGrad, 2, 256, false},    {ValueCoderKind::kTernGrad, 2, 1000, false},
-        {ValueCoderKind::kTernGrad, 2, 7, false},
+        {ValueCoderKind::kTernGrad, 2, 7, false},      {ValueCoderKind::kHadamard, 4, 256, false},
+        {ValueCoderKind::kHadamard, 4, 1000, false},   {ValueCoderKind::kHadamard, 2, 7, false},
+        {ValueCoderKind::kHadamard, 3, 64, false},     {ValueCoderKind::kHadamard, 1, 256, false},
     };
     for (const Layout& layout : layouts) {
       values::Params p;
@@ -268,6 +312,7 @@ TEST_SUITE("values") {
       p.shared = layout.shared;
       p.step = 1.0f / 64.0f;
       p.round_key = 42;
+      p.sign_key = 0x5EEDu;
       for (uint32_t total : {1u, 255u, 256u, 257u, 3001u}) {
         CAPTURE(int(layout.kind));
         CAPTURE(int(layout.bits));

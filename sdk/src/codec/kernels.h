@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "edgefl/config.h"
+
 namespace edgefl {
 
 struct Kernels {
@@ -37,7 +39,30 @@ struct Kernels {
                           bool stochastic, uint32_t key, uint32_t first, uint8_t* out);
   // Number of i with (bits of |x[i]|) >= key_threshold.
   size_t (*count_abs_at_least)(const float* x, size_t n, uint32_t key_threshold);
+  // hq (the Hadamard coder). out[i] = x[i] (0 for count <= i < padded) with its sign flipped
+  // where hash32(key, first + i) is odd; out may be x.
+  void (*hadamard_signs)(const float* x, uint32_t count, uint32_t padded, uint32_t key, uint32_t first,
+                         float* out);
+  // In place: the butterflies (a + b, a - b) of the fast Walsh-Hadamard transform, stage by
+  // stage (h = 1, 2, 4, ...), then v[i] *= float(1 / sqrt(double(n))). n a power of two.
+  void (*hadamard_transform)(float* v, uint32_t n);
+  // codes[i] = the number of the 2^bits - 1 ascending thresholds below v[i] * inv_rms;
+  // dot[i % 4] += v[i] * levels[codes[i]], in the order of i.
+  void (*hadamard_quantize)(const float* v, uint32_t n, float inv_rms, const float* thresholds,
+                            const float* levels, unsigned bits, uint8_t* codes, float dot[4]);
+#if EDGEFL_WITH_HADAMARD
+#define EDGEFL_HADAMARD_REF_KERNELS hadamard_signs_ref, hadamard_transform_ref, hadamard_quantize_ref
+#else
+#define EDGEFL_HADAMARD_REF_KERNELS nullptr, nullptr, nullptr
+#endif
 };
+
+// The scalar hq kernels, for tables without their own (null entries without EDGEFL_WITH_HADAMARD).
+void hadamard_signs_ref(const float* x, uint32_t count, uint32_t padded, uint32_t key, uint32_t first,
+                        float* out);
+void hadamard_transform_ref(float* v, uint32_t n);
+void hadamard_quantize_ref(const float* v, uint32_t n, float inv_rms, const float* thresholds,
+                           const float* levels, unsigned bits, uint8_t* codes, float dot[4]);
 
 const Kernels& kernels_ref();
 // The AVX2 table, or nullptr when it was not built or the CPU lacks AVX2 + F16C.

@@ -321,6 +321,91 @@ bool to_fp16_crc_avx2(const float* x, size_t n, uint8_t* out, uint32_t* crc) {
   return ok && worst < kFp16OverflowBits;
 }
 
+#if EDGEFL_WITH_HADAMARD
+// hq kernels: the same float operations, on the same pairs, in the same order as the scalar
+// twins (kernels_ref.cpp), so the bytes match.
+void hadamard_signs_avx2(const float* x, uint32_t count, uint32_t padded, uint32_t key, uint32_t first,
+                         float* out) {
+  const __m256i vkey = _mm256_set1_epi32(int(key)), lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i one = _mm256_set1_epi32(1);
+  uint32_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256i h = hash32_x8(vkey, _mm256_add_epi32(_mm256_set1_epi32(int(first + i)), lane));
+    const __m256i flip = _mm256_slli_epi32(_mm256_and_si256(h, one), 31);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_xor_si256(v, flip));
+  }
+  hadamard_signs_ref(x + i, count - i, padded - i, key, first + i, out + i);
+}
+
+void hadamard_transform_avx2(float* v, uint32_t n) {
+  if (n < 8) {
+    hadamard_transform_ref(v, n);
+    return;
+  }
+  // h = 1, 2, 4 inside each vector of 8: the pairs' first and second elements brought into
+  // place by shuffles, then a + b where the scalar loop writes v[j], a - b where it writes v[j + h].
+  for (uint32_t i = 0; i < n; i += 8) {
+    __m256 x = _mm256_loadu_ps(v + i);
+    __m256 a = _mm256_moveldup_ps(x), b = _mm256_movehdup_ps(x);
+    x = _mm256_blend_ps(_mm256_add_ps(a, b), _mm256_sub_ps(a, b), 0xAA);
+    a = _mm256_permute_ps(x, 0x44);  // lanes 0 1 0 1 of each half
+    b = _mm256_permute_ps(x, 0xEE);  // lanes 2 3 2 3
+    x = _mm256_blend_ps(_mm256_add_ps(a, b), _mm256_sub_ps(a, b), 0xCC);
+    a = _mm256_permute2f128_ps(x, x, 0x00);
+    b = _mm256_permute2f128_ps(x, x, 0x11);
+    x = _mm256_blend_ps(_mm256_add_ps(a, b), _mm256_sub_ps(a, b), 0xF0);
+    _mm256_storeu_ps(v + i, x);
+  }
+  for (uint32_t h = 8; h < n; h <<= 1) {
+    for (uint32_t i = 0; i < n; i += 2 * h) {
+      for (uint32_t j = i; j < i + h; j += 8) {
+        const __m256 a = _mm256_loadu_ps(v + j), b = _mm256_loadu_ps(v + j + h);
+        _mm256_storeu_ps(v + j, _mm256_add_ps(a, b));
+        _mm256_storeu_ps(v + j + h, _mm256_sub_ps(a, b));
+      }
+    }
+  }
+  const __m256 norm = _mm256_set1_ps(float(1.0 / __builtin_sqrt(double(n))));
+  for (uint32_t i = 0; i < n; i += 8) _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_loadu_ps(v + i), norm));
+}
+
+void hadamard_quantize_avx2(const float* v, uint32_t n, float inv_rms, const float* thresholds,
+                            const float* levels, unsigned bits, uint8_t* codes, float dot[4]) {
+  const unsigned level_count = 1u << bits;
+  float level_table[16] = {};
+  for (unsigned j = 0; j < level_count; ++j) level_table[j] = levels[j];
+  const __m256 levels_low = _mm256_loadu_ps(level_table), levels_high = _mm256_loadu_ps(level_table + 8);
+  const __m256 scale = _mm256_set1_ps(inv_rms);
+  __m128 acc = _mm_loadu_ps(dot);
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(v + i);
+    const __m256 z = _mm256_mul_ps(x, scale);
+    // The binary search's result with ascending thresholds: how many lie below z.
+    __m256i code = _mm256_setzero_si256();
+    for (unsigned t = 0; t + 1 < level_count; ++t) {
+      const __m256 above = _mm256_cmp_ps(z, _mm256_set1_ps(thresholds[t]), _CMP_GT_OQ);
+      code = _mm256_sub_epi32(code, _mm256_castps_si256(above));
+    }
+    __m256 level = _mm256_permutevar8x32_ps(levels_low, code);
+    if (level_count > 8) {
+      const __m256 high = _mm256_permutevar8x32_ps(levels_high, code);
+      const __m256i upper = _mm256_cmpgt_epi32(code, _mm256_set1_epi32(7));
+      level = _mm256_blendv_ps(level, high, _mm256_castsi256_ps(upper));
+    }
+    const __m256 product = _mm256_mul_ps(x, level);
+    acc = _mm_add_ps(acc, _mm256_castps256_ps128(product));  // i .. i+3, then i+4 .. i+7
+    acc = _mm_add_ps(acc, _mm256_extractf128_ps(product, 1));
+    alignas(32) int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), code);
+    for (int j = 0; j < 8; ++j) codes[i + j] = uint8_t(lanes[j]);
+  }
+  _mm_storeu_ps(dot, acc);
+  if (i < n) hadamard_quantize_ref(v + i, n - i, inv_rms, thresholds, levels, bits, codes + i, dot);
+}
+#endif
+
 constexpr Kernels kAvx2 = {
     "avx2",
     max_abs_bits_avx2,
@@ -333,6 +418,15 @@ constexpr Kernels kAvx2 = {
     quantize_uniform_avx2,
     quantize_shared_avx2,
     count_abs_at_least_avx2,
+#if EDGEFL_WITH_HADAMARD
+    hadamard_signs_avx2,
+    hadamard_transform_avx2,
+    hadamard_quantize_avx2,
+#else
+    nullptr,
+    nullptr,
+    nullptr,
+#endif
 };
 
 }  // namespace

@@ -313,6 +313,7 @@ constexpr Kernels kNeon = {
     quantize_uniform_neon,
     quantize_shared_neon,
     count_abs_at_least_neon,
+    EDGEFL_HADAMARD_REF_KERNELS,
 };
 
 }  // namespace

@@ -95,6 +95,47 @@ size_t count_abs_at_least_ref(const float* x, size_t n, uint32_t key_threshold) 
   return count;
 }
 
+}  // namespace
+
+#if EDGEFL_WITH_HADAMARD
+void hadamard_signs_ref(const float* x, uint32_t count, uint32_t padded, uint32_t key, uint32_t first,
+                        float* out) {
+  for (uint32_t i = 0; i < padded; ++i) {
+    const float v = i < count ? x[i] : 0.0f;
+    const uint32_t flip = (hash32(key, first + i) & 1u) << 31;
+    out[i] = bits_float(float_bits(v) ^ flip);
+  }
+}
+
+void hadamard_transform_ref(float* v, uint32_t n) {
+  for (uint32_t h = 1; h < n; h <<= 1) {
+    for (uint32_t i = 0; i < n; i += 2 * h) {
+      for (uint32_t j = i; j < i + h; ++j) {
+        const float a = v[j], b = v[j + h];
+        v[j] = a + b;
+        v[j + h] = a - b;
+      }
+    }
+  }
+  const float norm = float(1.0 / __builtin_sqrt(double(n)));
+  for (uint32_t i = 0; i < n; ++i) v[i] *= norm;
+}
+
+void hadamard_quantize_ref(const float* v, uint32_t n, float inv_rms, const float* thresholds,
+                           const float* levels, unsigned bits, uint8_t* codes, float dot[4]) {
+  const unsigned half = 1u << (bits - 1);
+  for (uint32_t i = 0; i < n; ++i) {
+    const float z = v[i] * inv_rms;
+    unsigned code = 0;  // branchless binary search over the ascending thresholds
+    for (unsigned step = half; step >= 1; step >>= 1) code += z > thresholds[code + step - 1] ? step : 0u;
+    codes[i] = uint8_t(code);
+    dot[i & 3] += v[i] * levels[code];
+  }
+}
+#endif
+
+namespace {
+
 constexpr Kernels kRef = {
     "ref",
     max_abs_bits_ref,
@@ -107,6 +148,7 @@ constexpr Kernels kRef = {
     quantize_uniform_ref,
     quantize_shared_ref,
     count_abs_at_least_ref,
+    EDGEFL_HADAMARD_REF_KERNELS,
 };
 
 }  // namespace

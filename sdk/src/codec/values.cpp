@@ -61,31 +61,28 @@ void pack_codes(const uint8_t* codes, uint32_t count, unsigned bits, uint8_t* ou
 void encode_hadamard(const Params& p, const float* v, uint32_t count, uint32_t first, uint8_t* out,
                      float* buf) {
   const uint32_t padded = next_pow2(count);
-  for (uint32_t i = 0; i < padded; ++i) {
-    const float x = i < count ? v[i] : 0.0f;
-    const uint32_t flip = (hash32(p.sign_key, first + i) & 1u) << 31;
-    buf[i] = bits_float(float_bits(x) ^ flip);
-  }
-  hadamard_transform(buf, padded);
+  const Kernels& k = kernels();
+  k.hadamard_signs(v, count, padded, p.sign_key, first, buf);
+  k.hadamard_transform(buf, padded);
   // Sums in float, in a fixed order (four interleaved partial sums), so every platform agrees.
   float sq[4] = {0, 0, 0, 0};
-  for (uint32_t i = 0; i < padded; ++i) sq[i & 3] += buf[i] * buf[i];
+  uint32_t i = 0;
+  for (; i + 4 <= padded; i += 4) {  // four independent sums: the compiler keeps them in one vector
+    sq[0] += buf[i] * buf[i];
+    sq[1] += buf[i + 1] * buf[i + 1];
+    sq[2] += buf[i + 2] * buf[i + 2];
+    sq[3] += buf[i + 3] * buf[i + 3];
+  }
+  for (; i < padded; ++i) sq[i & 3] += buf[i] * buf[i];
   const float sum_sq = (sq[0] + sq[1]) + (sq[2] + sq[3]);
   const float* levels = lloyd_max_levels(p.bits);
   const float* thr = kThresholds[p.bits - 1].t;
-  const unsigned half = 1u << (p.bits - 1);
   uint8_t codes[kMaxHadamardBlock];
   float alpha = 0.0f;
   if (sum_sq > 0.0f) {
     const float inv_rms = 1.0f / float(__builtin_sqrt(double(sum_sq) / double(padded)));
     float dot[4] = {0, 0, 0, 0};
-    for (uint32_t i = 0; i < padded; ++i) {
-      const float z = buf[i] * inv_rms;
-      unsigned code = 0;  // branchless binary search over the decision thresholds
-      for (unsigned step = half; step >= 1; step >>= 1) code += z > thr[code + step - 1] ? step : 0u;
-      codes[i] = uint8_t(code);
-      dot[i & 3] += buf[i] * levels[code];
-    }
+    k.hadamard_quantize(buf, padded, inv_rms, thr, levels, p.bits, codes, dot);
     const float d = (dot[0] + dot[1]) + (dot[2] + dot[3]);
     // EDEN's unbiasing scale (Vargaftik et al., "EDEN: Communication-Efficient and Robust
     // Distributed Mean Estimation for Federated Learning", ICML 2022): <y, alpha q> = ||y||^2.
@@ -110,17 +107,7 @@ const float* lloyd_max_levels(unsigned bits) {
 }
 
 void hadamard_transform(float* v, uint32_t n) {
-  for (uint32_t h = 1; h < n; h <<= 1) {
-    for (uint32_t i = 0; i < n; i += 2 * h) {
-      for (uint32_t j = i; j < i + h; ++j) {
-        const float a = v[j], b = v[j + h];
-        v[j] = a + b;
-        v[j + h] = a - b;
-      }
-    }
-  }
-  const float norm = float(1.0 / __builtin_sqrt(double(n)));
-  for (uint32_t i = 0; i < n; ++i) v[i] *= norm;
+  kernels().hadamard_transform(v, n);
 }
 
 namespace {
@@ -272,12 +259,8 @@ Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t fi
     case ValueCoderKind::kScaledSign: return encode_sign_group(v, count, out);
     case ValueCoderKind::kHadamard: {
 #if EDGEFL_WITH_HADAMARD
-      float m = 0.0f;
-      for (uint32_t i = 0; i < count; ++i) {
-        const float a = v[i] < 0.0f ? -v[i] : v[i];
-        m = a > m ? a : m;
-      }
-      if (!(m <= 1e18f)) return Status::kValueOutOfRange;  // keeps the sum of squares finite
+      // |v| <= 1e18 keeps the sum of squares finite (bits of |v| order the magnitudes).
+      if (k.max_abs_bits(v, count) > float_bits(1e18f)) return Status::kValueOutOfRange;
       encode_hadamard(p, v, count, first, out, scratch);
       return Status::kOk;
 #else

@@ -204,6 +204,9 @@ inline bool has_dense_runs(const Params& p) {
   return false;
 #else
   if (p.kind == ValueCoderKind::kScaledSign || p.kind == ValueCoderKind::kTernGrad) return true;
+#if EDGEFL_WITH_HADAMARD
+  if (p.kind == ValueCoderKind::kHadamard) return true;
+#endif
   const bool bits84 = p.bits == 8 || p.bits == 4;
   return p.kind == ValueCoderKind::kUniform && bits84 && (p.shared || !p.signmag);
 #endif
@@ -262,6 +265,40 @@ void decode_sign_runs(const Params& p, const uint8_t* data, uint64_t total, Runs
 }
 #endif
 
+#if EDGEFL_WITH_HADAMARD && !defined(__OPTIMIZE_SIZE__)
+// decode_dense_runs for hq: a block's levels, the transform and the sign flips through the
+// kernels (the same operations as decode_region's loop), then its values in runs.
+template <typename Runs>
+void decode_hadamard_runs(const Params& p, const uint8_t* data, uint64_t total, Runs&& runs) {
+  const Kernels& k = kernels();
+  const float* levels = lloyd_max_levels(p.bits);
+  float buf[kMaxHadamardBlock];
+  uint64_t pos = 0;
+  const uint8_t* g = data;
+  while (pos < total) {
+    const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
+    const uint32_t padded = next_pow2(count);
+    float a;
+    memcpy(&a, g, 4);
+    const uint8_t* codes = g + 4;
+    if (p.bits == 4) {
+      for (uint32_t i = 0; i < padded; ++i) buf[i] = a * levels[(codes[i >> 1] >> ((i & 1) * 4)) & 15u];
+    } else {
+      BitReader r(codes, size_t((uint64_t(padded) * p.bits + 7) / 8));
+      for (uint32_t i = 0; i < padded; ++i) buf[i] = a * levels[r.get(p.bits)];
+    }
+    k.hadamard_transform(buf, padded);
+    k.hadamard_signs(buf, count, count, p.sign_key, uint32_t(pos), buf);
+    for (uint32_t done = 0; done < count; done += kFloatChunk) {
+      runs(pos + done, static_cast<const float*>(buf + done),
+           count - done < kFloatChunk ? count - done : kFloatChunk);
+    }
+    g += group_bytes(p, count);
+    pos += count;
+  }
+}
+#endif
+
 // For a validated region with has_dense_runs(p): the values of decode_region (same arithmetic,
 // same order) as runs(first_position, values, count), count <= kFloatChunk, so that a dense
 // decode stores or adds whole runs.
@@ -295,6 +332,12 @@ void decode_dense_runs(const Params& p, const uint8_t* data, uint64_t total, Run
     decode_sign_runs(p, data, total, runs, buf);
     return;
   }
+#if EDGEFL_WITH_HADAMARD
+  if (p.kind == ValueCoderKind::kHadamard) {
+    decode_hadamard_runs(p, data, total, runs);
+    return;
+  }
+#endif
   uint64_t pos = 0;
   const uint8_t* g = data;
   while (pos < total) {
