@@ -43,8 +43,12 @@ fail() {
 }
 [[ -f $work/install/include/edgefl/codec.h ]] || fail "no headers installed"
 [[ -x $work/install/bin/edgefl && -x $work/install/bin/edgefl-server ]] || fail "no tools installed"
-if grep -rq "$root" "$work/install/lib/cmake" "$work/install/lib/pkgconfig"; then
-  fail "the installed package files name the source tree"
+# The CMake package and the pkg-config file, wherever GNUInstallDirs put them (lib/<multiarch>).
+cmake_dir=$(find "$work/install" -type f -name edgeflConfig.cmake -printf '%h\n' | head -n 1)
+pc_dir=$(find "$work/install" -type f -name edgefl.pc -printf '%h\n' | head -n 1)
+[[ -n $cmake_dir && -n $pc_dir ]] || fail "no edgeflConfig.cmake or edgefl.pc installed"
+if grep -rq "$root" "$cmake_dir" "$pc_dir"; then
+  fail "the installed package files name the source tree (or the install prefix: not relocatable)"
 fi
 
 # 3. a consumer per tree: examples/ on its own
