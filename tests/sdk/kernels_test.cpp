@@ -357,35 +357,6 @@ TEST_SUITE("values") {
   }
 }
 
-namespace {
-
-// The Elias-Fano reader bit by bit (BitReader::get and get_unary): what the word-at-a-time
-// reader must reproduce on every input, well formed or not.
-class BitByBitEliasFano {
- public:
-  BitByBitEliasFano(uint64_t n, uint64_t k, const uint8_t* data)
-      : n_(n),
-        low_bits_(edgefl::index_coding::ef_low_bits(n, k)),
-        low_(data, size_t(edgefl::index_coding::ef_low_bytes(n, k))),
-        high_reader_(data + edgefl::index_coding::ef_low_bytes(n, k),
-                     size_t(edgefl::index_coding::ef_high_bytes(n, k))) {}
-  uint64_t next() {
-    const uint64_t low = low_.get(low_bits_);
-    high_ += high_reader_.get_unary(n_ >> low_bits_);
-    return (high_ << low_bits_) | low;
-  }
-  bool failed() const { return low_.failed() || high_reader_.failed(); }
-
- private:
-  uint64_t n_;
-  unsigned low_bits_;
-  edgefl::BitReader low_;
-  edgefl::BitReader high_reader_;
-  uint64_t high_ = 0;
-};
-
-}  // namespace
-
 TEST_SUITE("index coding") {
   TEST_CASE("the word-at-a-time Elias-Fano reader gives the bit-by-bit reader's indices and failures") {
     namespace ic = edgefl::index_coding;
@@ -419,8 +390,8 @@ TEST_SUITE("index coding") {
       CAPTURE(n);
       CAPTURE(k);
       CAPTURE(trial);
-      ic::EliasFanoReader fast(n, k, data.data());
-      BitByBitEliasFano slow(n, k, data.data());
+      ic::EliasFanoWordReader fast(n, k, data.data());
+      ic::EliasFanoBitReader slow(n, k, data.data());
       for (uint64_t j = 0; j < k; ++j) {
         const uint64_t a = fast.next(), b = slow.next();
         REQUIRE(fast.failed() == slow.failed());

@@ -284,13 +284,11 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
       break;
     case SparsifierKind::kRandomK: {
       // Indices come from the seed, in the order the encoder visited them.
-      if (h.randk_permuted) {
-        select::PermutedIndexStream gen(h.n, h.seed);
-        for_each_value([&](uint64_t, float v) { sink(gen.next(), v); });
-      } else {
-        select::RandomIndexStream gen(h.n, h.nnz, h.seed);
-        for_each_value([&](uint64_t, float v) { sink(gen.next(), v); });
-      }
+      // One visit for both streams (one copy of the value decoders).
+      select::PermutedIndexStream permuted(h.n, h.seed);
+      select::RandomIndexStream ascending(h.n, h.nnz, h.seed);
+      const bool is_permuted = h.randk_permuted;
+      for_each_value([&](uint64_t, float v) { sink(is_permuted ? permuted.next() : ascending.next(), v); });
       break;
     }
     default:
@@ -613,6 +611,8 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
     h.value_bytes = size_t(values::region_bytes(p, n));
     // Dense fp16 / bf16: one pass converts, checks the range and checksums (the kernels refuse
     // NaN and Inf with the values that round to Inf; which of the two is looked up after).
+    // (Not in builds for size: no table there has fused kernels.)
+#if !defined(__OPTIMIZE_SIZE__)
     const auto convert_and_checksum = p.kind == ValueCoderKind::kBf16   ? kern.to_bf16_crc
                                       : p.kind == ValueCoderKind::kFp16 ? kern.to_fp16_crc
                                                                         : nullptr;
@@ -627,6 +627,7 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
       *written = h.total_bytes;
       return Status::kOk;
     }
+#endif
     if (n > 0 && kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
     if (n > 0) EDGEFL_RETURN_IF_ERROR(encode_dense(p, x, n, payload, ws.hadamard));
   } else {

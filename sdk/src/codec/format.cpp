@@ -86,8 +86,9 @@ Status check_parameters(const EncodedInfo& h) {
   } else if (h.index_coding != IndexCoding::kEliasFano && h.index_coding != IndexCoding::kRice) {
     return Status::kBadParameters;
   }
-  if (h.randk_unscaled && h.sparsifier != SparsifierKind::kRandomK) return Status::kBadParameters;
-  if (h.randk_permuted && h.sparsifier != SparsifierKind::kRandomK) return Status::kBadParameters;
+  if ((h.randk_unscaled || h.randk_permuted) && h.sparsifier != SparsifierKind::kRandomK) {
+    return Status::kBadParameters;
+  }
   if (h.contributions == 0) return Status::kBadParameters;
   // Value coder.
   const bool uniform = h.values == ValueCoderKind::kUniform;

@@ -61,13 +61,38 @@ class EliasFanoWriter {
   uint64_t prev_high_ = 0;
 };
 
+// Reads the indices back bit by bit (BitReader): the reference, and the reader of builds for
+// size (a few hundred bytes smaller).
+class EliasFanoBitReader {
+ public:
+  EliasFanoBitReader(uint64_t n, uint64_t k, const uint8_t* data)
+      : n_(n),
+        low_bits_(ef_low_bits(n, k)),
+        low_(data, size_t(ef_low_bytes(n, k))),
+        high_reader_(data + ef_low_bytes(n, k), size_t(ef_high_bytes(n, k))) {}
+  // Next index; the caller checks failed() at the end, and range and order as it goes.
+  EDGEFL_SIZE_NOINLINE uint64_t next() {
+    const uint64_t low = low_.get(low_bits_);
+    high_ += high_reader_.get_unary(n_ >> low_bits_);
+    return (high_ << low_bits_) | low;
+  }
+  bool failed() const { return low_.failed() || high_reader_.failed(); }
+
+ private:
+  uint64_t n_;
+  unsigned low_bits_;
+  BitReader low_;
+  BitReader high_reader_;
+  uint64_t high_ = 0;
+};
+
 // Reads the indices back in order, a word at a time: a low part is one unaligned load at bit
 // j * L, a high part the position of the next one bit in the high bitmap (found with a
 // count-trailing-zeros over a 64-bit word) minus j. Fails (sticky) where the bit-by-bit reading
 // would: a run of more than n >> L zeros, or no one bit left in the high region.
-class EliasFanoReader {
+class EliasFanoWordReader {
  public:
-  EliasFanoReader(uint64_t n, uint64_t k, const uint8_t* data)
+  EliasFanoWordReader(uint64_t n, uint64_t k, const uint8_t* data)
       : low_bits_(ef_low_bits(n, k)),
         low_mask_(low_bits_ == 0 ? 0 : (~uint64_t(0) >> (64 - low_bits_))),
         max_zeros_(n >> ef_low_bits(n, k)),
@@ -126,6 +151,12 @@ class EliasFanoReader {
   uint64_t count_ = 0;
   bool failed_ = false;
 };
+
+#if defined(__OPTIMIZE_SIZE__)
+using EliasFanoReader = EliasFanoBitReader;
+#else
+using EliasFanoReader = EliasFanoWordReader;
+#endif
 
 // ---- Adaptive Rice ----------------------------------------------------------------------------
 
@@ -198,7 +229,7 @@ class RiceReader {
  public:
   RiceReader(uint64_t n, uint64_t k, const uint8_t* data, size_t size)
       : state_(n, k), raw_bits_(raw_gap_bits(n)), r_(data, size) {}
-  uint64_t next() {
+  EDGEFL_SIZE_NOINLINE uint64_t next() {
     const unsigned r = state_.parameter();
     const uint64_t q = r_.get_unary(kRiceEscape);
     const uint64_t gap = q < kRiceEscape ? (q << r) | r_.get(r) : r_.get(raw_bits_);

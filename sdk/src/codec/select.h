@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/bitio.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "edgefl/status.h"
@@ -40,7 +41,7 @@ class RandomIndexStream {
   RandomIndexStream(size_t n, size_t k, uint64_t seed)
       : g_(seed ^ 0x52414E444B53454Cull), n_(n), remaining_(k) {}  // "RANDKSEL"
   // The next index; call at most k times.
-  uint32_t next() {
+  EDGEFL_SIZE_NOINLINE uint32_t next() {
     for (; i_ < n_; ++i_) {
       if (g_.below(uint32_t(n_ - i_)) < remaining_) {
         --remaining_;
@@ -67,28 +68,29 @@ class RandomIndexStream {
 // Murmur3 finalizers, cut to b bits), with keys from SplitMix64(seed).
 class PermutedIndexStream {
  public:
-  PermutedIndexStream(size_t n, uint64_t seed) : n_(n) {
-    unsigned b = 16;
-    while ((uint64_t(1) << b) < n) ++b;
-    mask_ = (uint64_t(1) << b) - 1;
+  EDGEFL_SIZE_NOINLINE PermutedIndexStream(size_t n, uint64_t seed) : n_(uint32_t(n)) {
+    const unsigned b = n > (uint64_t(1) << 16) ? ceil_log2(n) : 16;  // n <= 2^31: b <= 31
+    mask_ = (1u << b) - 1u;
     shift_high_ = (b + 1) / 2;
     shift_low_ = b / 3 + 1;
     SplitMix64 g(seed ^ 0x52414E444B50524Dull);  // "RANDKPRM"
     for (int r = 0; r < 3; ++r) {
-      xor_key_[r] = g.next() & mask_;
-      multiplier_[r] = (g.next() & mask_) | 1u;
+      const uint64_t word = g.next();
+      xor_key_[r] = uint32_t(word) & mask_;
+      multiplier_[r] = (uint32_t(word >> 32) & mask_) | 1u;
     }
   }
   // The next index; call at most k <= n times.
-  uint32_t next() {
+  EDGEFL_SIZE_NOINLINE uint32_t next() {
     for (;;) {
-      const uint64_t x = permute(counter_++);
-      if (x < n_) return uint32_t(x);
+      const uint32_t x = permute(counter_++);
+      if (x < n_) return x;
     }
   }
 
  private:
-  uint64_t permute(uint64_t x) const {
+  // 32-bit products wrap modulo 2^32, so masking leaves them modulo 2^b.
+  uint32_t permute(uint32_t x) const {
     x = ((x ^ xor_key_[0]) * multiplier_[0]) & mask_;
     x ^= x >> shift_high_;
     x = ((x ^ xor_key_[1]) * multiplier_[1]) & mask_;
@@ -97,12 +99,12 @@ class PermutedIndexStream {
     x ^= x >> shift_high_;
     return x;
   }
-  uint64_t n_;
-  uint64_t mask_ = 0;
+  uint32_t n_;
+  uint32_t mask_ = 0;
   unsigned shift_high_ = 1, shift_low_ = 1;
-  uint64_t xor_key_[3] = {};
-  uint64_t multiplier_[3] = {};
-  uint64_t counter_ = 0;
+  uint32_t xor_key_[3] = {};
+  uint32_t multiplier_[3] = {};
+  uint32_t counter_ = 0;
 };
 
 // Calls f(i, key) for every i with abs_key(x[i]) >= t, in order. Sparse selections are the

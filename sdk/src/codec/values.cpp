@@ -67,12 +67,14 @@ void encode_hadamard(const Params& p, const float* v, uint32_t count, uint32_t f
   // Sums in float, in a fixed order (four interleaved partial sums), so every platform agrees.
   float sq[4] = {0, 0, 0, 0};
   uint32_t i = 0;
+#if !defined(__OPTIMIZE_SIZE__)
   for (; i + 4 <= padded; i += 4) {  // four independent sums: the compiler keeps them in one vector
     sq[0] += buf[i] * buf[i];
     sq[1] += buf[i + 1] * buf[i + 1];
     sq[2] += buf[i + 2] * buf[i + 2];
     sq[3] += buf[i + 3] * buf[i + 3];
   }
+#endif
   for (; i < padded; ++i) sq[i & 3] += buf[i] * buf[i];
   const float sum_sq = (sq[0] + sq[1]) + (sq[2] + sq[3]);
   const float* levels = lloyd_max_levels(p.bits);
@@ -104,10 +106,6 @@ const float* lloyd_max_levels(unsigned bits) {
     case 3: return kLevels3;
     default: return kLevels4;
   }
-}
-
-void hadamard_transform(float* v, uint32_t n) {
-  kernels().hadamard_transform(v, n);
 }
 
 namespace {

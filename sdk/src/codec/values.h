@@ -166,9 +166,6 @@ void decode_entropy_region(const Params& p, const uint8_t* data, size_t bytes, u
 // Lloyd-Max reconstruction levels of a unit Gaussian (Max 1960) for 1..4 bits, ascending.
 const float* lloyd_max_levels(unsigned bits);
 
-// In-place orthonormal fast Walsh-Hadamard transform of v[0..n), n a power of two.
-void hadamard_transform(float* v, uint32_t n);
-
 inline bool is_float_kind(ValueCoderKind kind) {
   return kind == ValueCoderKind::kFp32 || kind == ValueCoderKind::kFp16 || kind == ValueCoderKind::kBf16;
 }
@@ -452,7 +449,7 @@ void decode_region(const Params& p, const uint8_t* data, uint64_t total, Sink&& 
         const float* levels = lloyd_max_levels(p.bits);
         BitReader r(g + 4, size_t((uint64_t(padded) * p.bits + 7) / 8));
         for (uint32_t i = 0; i < padded; ++i) buf[i] = a * levels[r.get(p.bits)];
-        hadamard_transform(buf, padded);
+        kernels().hadamard_transform(buf, padded);
         for (uint32_t i = 0; i < count; ++i) {
           const uint32_t h = hash32(p.sign_key, uint32_t(pos + i));
           sink(pos + i, (h & 1u) ? -buf[i] : buf[i]);

@@ -8,6 +8,14 @@
 #include <stdint.h>
 #include <string.h>
 
+// Builds for size (-Os) keep one out-of-line copy of a reader's per-item step instead of one
+// inlined copy per decoder that uses it; other builds inline it.
+#if defined(__OPTIMIZE_SIZE__)
+#define EDGEFL_SIZE_NOINLINE __attribute__((noinline))
+#else
+#define EDGEFL_SIZE_NOINLINE
+#endif
+
 namespace edgefl {
 
 class BitWriter {
