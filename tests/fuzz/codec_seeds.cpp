@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
                          "fp16",
                          "q4",
                          "q4:ans",
+                         "bf16:ans",
                          "q8:shared=0.001",
                          "hq2",
                          "qsgd",

@@ -31,6 +31,7 @@ const char* const kAllSpecs[] = {
     "fp32",
     "fp16",
     "bf16",
+    "bf16:ans",
     "q1",
     "q2",
     "q4",
@@ -62,6 +63,7 @@ const char* const kAllSpecs[] = {
     "topk:0.1,idx=auto+q8",
     "topk:0.1+fp16",
     "topk:0.1+bf16",
+    "topk:0.1+bf16:ans",
     "topk:0.1+sign",
     "topk:0.1+tern",
     "topk:0.1+qsgd",
@@ -552,6 +554,39 @@ TEST_SUITE("codec.roundtrip") {
     memcpy(&big, &bits, 4);
     std::vector<float> ok_bf16(10, big);
     CHECK(decode_ok(encode_ok("bf16", ok_bf16, 1), 10)[0] == big);
+  }
+
+  TEST_CASE(
+      "bf16:ans is lossless (bf16's values), smaller on an update, and plain bf16 where rANS cannot pay") {
+    const size_t n = 6000;
+    // An update's magnitudes span a few binades: Gaussian values with a lognormal scale per block.
+    std::vector<float> x = edgefl_test::gaussian_vector(n, 41);
+    const std::vector<float> scales = edgefl_test::gaussian_vector(n / 100 + 1, 42);
+    for (size_t i = 0; i < n; ++i) x[i] *= 1e-3f * std::exp(scales[i / 100]);
+    const std::vector<uint8_t> plain = encode_ok("bf16", x, 1);
+    const std::vector<uint8_t> coded = encode_ok("bf16:ans", x, 1);
+    EncodedInfo info;
+    REQUIRE(edgefl::inspect({coded.data(), coded.size()}, &info) == Status::kOk);
+    CHECK(info.entropy_coded);
+    MESSAGE("bf16 " << plain.size() << " bytes, bf16:ans " << coded.size() << " bytes");
+    CHECK(coded.size() < plain.size() * 3 / 4);
+    const std::vector<float> a = decode_ok(plain, n), b = decode_ok(coded, n);
+    CHECK(memcmp(a.data(), b.data(), n * sizeof(float)) == 0);
+    // Exponents spread over every binade: nothing to gain, the plain layout is kept.
+    std::vector<float> wide(n);
+    uint32_t state = 7;
+    for (size_t i = 0; i < n; ++i) {
+      state = state * 1664525u + 1013904223u;
+      const uint32_t exponent = 1 + (state >> 8) % 253;                                          // 1..253
+      const uint32_t bits = (exponent << 23) | ((state & 0x7Fu) << 16) | ((state >> 31) << 31);  // bf16-exact
+      memcpy(&wide[i], &bits, 4);
+    }
+    const std::vector<uint8_t> wide_coded = encode_ok("bf16:ans", wide, 1);
+    REQUIRE(edgefl::inspect({wide_coded.data(), wide_coded.size()}, &info) == Status::kOk);
+    CHECK_FALSE(info.entropy_coded);
+    CHECK(wide_coded.size() == encode_ok("bf16", wide, 1).size());
+    const std::vector<float> w = decode_ok(wide_coded, n);
+    for (size_t i = 0; i < n; ++i) CHECK_MESSAGE(w[i] == wide[i], "at ", i);  // bf16-exact inputs
   }
 
   TEST_CASE("dense fp16 and bf16 (one pass: convert, range check, checksum) tell NaN/Inf from overflow") {

@@ -497,3 +497,53 @@ TEST_SUITE("random-k indices") {
     CHECK(memcmp(decoded.data(), expected.data(), n * sizeof(float)) != 0);
   }
 }
+
+TEST_SUITE("bf16:ans regions") {
+  // White-box: regions built by entropy_recode from raw bf16 bytes the encoder would never write.
+  namespace values = edgefl::values;
+
+  std::vector<uint8_t> recoded(const std::vector<uint16_t>& raw, size_t* bytes) {
+    values::Params p;
+    p.kind = edgefl::ValueCoderKind::kBf16;
+    p.bits = 16;
+    std::vector<uint8_t> region(raw.size() * 2);
+    for (size_t i = 0; i < raw.size(); ++i) {
+      region[2 * i] = uint8_t(raw[i]);
+      region[2 * i + 1] = uint8_t(raw[i] >> 8);
+    }
+    std::vector<uint8_t> codes(raw.size()), stream(raw.size() * 2);
+    *bytes = values::entropy_recode(p, region.data(), region.size(), raw.size(), codes.data(), stream.data());
+    return region;
+  }
+
+  TEST_CASE("an exponent of 255 (Inf, NaN), a cut stream or a changed table is refused") {
+    values::Params p;
+    p.kind = edgefl::ValueCoderKind::kBf16;
+    p.bits = 16;
+    const size_t n = 3000;
+    std::vector<uint16_t> raw(n);
+    for (size_t i = 0; i < n; ++i) raw[i] = uint16_t(0x3A00u + (i * 7919u) % 0x0200u);  // a few binades
+    size_t bytes = 0;
+    std::vector<uint8_t> good = recoded(raw, &bytes);
+    REQUIRE(bytes < 2 * n);
+    CHECK(values::validate_entropy_region(p, good.data(), bytes, n) == edgefl::Status::kOk);
+    std::vector<float> decoded(n);
+    values::decode_entropy_region(p, good.data(), bytes, n, [&](uint64_t i, float v) { decoded[i] = v; });
+    for (size_t i = 0; i < n; ++i) CHECK(decoded[i] == edgefl::bf16_to_float(raw[i]));
+    for (uint16_t special : {uint16_t(0x7F80u), uint16_t(0xFF80u), uint16_t(0x7FC1u)}) {  // +Inf, -Inf, NaN
+      std::vector<uint16_t> bad_raw(raw);
+      bad_raw[n / 2] = special;
+      size_t bad_bytes = 0;
+      const std::vector<uint8_t> bad = recoded(bad_raw, &bad_bytes);
+      REQUIRE(bad_bytes < 2 * n);
+      CHECK(values::validate_entropy_region(p, bad.data(), bad_bytes, n) == edgefl::Status::kCorruptPayload);
+    }
+    CHECK(values::validate_entropy_region(p, good.data(), bytes - 1, n) != edgefl::Status::kOk);
+    std::vector<uint8_t> changed(good);
+    changed[n] ^= 0x21;  // the first table byte
+    CHECK(values::validate_entropy_region(p, changed.data(), bytes, n) != edgefl::Status::kOk);
+    changed = good;
+    changed[bytes - 3] ^= 0x10;  // a renormalization word of the stream
+    CHECK(values::validate_entropy_region(p, changed.data(), bytes, n) != edgefl::Status::kOk);
+  }
+}

@@ -219,9 +219,12 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   vp.shared = h.shared_scale;
   if (h.entropy_coded) {
     // Smaller than the plain region, and at least the scales, the table and the states.
-    if (h.values != ValueCoderKind::kUniform || h.shared_scale || h.nnz == 0) return Status::kBadParameters;
-    const uint64_t floor = 8 * ((uint64_t(h.nnz) + h.block - 1) / h.block) +
-                           entropy::rans_table_min_bytes(1u << h.bits) + entropy::kRansStateBytes;
+    const bool bf16 = h.values == ValueCoderKind::kBf16;
+    if ((h.values != ValueCoderKind::kUniform && !bf16) || h.shared_scale || h.nnz == 0)
+      return Status::kBadParameters;
+    const uint64_t floor = values::entropy_prefix_bytes(vp, h.nnz) +
+                           entropy::rans_table_min_bytes(values::entropy_symbols(vp)) +
+                           entropy::kRansStateBytes;
     if (h.value_bytes >= values::region_bytes(vp, h.nnz) || h.value_bytes < floor)
       return Status::kSizeMismatch;
   } else if (h.value_bytes != values::region_bytes(vp, h.nnz)) {

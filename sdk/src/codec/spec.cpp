@@ -121,7 +121,8 @@ bool apply_value_arg(const Arg& a, CodecSpec* s) {
     s->sign_magnitude = true;
     return true;
   }
-  if (a.key_is("ans") && a.value_len == 0 && s->values == ValueCoderKind::kUniform) {
+  if (a.key_is("ans") && a.value_len == 0 &&
+      (s->values == ValueCoderKind::kUniform || s->values == ValueCoderKind::kBf16)) {
     s->entropy_coded = true;
     return true;
   }
@@ -287,7 +288,8 @@ Status validate_codec_spec(const CodecSpec& s) {
   }
   if (s.randk_unscaled && s.sparsifier != SparsifierKind::kRandomK) return Status::kInvalidSpec;
   if (s.clip && !(s.values == ValueCoderKind::kUniform && s.shared_step != 0.0f)) return Status::kInvalidSpec;
-  if (s.entropy_coded && !(s.values == ValueCoderKind::kUniform && s.shared_step == 0.0f))
+  if (s.entropy_coded && !(s.values == ValueCoderKind::kUniform && s.shared_step == 0.0f) &&
+      s.values != ValueCoderKind::kBf16)
     return Status::kInvalidSpec;
   if (s.sign_magnitude && !(s.values == ValueCoderKind::kUniform && s.shared_step == 0.0f && s.bits >= 2)) {
     return Status::kInvalidSpec;
@@ -407,7 +409,10 @@ size_t format_codec_spec(const CodecSpec& s, char* buf, size_t cap) {
   switch (s.values) {
     case ValueCoderKind::kFp32: a.put("fp32"); break;
     case ValueCoderKind::kFp16: a.put("fp16"); break;
-    case ValueCoderKind::kBf16: a.put("bf16"); break;
+    case ValueCoderKind::kBf16:
+      a.put("bf16");
+      if (s.entropy_coded) a.put(":ans");
+      break;
     case ValueCoderKind::kUniform:
       a.put('q');
       a.put_uint(s.bits);

@@ -328,8 +328,49 @@ Status validate_region(const Params& p, const uint8_t* data, uint64_t total) {
   return Status::kOk;
 }
 
+#if !defined(__OPTIMIZE_SIZE__)
+namespace {
+
+// entropy_recode for bf16: the planes split into `exponents` (total bytes) and the front of
+// `stream` (total bytes); the rANS stream after them.
+size_t entropy_recode_bf16(uint8_t* region, size_t raw_bytes, uint64_t total, uint8_t* exponents,
+                           uint8_t* stream) {
+  uint32_t counts[256] = {};
+  for (uint64_t i = 0; i < total; ++i) {
+    const unsigned bits = load_le16(region + 2 * i);
+    const unsigned e = (bits >> 7) & 0xFFu;
+    exponents[i] = uint8_t(e);
+    stream[i] = uint8_t(((bits >> 8) & 0x80u) | (bits & 0x7Fu));
+    counts[e]++;
+  }
+  const size_t plane = size_t(total);
+  if (plane + entropy::rans_table_min_bytes(256) + entropy::kRansStateBytes >= raw_bytes) return raw_bytes;
+  uint16_t freq[256];
+  entropy::rans_frequencies(counts, 256, freq);
+  const size_t table_bytes = entropy::rans_table_bytes(freq, 256);
+  const uint64_t estimate = (entropy::rans_cost_bits(counts, freq, 256) + 7) / 8;
+  if (plane + table_bytes + estimate >= raw_bytes) return raw_bytes;
+  const size_t room = raw_bytes - plane - table_bytes;
+  const size_t size = entropy::rans_encode(exponents, plane, freq, 256, stream + plane, room);
+  if (size == 0 || plane + table_bytes + size >= raw_bytes) return raw_bytes;
+  // Layout: the sign-and-mantissa plane, the table, the stream.
+  memcpy(region, stream, plane);
+  BitWriter w(region + plane, table_bytes);
+  entropy::rans_write_table(freq, 256, &w);
+  w.finish_and_fill();
+  memmove(region + plane + table_bytes, stream + plane, size);
+  return plane + table_bytes + size;
+}
+
+}  // namespace
+#endif
+
 size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64_t total, uint8_t* codes,
                       uint8_t* stream) {
+#if !defined(__OPTIMIZE_SIZE__)
+  if (total > 0 && p.kind == ValueCoderKind::kBf16)
+    return entropy_recode_bf16(region, raw_bytes, total, codes, stream);
+#endif
   if (total == 0 || p.kind != ValueCoderKind::kUniform || p.shared) return raw_bytes;
   const unsigned symbols = 1u << p.bits;
   // Unpack the codes (and keep the scales in order at the front of the stream scratch).
@@ -376,29 +417,64 @@ size_t read_entropy_table(const Params& p, const uint8_t* data, size_t bytes, si
                           entropy::RansDecoder* dec) {
   if (bytes < scales) return 0;
   BitReader table(data + scales, bytes - scales);
-  if (dec->read_table(&table, 1u << p.bits) != Status::kOk) return 0;
+  if (dec->read_table(&table, entropy_symbols(p)) != Status::kOk) return 0;
   // Zero padding to the byte boundary: one encoding per table.
   const size_t bits = table.bit_position();
   if (table.get(unsigned((8 - bits % 8) % 8)) != 0 || table.failed()) return 0;
   return scales + (bits + 7) / 8;
 }
 
+EntropyRegionReader::EntropyRegionReader(const Params& p, const uint8_t* data, size_t bytes, uint64_t total)
+    : p_(p), data_(data), total_(total), scale_(data) {
+  if (total == 0) return;
+  if (p.kind == ValueCoderKind::kBf16) next_block_ = total;  // no block scales
+  const size_t stream = read_entropy_table(p, data, bytes, size_t(entropy_prefix_bytes(p, total)), &dec_);
+  if (stream == 0 || dec_.begin(data + stream, bytes - stream) != Status::kOk)
+    total_ = 0;  // validated before
+}
+
+uint32_t EntropyRegionReader::next(float* out) {
+  if (position_ >= total_) return 0;
+  const uint32_t count = uint32_t(total_ - position_ < kChunk ? total_ - position_ : kChunk);
+  uint8_t codes[kChunk];
+  if (dec_.decode(codes, count) != Status::kOk) return 0;  // validated before
+  const bool bf16 = p_.kind == ValueCoderKind::kBf16;
+  for (uint32_t j = 0; j < count; ++j) {
+    const uint64_t i = position_ + j;
+    if (i == next_block_) {
+      memcpy(&a_, scale_, 4);
+      memcpy(&b_, scale_ + 4, 4);
+      scale_ += 8;
+      next_block_ += p_.block;
+    }
+    if (bf16) {  // the code is the exponent; the prefix byte holds the sign and the mantissa
+      const unsigned plane = data_[i];
+      out[j] = bf16_to_float(uint16_t(((plane & 0x80u) << 8) | (unsigned(codes[j]) << 7) | (plane & 0x7Fu)));
+    } else {
+      out[j] = uniform_value(p_, a_, b_, codes[j]);
+    }
+  }
+  position_ += count;
+  return count;
+}
+
 Status validate_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total) {
-  if (p.kind != ValueCoderKind::kUniform || p.shared || p.bits > 8 || total == 0)
+  const bool bf16 = p.kind == ValueCoderKind::kBf16;
+  if ((!bf16 && (p.kind != ValueCoderKind::kUniform || p.shared || p.bits > 8)) || total == 0)
     return Status::kCorruptPayload;
-  const unsigned symbols = 1u << p.bits;
-  const size_t scales = size_t(entropy_scales_bytes(p, total));
-  if (bytes < scales + entropy::rans_table_min_bytes(symbols) + entropy::kRansStateBytes)
+  const size_t prefix = size_t(entropy_prefix_bytes(p, total));
+  if (bytes < prefix + entropy::rans_table_min_bytes(entropy_symbols(p)) + entropy::kRansStateBytes)
     return Status::kSizeMismatch;
-  for (size_t g = 0; g < scales; g += 8) {
+  for (size_t g = 0; !bf16 && g < prefix; g += 8) {  // the uniform codes' block scales
     float a, b;
     memcpy(&a, data + g, 4);
     memcpy(&b, data + g + 4, 4);
     if (!(a >= -kMaxScale && a <= kMaxScale) || !scale_ok(b)) return Status::kCorruptPayload;
   }
   entropy::RansDecoder dec;
-  const size_t stream = read_entropy_table(p, data, bytes, scales, &dec);
-  if (stream == 0) return Status::kCorruptPayload;
+  const size_t stream = read_entropy_table(p, data, bytes, prefix, &dec);
+  // bf16: an exponent of 255 (Inf, NaN) must have no slot in the table, so it never decodes.
+  if (stream == 0 || (bf16 && dec.frequency(255) != 0)) return Status::kCorruptPayload;
   EDGEFL_RETURN_IF_ERROR(dec.begin(data + stream, bytes - stream));
   uint8_t codes[256];
   for (uint64_t i = 0; i < total; i += sizeof codes) {

@@ -120,6 +120,19 @@ inline uint64_t entropy_scales_bytes(const Params& p, uint64_t total) {
   return 8 * ((total + p.block - 1) / p.block);
 }
 
+// Entropy-coded bf16 (`bf16:ans`, lossless): region = the sign-and-mantissa plane (one byte per
+// value: sign << 7 | the 7 mantissa bits, raw: close to uniform), then the rANS table of the 256
+// exponents, then the rANS stream of the exponents in order (skewed: an update's magnitudes span
+// a few binades). A value's bf16 bits: (plane & 0x80) << 8 | exponent << 7 | (plane & 0x7F).
+// Exponent 255 (Inf, NaN) is refused.
+inline unsigned entropy_symbols(const Params& p) {
+  return p.kind == ValueCoderKind::kBf16 ? 256u : 1u << p.bits;
+}
+// Bytes before the rANS table: the block scales, or bf16's sign-and-mantissa plane.
+inline uint64_t entropy_prefix_bytes(const Params& p, uint64_t total) {
+  return p.kind == ValueCoderKind::kBf16 ? total : entropy_scales_bytes(p, total);
+}
+
 // Re-codes the raw uniform region region[0..raw_bytes) of `total` values in place when rANS
 // makes it smaller; returns the new size, or raw_bytes (unchanged) when it would not pay.
 // `codes` holds `total` bytes; `stream` holds raw_bytes bytes (scratch).
@@ -135,31 +148,35 @@ Status validate_entropy_region(const Params& p, const uint8_t* data, size_t byte
 size_t read_entropy_table(const Params& p, const uint8_t* data, size_t bytes, size_t scales,
                           entropy::RansDecoder* dec);
 
+// The values of a validated rANS-coded region, a chunk at a time (one copy of the decoding for
+// every decoder that visits the values).
+class EntropyRegionReader {
+ public:
+  static constexpr uint32_t kChunk = 256;
+  EntropyRegionReader(const Params& p, const uint8_t* data, size_t bytes, uint64_t total);
+  // The next values (at most kChunk) into out; 0 at the end.
+  uint32_t next(float* out);
+
+ private:
+  Params p_;
+  const uint8_t* data_;
+  uint64_t total_;  // 0 when the region cannot be read (never, once validated)
+  uint64_t position_ = 0;
+  uint64_t next_block_ = 0;  // where the next block's (a, b) start (uniform codes)
+  const uint8_t* scale_;
+  float a_ = 0, b_ = 0;
+  entropy::RansDecoder dec_;
+};
+
+// Calls sink(position, value) for every value of a validated rANS-coded region, in order.
 template <typename Sink>
 void decode_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total, Sink&& sink) {
-  if (total == 0) return;
-  const size_t scales = size_t(entropy_scales_bytes(p, total));
-  entropy::RansDecoder dec;
-  const size_t stream = read_entropy_table(p, data, bytes, scales, &dec);
-  if (stream == 0 || dec.begin(data + stream, bytes - stream) != Status::kOk) return;  // validated before
-  // The codes in chunks through a stack buffer (the bulk decoder), then the values.
-  uint8_t codes[256];
-  float a = 0, b = 0;
-  uint64_t next_block = 0;  // position where the next block's (a, b) start (no division per value)
-  const uint8_t* scale = data;
-  for (uint64_t chunk = 0; chunk < total; chunk += sizeof codes) {
-    const size_t count = size_t(total - chunk < sizeof codes ? total - chunk : sizeof codes);
-    if (dec.decode(codes, count) != Status::kOk) return;  // validated before
-    for (size_t j = 0; j < count; ++j) {
-      const uint64_t i = chunk + j;
-      if (i == next_block) {
-        memcpy(&a, scale, 4);
-        memcpy(&b, scale + 4, 4);
-        scale += 8;
-        next_block += p.block;
-      }
-      sink(i, uniform_value(p, a, b, codes[j]));
-    }
+  EntropyRegionReader reader(p, data, bytes, total);
+  float values[EntropyRegionReader::kChunk];
+  uint64_t position = 0;
+  for (uint32_t count; (count = reader.next(values)) != 0;) {
+    for (uint32_t j = 0; j < count; ++j) sink(position + j, values[j]);
+    position += count;
   }
 }
 
