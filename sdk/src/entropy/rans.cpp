@@ -167,13 +167,7 @@ Status RansDecoder::read_table(BitReader* r, unsigned symbols) {
   uint32_t cumulative = 0;
   for (unsigned s = 0; s < symbols; ++s) {
     start_[s] = uint16_t(cumulative);
-#if defined(__OPTIMIZE_SIZE__)
     memset(slot_symbol_ + cumulative, int(s), freq_[s]);
-#else
-    for (uint32_t offset = 0; offset < freq_[s]; ++offset) {
-      slot_entry_[cumulative + offset] = s | (offset << 8) | (uint32_t(freq_[s] - 1) << 20);
-    }
-#endif
     cumulative += freq_[s];
   }
   return Status::kOk;

@@ -25,9 +25,7 @@
 // the alphabet and fails finish(), never reads out of bounds.
 //
 // Contracts: no allocation; the encoder writes backwards into caller memory; the decoder's
-// slot table is its own member, on the caller's stack: 4096 one-byte symbols in builds for size
-// (about 5 KiB in all), else 4096 packed 32-bit entries (symbol, frequency, offset: one load per
-// symbol; about 17 KiB in all).
+// slot table (4096 bytes) is its own member (about 5 KiB in all, on the caller's stack).
 #ifndef EDGEFL_SRC_ENTROPY_RANS_H_
 #define EDGEFL_SRC_ENTROPY_RANS_H_
 
@@ -113,28 +111,17 @@ class RansDecoder {
   }
 
  private:
-  // One decoding step of state *x (no renormalization); returns the symbol:
-  // x' = freq[s] * (x >> 12) + (slot - start[s]).
+  // One decoding step of state *x (no renormalization); returns the symbol.
   unsigned step(uint32_t* x) const {
     const size_t slot = *x & (kRansTotal - 1);
-#if defined(__OPTIMIZE_SIZE__)
     const size_t s = slot_symbol_[slot];
     *x = uint32_t(freq_[s]) * (*x >> kRansPrecision) + uint32_t(slot) - start_[s];
     return unsigned(s);
-#else
-    const uint32_t e = slot_entry_[slot];  // symbol | (slot - start) << 8 | (freq - 1) << 20
-    *x = ((e >> 20) + 1) * (*x >> kRansPrecision) + ((e >> 8) & (kRansTotal - 1));
-    return e & 0xFFu;
-#endif
   }
 
   uint16_t freq_[kRansMaxSymbols];
   uint16_t start_[kRansMaxSymbols];
-#if defined(__OPTIMIZE_SIZE__)
   uint8_t slot_symbol_[kRansTotal];
-#else
-  uint32_t slot_entry_[kRansTotal];
-#endif
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   size_t pos_ = 0;
