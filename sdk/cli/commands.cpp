@@ -85,7 +85,7 @@ const char kCodecSpecHelp[] =
     "  sparsifier := topk:FRACTION | topk:k=COUNT [,approx] [,sample=FRACTION] [,idx=ef|rice|auto]\n"
     "              | thresh:ABSVALUE [,idx=ef|rice|auto]\n"
     "              | randk:FRACTION | randk:k=COUNT [,unscaled]\n"
-    "  values     := fp32 | fp16 | bf16 [:ans]                          (bf16:ans: lossless, rANS exponents)\n"
+    "  values     := fp32 | fp16 | bf16 [:ans]                 (bf16:ans: lossless)\n"
     "              | q1 | q2 | q4 | q8 [:block=N] [,det] [,sm] [,ans]    (sm: sign-magnitude; ans: rANS)\n"
     "              | q1 | q2 | q4 | q8 :shared=STEP [,clip]              (summable; clip: saturate)\n"
     "              | hq1 | hq2 | hq3 | hq4 [:block=N]                   (N a power of two, 16..1024)\n"
@@ -93,8 +93,9 @@ const char kCodecSpecHelp[] =
     "              | skc [:bins=256] [,groups=8] [,rows=2] [,cols=0.3] [,k=128]   (SKCompress)\n"
     "  sketch     := cs [:CELLS | cells=FRACTION | cols=C] [,rows=5] [,top=FRACTION | k=COUNT] [,step=STEP]\n"
     "  alias      := sparq:FRACTION = topk:FRACTION,approx,idx=auto+q4:sm,ans   (edgefl's sparse codec)\n"
-    "  examples: bf16 bf16:ans q8 q4:block=64,det q8:shared=0.001,clip hq4 qsgd:s=15 tern sign topk:0.01+q4:sm,ans\n"
-    "            thresh:0.01+q8 randk:0.1+q8 sparq:0.1 topk:0.1+skc skc cs:0.1 cs:cols=2000,rows=3,k=100\n";
+    "  examples: bf16 q8 q4:block=64,det q8:shared=0.001,clip hq4 qsgd:s=15 tern sign topk:0.01+q4:sm,ans\n"
+    "            thresh:0.01+q8 randk:0.1+q8 sparq:0.1 topk:0.1+skc skc cs:0.1 cs:cols=2000,rows=3,k=100\n"
+    "            bf16:ans\n";
 
 namespace {
 
