@@ -3,13 +3,14 @@
 #include "core/cpu.h"
 #include "edgefl/config.h"
 
+// The CRC instructions, used when the CPU has them (cpu_features(), whatever -march the build
+// has): SSE4.2 on x86-64, the ARMv8 CRC32 extension on AArch64 (optional in ARMv8.0).
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define EDGEFL_CRC32C_X86 1
+#define EDGEFL_CRC32C_HARDWARE 1
 #include <immintrin.h>
+#define EDGEFL_TARGET_CRC __attribute__((target("sse4.2")))
 #elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
-// AArch64: the CRC32 instructions are optional in ARMv8.0, so they are used when the CPU says it
-// has them (cpu_features().crc32), whatever -march the build has.
-#define EDGEFL_CRC32C_ARM 1
+#define EDGEFL_CRC32C_HARDWARE 1
 #include <arm_acle.h>
 #if defined(__clang__)
 #define EDGEFL_TARGET_CRC __attribute__((target("crc")))
@@ -116,58 +117,56 @@ uint32_t x_pow_8n_mod_p(uint64_t bytes) {
   return result;
 }
 
-#if defined(EDGEFL_CRC32C_X86) || defined(EDGEFL_CRC32C_ARM)
+#if defined(EDGEFL_CRC32C_HARDWARE)
 inline uint64_t load_u64(const uint8_t* p) {
   uint64_t word;
   __builtin_memcpy(&word, p, 8);  // little-endian targets only (x86-64, Arm)
   return word;
 }
-#endif
 
-#if defined(EDGEFL_CRC32C_X86)
-__attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc, const uint8_t* data, size_t size) {
-  uint32_t c = ~crc;
-  while (size >= 3 * kLaneBytes) {
-    uint64_t a = c, b = 0, d = 0;
-    for (size_t i = 0; i < kLaneBytes; i += 8) {
-      a = _mm_crc32_u64(a, load_u64(data + i));
-      b = _mm_crc32_u64(b, load_u64(data + kLaneBytes + i));
-      d = _mm_crc32_u64(d, load_u64(data + 2 * kLaneBytes + i));
-    }
-    c = shift_by_lane(shift_by_lane(uint32_t(a)) ^ uint32_t(b)) ^ uint32_t(d);
-    data += 3 * kLaneBytes;
-    size -= 3 * kLaneBytes;
-  }
-  uint64_t c64 = c;
-  while (size >= 8) {
-    c64 = _mm_crc32_u64(c64, load_u64(data));
-    data += 8;
-    size -= 8;
-  }
-  c = uint32_t(c64);
-  while (size--) c = _mm_crc32_u8(c, *data++);
-  return ~c;
+// The raw register after 8 bytes (one word) or 1 byte.
+EDGEFL_TARGET_CRC inline uint32_t crc_word(uint32_t c, uint64_t word) {
+#if defined(__x86_64__)
+  return uint32_t(_mm_crc32_u64(c, word));
+#else
+  return __crc32cd(c, word);
+#endif
 }
-#elif defined(EDGEFL_CRC32C_ARM)
-EDGEFL_TARGET_CRC uint32_t crc32c_armv8(uint32_t crc, const uint8_t* data, size_t size) {
+EDGEFL_TARGET_CRC inline uint32_t crc_byte(uint32_t c, uint8_t byte) {
+#if defined(__x86_64__)
+  return _mm_crc32_u8(c, byte);
+#else
+  return __crc32cb(c, byte);
+#endif
+}
+
+bool crc_instructions() {
+#if defined(__x86_64__)
+  return cpu_features().sse42;
+#else
+  return cpu_features().crc32;
+#endif
+}
+
+EDGEFL_TARGET_CRC uint32_t crc32c_hardware(uint32_t crc, const uint8_t* data, size_t size) {
   uint32_t c = ~crc;
   while (size >= 3 * kLaneBytes) {
     uint32_t a = c, b = 0, d = 0;
     for (size_t i = 0; i < kLaneBytes; i += 8) {
-      a = __crc32cd(a, load_u64(data + i));
-      b = __crc32cd(b, load_u64(data + kLaneBytes + i));
-      d = __crc32cd(d, load_u64(data + 2 * kLaneBytes + i));
+      a = crc_word(a, load_u64(data + i));
+      b = crc_word(b, load_u64(data + kLaneBytes + i));
+      d = crc_word(d, load_u64(data + 2 * kLaneBytes + i));
     }
     c = shift_by_lane(shift_by_lane(a) ^ b) ^ d;
     data += 3 * kLaneBytes;
     size -= 3 * kLaneBytes;
   }
   while (size >= 8) {
-    c = __crc32cd(c, load_u64(data));
+    c = crc_word(c, load_u64(data));
     data += 8;
     size -= 8;
   }
-  while (size--) c = __crc32cb(c, *data++);
+  while (size--) c = crc_byte(c, *data++);
   return ~c;
 }
 #endif
@@ -200,10 +199,8 @@ uint32_t crc32c_shift_lane(uint32_t reg) {
 }
 
 uint32_t crc32c_update(uint32_t crc, const uint8_t* data, size_t size) {
-#if defined(EDGEFL_CRC32C_X86)
-  if (cpu_features().sse42) return crc32c_sse42(crc, data, size);
-#elif defined(EDGEFL_CRC32C_ARM)
-  if (cpu_features().crc32) return crc32c_armv8(crc, data, size);
+#if defined(EDGEFL_CRC32C_HARDWARE)
+  if (crc_instructions()) return crc32c_hardware(crc, data, size);
 #endif
   return crc32c_update_ref(crc, data, size);
 }
