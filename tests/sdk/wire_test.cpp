@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -93,6 +94,43 @@ std::vector<uint8_t> frame_of(MessageType type, const flatbuffers::FlatBufferBui
   memcpy(frame.data(), head.data(), head.size());
   memcpy(frame.data() + head.size(), b.GetBufferPointer(), b.GetSize());
   return frame;
+}
+
+// samples::task_offer() as a hand-built FlatBuffer, with parts left out or a tensor's shape
+// vector written by `shape` (default: the [ulong] the encoder writes).
+struct HandBuiltOffer {
+  bool training = true, digest = true, public_digest = true;
+  std::function<flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(flatbuffers::FlatBufferBuilder&, size_t,
+                                                                   const edgefl::TensorDesc&)>
+      shape;
+};
+std::vector<uint8_t> hand_built_offer(const HandBuiltOffer& o) {
+  const w::TaskOffer m = samples::task_offer();
+  flatbuffers::FlatBufferBuilder b;
+  const auto nonce = b.CreateVector(m.round_nonce);
+  const auto digest = o.digest ? b.CreateVector(m.model_digest.data(), m.model_digest.size())
+                               : flatbuffers::Offset<flatbuffers::Vector<uint8_t>>();
+  const auto public_digest = o.public_digest
+                                 ? b.CreateVector(m.public_model_digest.data(), m.public_model_digest.size())
+                                 : flatbuffers::Offset<flatbuffers::Vector<uint8_t>>();
+  const auto training = o.training ? fbw::CreateTrainingConfig(b, 32, 1, 0, 0.1f, 0.0f, 0.0f, 0.0f, 1)
+                                   : flatbuffers::Offset<fbw::TrainingConfig>();
+  const auto uplink = b.CreateString(m.uplink_codec);
+  const auto downlink = b.CreateString(m.downlink_codec);
+  std::vector<flatbuffers::Offset<fbw::TensorDesc>> tensors;
+  for (size_t t = 0; t < m.tensors.size(); ++t) {
+    const edgefl::TensorDesc& desc = m.tensors[t];
+    const auto name = b.CreateString(desc.name);
+    const auto shape = o.shape ? o.shape(b, t, desc) : b.CreateVector(desc.shape);
+    tensors.push_back(fbw::CreateTensorDesc(b, name, shape, static_cast<fbw::TensorDtype>(desc.dtype)));
+  }
+  const auto tensor_vector = b.CreateVector(tensors);
+  const auto body = fbw::CreateTaskOffer(b, m.round_id, nonce, m.model_version, m.model_bytes, digest,
+                                         m.parameter_count, 0, training, uplink, downlink, 0, m.deadline_ms,
+                                         m.max_upload_bytes, m.max_chunk_bytes, m.base_model_version,
+                                         public_digest, m.initial_model_seed, tensor_vector);
+  fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, fbw::Message::TaskOffer, body.Union()));
+  return frame_of(MessageType::kTaskOffer, b);
 }
 
 struct Decoded {
@@ -705,30 +743,11 @@ TEST_SUITE("wire.malformed") {
     }
 
     auto offer = [](bool with_training, bool with_digest, bool with_public_digest = true) {
-      const w::TaskOffer m = samples::task_offer();
-      flatbuffers::FlatBufferBuilder b;
-      const auto nonce = b.CreateVector(m.round_nonce);
-      const auto digest = with_digest ? b.CreateVector(m.model_digest.data(), m.model_digest.size())
-                                      : flatbuffers::Offset<flatbuffers::Vector<uint8_t>>();
-      const auto public_digest =
-          with_public_digest ? b.CreateVector(m.public_model_digest.data(), m.public_model_digest.size())
-                             : flatbuffers::Offset<flatbuffers::Vector<uint8_t>>();
-      const auto training = with_training ? fbw::CreateTrainingConfig(b, 32, 1, 0, 0.1f, 0.0f, 0.0f, 0.0f, 1)
-                                          : flatbuffers::Offset<fbw::TrainingConfig>();
-      const auto uplink = b.CreateString(m.uplink_codec);
-      const auto downlink = b.CreateString(m.downlink_codec);
-      std::vector<flatbuffers::Offset<fbw::TensorDesc>> tensors;
-      for (const edgefl::TensorDesc& t : m.tensors) {
-        tensors.push_back(fbw::CreateTensorDesc(b, b.CreateString(t.name), b.CreateVector(t.shape),
-                                                static_cast<fbw::TensorDtype>(t.dtype)));
-      }
-      const auto tensor_vector = b.CreateVector(tensors);
-      const auto body = fbw::CreateTaskOffer(
-          b, m.round_id, nonce, m.model_version, m.model_bytes, digest, m.parameter_count, 0, training,
-          uplink, downlink, 0, m.deadline_ms, m.max_upload_bytes, m.max_chunk_bytes, m.base_model_version,
-          public_digest, m.initial_model_seed, tensor_vector);
-      fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, fbw::Message::TaskOffer, body.Union()));
-      return frame_of(MessageType::kTaskOffer, b);
+      HandBuiltOffer o;
+      o.training = with_training;
+      o.digest = with_digest;
+      o.public_digest = with_public_digest;
+      return hand_built_offer(o);
     };
     cases.push_back({"training absent", offer(false, true), Violation::kMissing, "TaskOffer.training"});
     cases.push_back(
@@ -757,38 +776,18 @@ TEST_SUITE("wire.malformed") {
     bool misaligned_seen = false;
     for (int pad = 0; pad < 2; ++pad) {
       CAPTURE(pad);
-      flatbuffers::FlatBufferBuilder b;
-      const auto nonce = b.CreateVector(m.round_nonce);
-      const auto digest = b.CreateVector(m.model_digest.data(), m.model_digest.size());
-      const auto public_digest = b.CreateVector(m.public_model_digest.data(), m.public_model_digest.size());
-      const auto training = fbw::CreateTrainingConfig(b, 32, 1, 0, 0.1f, 0.0f, 0.0f, 0.0f, 1);
-      const auto uplink = b.CreateString(m.uplink_codec);
-      const auto downlink = b.CreateString(m.downlink_codec);
-      std::vector<flatbuffers::Offset<fbw::TensorDesc>> tensors;
-      for (size_t t = 0; t < m.tensors.size(); ++t) {
-        const edgefl::TensorDesc& desc = m.tensors[t];
-        const auto name = b.CreateString(desc.name);
-        flatbuffers::Offset<flatbuffers::Vector<uint64_t>> shape;
-        if (t == 0) {
-          std::vector<uint32_t> halves;
-          for (uint64_t d : desc.shape) {
-            halves.push_back(uint32_t(d));
-            halves.push_back(uint32_t(d >> 32));
-          }
-          if (pad == 1) b.PushElement(uint32_t(0));
-          shape = flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(b.CreateVector(halves).o);
-        } else {
-          shape = b.CreateVector(desc.shape);
+      HandBuiltOffer o;
+      o.shape = [pad](flatbuffers::FlatBufferBuilder& b, size_t t, const edgefl::TensorDesc& desc) {
+        if (t != 0) return b.CreateVector(desc.shape);
+        std::vector<uint32_t> halves;
+        for (uint64_t d : desc.shape) {
+          halves.push_back(uint32_t(d));
+          halves.push_back(uint32_t(d >> 32));
         }
-        tensors.push_back(fbw::CreateTensorDesc(b, name, shape, static_cast<fbw::TensorDtype>(desc.dtype)));
-      }
-      const auto tensor_vector = b.CreateVector(tensors);
-      const auto body = fbw::CreateTaskOffer(
-          b, m.round_id, nonce, m.model_version, m.model_bytes, digest, m.parameter_count, 0, training,
-          uplink, downlink, 0, m.deadline_ms, m.max_upload_bytes, m.max_chunk_bytes, m.base_model_version,
-          public_digest, m.initial_model_seed, tensor_vector);
-      fbw::FinishEnvelopeBuffer(b, fbw::CreateEnvelope(b, fbw::Message::TaskOffer, body.Union()));
-      std::vector<uint8_t> frame = frame_of(MessageType::kTaskOffer, b);
+        if (pad == 1) b.PushElement(uint32_t(0));
+        return flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(b.CreateVector(halves).o);
+      };
+      std::vector<uint8_t> frame = hand_built_offer(o);
       uint8_t* payload = frame.data() + w::kFrameHeaderBytes;
       const auto* shape = fbw::GetEnvelope(payload)->message_as_TaskOffer()->tensors()->Get(0)->shape();
       const size_t length_at = size_t(reinterpret_cast<const uint8_t*>(shape) - payload);
