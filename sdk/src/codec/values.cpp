@@ -99,6 +99,28 @@ void encode_hadamard(const Params& p, const float* v, uint32_t count, uint32_t f
 
 }  // namespace
 
+#if EDGEFL_WITH_HADAMARD
+void decode_hadamard_block(const Params& p, const uint8_t* g, uint32_t count, uint32_t first, float* out) {
+  const uint32_t padded = next_pow2(count);
+  const float* levels = lloyd_max_levels(p.bits);
+  float a;
+  memcpy(&a, g, 4);
+  const uint8_t* codes = g + 4;
+#if !defined(__OPTIMIZE_SIZE__)
+  if (p.bits == 4) {  // two codes per byte, low nibble first
+    for (uint32_t i = 0; i < padded; ++i) out[i] = a * levels[(codes[i >> 1] >> ((i & 1) * 4)) & 15u];
+  } else
+#endif
+  {
+    BitReader r(codes, size_t((uint64_t(padded) * p.bits + 7) / 8));
+    for (uint32_t i = 0; i < padded; ++i) out[i] = a * levels[r.get(p.bits)];
+  }
+  const Kernels& k = kernels();
+  k.hadamard_transform(out, padded);
+  k.hadamard_signs(out, count, count, p.sign_key, first, out);
+}
+#endif
+
 const float* lloyd_max_levels(unsigned bits) {
   switch (bits) {
     case 1: return kLevels1;

@@ -183,6 +183,12 @@ void decode_entropy_region(const Params& p, const uint8_t* data, size_t bytes, u
 // Lloyd-Max reconstruction levels of a unit Gaussian (Max 1960) for 1..4 bits, ascending.
 const float* lloyd_max_levels(unsigned bits);
 
+#if EDGEFL_WITH_HADAMARD
+// The `count` values of one validated hq block (group `g`, the block's first position `first`)
+// into out[0..next_pow2(count)): levels times the block's scale, the transform, the sign flips.
+void decode_hadamard_block(const Params& p, const uint8_t* g, uint32_t count, uint32_t first, float* out);
+#endif
+
 inline bool is_float_kind(ValueCoderKind kind) {
   return kind == ValueCoderKind::kFp32 || kind == ValueCoderKind::kFp16 || kind == ValueCoderKind::kBf16;
 }
@@ -284,25 +290,12 @@ void decode_sign_runs(const Params& p, const uint8_t* data, uint64_t total, Runs
 // kernels (the same operations as decode_region's loop), then its values in runs.
 template <typename Runs>
 void decode_hadamard_runs(const Params& p, const uint8_t* data, uint64_t total, Runs&& runs) {
-  const Kernels& k = kernels();
-  const float* levels = lloyd_max_levels(p.bits);
   float buf[kMaxHadamardBlock];
   uint64_t pos = 0;
   const uint8_t* g = data;
   while (pos < total) {
     const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
-    const uint32_t padded = next_pow2(count);
-    float a;
-    memcpy(&a, g, 4);
-    const uint8_t* codes = g + 4;
-    if (p.bits == 4) {
-      for (uint32_t i = 0; i < padded; ++i) buf[i] = a * levels[(codes[i >> 1] >> ((i & 1) * 4)) & 15u];
-    } else {
-      BitReader r(codes, size_t((uint64_t(padded) * p.bits + 7) / 8));
-      for (uint32_t i = 0; i < padded; ++i) buf[i] = a * levels[r.get(p.bits)];
-    }
-    k.hadamard_transform(buf, padded);
-    k.hadamard_signs(buf, count, count, p.sign_key, uint32_t(pos), buf);
+    decode_hadamard_block(p, g, count, uint32_t(pos), buf);
     for (uint32_t done = 0; done < count; done += kFloatChunk) {
       runs(pos + done, static_cast<const float*>(buf + done),
            count - done < kFloatChunk ? count - done : kFloatChunk);
@@ -461,16 +454,9 @@ void decode_region(const Params& p, const uint8_t* data, uint64_t total, Sink&& 
       }
       case ValueCoderKind::kHadamard: {
 #if EDGEFL_WITH_HADAMARD
-        const uint32_t padded = next_pow2(count);
         float buf[kMaxHadamardBlock];
-        const float* levels = lloyd_max_levels(p.bits);
-        BitReader r(g + 4, size_t((uint64_t(padded) * p.bits + 7) / 8));
-        for (uint32_t i = 0; i < padded; ++i) buf[i] = a * levels[r.get(p.bits)];
-        kernels().hadamard_transform(buf, padded);
-        for (uint32_t i = 0; i < count; ++i) {
-          const uint32_t h = hash32(p.sign_key, uint32_t(pos + i));
-          sink(pos + i, (h & 1u) ? -buf[i] : buf[i]);
-        }
+        decode_hadamard_block(p, g, count, uint32_t(pos), buf);
+        for (uint32_t i = 0; i < count; ++i) sink(pos + i, buf[i]);
 #endif
         break;
       }
