@@ -169,10 +169,7 @@ bool to_fp16_avx2(const float* x, size_t n, uint8_t* out) {
     worst = _mm256_max_epu32(worst, _mm256_and_si256(_mm256_castps_si256(v), abs_mask()));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
-  uint32_t lanes[8];
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), worst);
-  bool ok = true;
-  for (uint32_t v : lanes) ok &= v < kFp16OverflowBits;
+  bool ok = max_lane(worst) < kFp16OverflowBits;
   for (; i < n; ++i) {
     ok &= (float_bits(x[i]) & 0x7FFFFFFFu) < kFp16OverflowBits;
     const uint16_t h = float_to_fp16(x[i]);
@@ -185,10 +182,7 @@ bool to_bf16_avx2(const float* x, size_t n, uint8_t* out) {
   __m256i worst = _mm256_setzero_si256();
   size_t i = 0;
   for (; i + 16 <= n; i += 16) bf16_x16(x + i, out + 2 * i, &worst);
-  uint32_t lanes[8];
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), worst);
-  bool ok = true;
-  for (uint32_t v : lanes) ok &= v < kBf16OverflowBits;
+  bool ok = max_lane(worst) < kBf16OverflowBits;
   for (; i < n; ++i) {
     ok &= (float_bits(x[i]) & 0x7FFFFFFFu) < kBf16OverflowBits;
     const uint16_t h = float_to_bf16(x[i]);
