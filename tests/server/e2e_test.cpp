@@ -2196,6 +2196,42 @@ TEST_SUITE("e2e.faults") {
     CHECK(lines_with(server.log(), {"event=update_accepted", "device=device-0002"}).size() == 1);
   }
 
+  TEST_CASE(
+      "an ack lost after the commit, and the round over when the device returns: it asks, and hears "
+      "kDuplicate") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 1);
+    const std::string state = tmp / "state";
+    ServerProcess server(tmp);
+    // Cohort 1: the update that is acknowledged also completes round 1, and round 2 opens.
+    START_SERVER(server, server_args(pki, state, "fp32", {"--cohort", "1", "--min-quorum", "1"}));
+    INFO("server log:\n" << server.all_logs());
+    ClientOptions o = persistent_client(pki, "device-0001", server.port(), 7);
+    o.test_disconnect_before_ack = true;
+    Client client(o);
+    std::string error;
+    REQUIRE_MESSAGE(client.init(&error) == Status::kOk, error);
+    FixedTrainer trainer(1, 10);
+    RoundResult r;
+    REQUIRE_MESSAGE(client.run_round(trainer, &r, &error) == Status::kOk, error);
+    // Counted by the server, and known to be by the device: not a straggler of round 1.
+    CHECK(r.outcome == RoundOutcome::kDuplicate);
+    CHECK(r.round_id == 1);
+    REQUIRE(server.wait_for_log({"event=update_duplicate", "round=1", "device=device-0001"}));
+    const std::string log = server.log();
+    CHECK(log.find("event=task_offer round=2 device=device-0001") < log.find("event=update_duplicate"));
+    CHECK(lines_with(log, {"event=update_accepted", "round=1"}).size() == 1);
+    // The next round (a device without the hook): a new update, counted once.
+    Client next(persistent_client(pki, "device-0001", server.port(), 8));
+    REQUIRE_MESSAGE(next.init(&error) == Status::kOk, error);
+    REQUIRE_MESSAGE(next.run_round(trainer, &r, &error) == Status::kOk, error);
+    CHECK(r.outcome == RoundOutcome::kAccepted);
+    CHECK(r.round_id == 2);
+    server.signal(SIGTERM);
+    CHECK(server.wait_exit(10000) == 0);
+    CHECK(ledger_rows(state) == 2);
+  }
+
   // The crash test, extended: devices run edgefl::Client::participate() while the server is
   // killed (SIGKILL) at random moments and restarted on the same port. No device may give up, every
   // acknowledged update is in the ledger exactly once, and each committed model is the FedAvg of

@@ -135,6 +135,9 @@ struct ClientOptions {
   uint32_t test_disconnect_after_chunks = 0;
   // Test hook: drop the connection after this many model chunks of the first attempt (0 = never).
   uint32_t test_disconnect_after_model_chunks = 0;
+  // Test hook: drop the connection right after the first Commit of each run_round() is sent,
+  // before its ack is read.
+  bool test_disconnect_before_ack = false;
   // Optional: the transport (default: the client's own TCP socket through Asio).
   Transport transport;
   // Optional: told about reconnects, backoff, retry windows and refusals, one line each.

@@ -103,6 +103,7 @@ struct Client::Pending {
   float loss = 0;
   std::chrono::steady_clock::time_point deadline;  // the round's reporting deadline, as offered
   uint64_t model_version = 0;                      // the model it was trained from
+  bool commit_sent = false;  // a Commit went out: the server may hold it even if no ack came back
 };
 
 Client::Client(ClientOptions options) : options_(std::move(options)), connection_(new net::Connection) {
@@ -266,6 +267,7 @@ struct Client::Attempt {
   bool fresh = false;  // this pass opened a new connection
   bool drop_injected = false;
   bool model_drop_injected = false;
+  bool ack_drop_injected = false;
   wire::Message reply;  // the last message from the server
 
   void sample_heap() {
@@ -343,6 +345,7 @@ struct Client::Attempt {
                       const CodecSpec& codec);
   Step upload_update(const wire::TaskOffer& offer);
   Step commit_update();
+  Step ask_after_round_ended();
 };
 
 namespace {
@@ -707,6 +710,12 @@ Client::Attempt::Step Client::Attempt::commit_update() {
   commit.metrics.push_back(wire::Metric{"train_loss", std::isfinite(p.loss) ? double(p.loss) : 0.0});
   commit.metrics.push_back(wire::Metric{"train_seconds", result->train_seconds});
   commit.digest = p.digest;
+  p.commit_sent = true;
+  if (c.options_.test_disconnect_before_ack && !ack_drop_injected) {
+    const Status sent = c.connection_->send(wire::Message{commit}, c.options_.io_timeout_ms, error);
+    if (sent != Status::kOk) return connection_lost(sent);
+    return drop_connection_once(&ack_drop_injected, "test: connection dropped before the ack");
+  }
   const Status s = exchange(wire::Message{commit});
   if (s != Status::kOk) return connection_lost(s);
   const auto* ack = std::get_if<wire::Ack>(&reply);
@@ -722,6 +731,36 @@ Client::Attempt::Step Client::Attempt::commit_update() {
   }
   c.pending_.reset();
   return done(Status::kOk);
+}
+
+// The pending update's round is over, and its Commit went out without an ack coming back (the
+// connection or the server died in between): the server may have counted it. Asks (an
+// UploadStart for that round: the server answers from its ledger) and, if it did, commits again
+// for the kDuplicate ack. kNext: the server does not hold it (the caller discards it).
+Client::Attempt::Step Client::Attempt::ask_after_round_ended() {
+  Pending& p = *c.pending_;
+  wire::UploadStart start;
+  start.round_id = p.round_id;
+  start.round_nonce = p.nonce;
+  start.upload_id = p.upload_id;
+  start.total_bytes = p.bytes.size();
+  const Status s = exchange(wire::Message{start});
+  if (s != Status::kOk) return connection_lost(s);
+  const auto* status_message = std::get_if<wire::UploadStatus>(&reply);
+  if (status_message == nullptr) {
+    const auto* e = std::get_if<wire::Error>(&reply);
+    return e != nullptr && e->code == wire::ErrorCode::kUnknownRound ? Step::kNext : refused();
+  }
+  if (status_message->upload_id != p.upload_id || status_message->offset != p.bytes.size()) {
+    return fail("the server's answer about an ended round's upload does not match it",
+                Status::kProtocolError);
+  }
+  result->round_id = p.round_id;
+  result->model_version = p.model_version;
+  result->update_bytes = p.bytes.size();
+  result->samples = p.samples;
+  result->train_loss = p.loss;
+  return commit_update();
 }
 
 Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string* error) {
@@ -755,7 +794,14 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       result->round_id = task.round_id;
       result->model_version = task.model_version;
       result->codec = task.codec;
-      if (pending_ && (pending_->round_id != offer.round_id || pending_->nonce != offer.round_nonce)) {
+      const bool round_ended =
+          pending_ && (pending_->round_id != offer.round_id || pending_->nonce != offer.round_nonce);
+      if (round_ended && pending_->commit_sent) {
+        step = a.ask_after_round_ended();
+        if (step == Step::kDone) return a.finish();
+        if (step == Step::kAgain) continue;
+      }
+      if (round_ended) {
         // The round it was for ended while the device trained or was away: the update is
         // discarded, and said so (the next call joins the round just offered).
         const bool late = Clock::now() >= pending_->deadline;
