@@ -328,7 +328,8 @@ std::vector<BenchResult> bench_kernel_tables(const std::string& dataset, const f
 // Kernel throughputs, reported as rows of their own (encode_gbps = the kernel's GB/s).
 // skc bucketing: bytes of fp32 input per second through the lookup table + fix-up.
 // huffman decode: decoded symbols (bytes) per second, a skewed 32-symbol alphabet.
-// rans decode: decoded symbols (bytes) per second through the bulk decoder, 4-bit skewed codes.
+// rans encode / decode: symbols (bytes) per second through the encoder and the bulk decoder,
+// 4-bit skewed codes, 4 and 32 lanes.
 std::vector<BenchResult> bench_kernels(const std::string& dataset, const float* x, size_t n, int reps) {
   std::vector<BenchResult> rows;
   const int runs = std::max(reps, 5);
@@ -394,8 +395,9 @@ std::vector<BenchResult> bench_kernels(const std::string& dataset, const float* 
     rows.push_back(r);
   }
   {
-    BenchResult r = failed_result(dataset, "kernel:rans_decode", "kernel:rans_decode", n, reps, "");
-    // 4-bit codes with a skewed (binomial-like) distribution, as q4 codes of top-k values.
+    // 4-bit codes with a skewed (binomial-like) distribution, as q4 codes of top-k values; the
+    // encoder and the bulk decoder with 4 lanes (the first format) and 32 (streams from
+    // entropy::kRansWideMinSymbols symbols on).
     std::vector<uint8_t> symbols(n);
     SplitMix64 g(5);
     uint32_t counts[16] = {};
@@ -407,27 +409,43 @@ std::vector<BenchResult> bench_kernels(const std::string& dataset, const float* 
     }
     uint16_t freq[16];
     entropy::rans_frequencies(counts, 16, freq);
-    std::vector<uint8_t> stream(n + 64);
-    const size_t bytes = entropy::rans_encode(symbols.data(), n, freq, 16, stream.data(), stream.size());
     std::vector<uint8_t> table_bytes(entropy::rans_table_bytes(freq, 16));
     BitWriter tw(table_bytes.data(), table_bytes.size());
     entropy::rans_write_table(freq, 16, &tw);
     tw.finish();
-    std::vector<uint8_t> decoded(n);
-    std::vector<double> times;
-    bool ok = bytes > 0;
-    for (int run = 0; run < runs && ok; ++run) {
-      const Clock::time_point start = Clock::now();
-      entropy::RansDecoder dec;
-      BitReader tr(table_bytes.data(), table_bytes.size());
-      ok = dec.read_table(&tr, 16) == Status::kOk && dec.begin(stream.data(), bytes) == Status::kOk;
-      ok = ok && dec.decode(decoded.data(), n) == Status::kOk && dec.finish() == Status::kOk;
-      times.push_back(seconds_since(start));
+    for (const unsigned lanes : {entropy::kRansLanes, entropy::kRansWideLanes}) {
+      const std::string suffix = "[" + std::to_string(lanes) + " lanes]";
+      BenchResult enc =
+          failed_result(dataset, "kernel:rans_encode" + suffix, "kernel:rans_encode" + suffix, n, reps, "");
+      BenchResult r =
+          failed_result(dataset, "kernel:rans_decode" + suffix, "kernel:rans_decode" + suffix, n, reps, "");
+      std::vector<uint8_t> stream(n + 64);
+      std::vector<double> encode_times;
+      size_t bytes = 0;
+      for (int run = 0; run < runs; ++run) {
+        const Clock::time_point start = Clock::now();
+        bytes = entropy::rans_encode(symbols.data(), n, freq, 16, lanes, stream.data(), stream.size());
+        encode_times.push_back(seconds_since(start));
+      }
+      std::vector<uint8_t> decoded(n);
+      std::vector<double> times;
+      bool ok = bytes > 0;
+      for (int run = 0; run < runs && ok; ++run) {
+        const Clock::time_point start = Clock::now();
+        entropy::RansDecoder dec;
+        BitReader tr(table_bytes.data(), table_bytes.size());
+        ok = dec.read_table(&tr, 16) == Status::kOk && dec.begin(stream.data(), bytes, lanes) == Status::kOk;
+        ok = ok && dec.decode(decoded.data(), n) == Status::kOk && dec.finish() == Status::kOk;
+        times.push_back(seconds_since(start));
+      }
+      if (!ok || decoded != symbols) r.error = enc.error = "rANS round trip failed";
+      // GB/s of symbols: one byte per symbol (gbps() counts 4 bytes per element).
+      enc.encode_gbps = gbps(n, median(encode_times)) / 4.0;
+      r.encode_gbps = gbps(n, median(times)) / 4.0;
+      enc.bits_per_coord = r.bits_per_coord = 8.0 * static_cast<double>(bytes) / static_cast<double>(n);
+      rows.push_back(enc);
+      rows.push_back(r);
     }
-    if (!ok || decoded != symbols) r.error = "rANS round trip failed";
-    r.encode_gbps = gbps(n, median(times)) / 4.0;
-    r.bits_per_coord = 8.0 * static_cast<double>(bytes) / static_cast<double>(n);
-    rows.push_back(r);
   }
   {
     // CRC32C over the fp32 bytes of the update: the slicing-by-8 reference and the path in use

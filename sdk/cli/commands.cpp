@@ -284,6 +284,7 @@ std::string flags_text(const EncodedInfo& info) {
   if (info.randk_unscaled) add("randk_unscaled");
   if (info.randk_permuted) add("randk_permuted");
   if (info.entropy_coded) add("entropy_coded");
+  if (info.rans_wide) add("rans_wide");
   if (info.sign_magnitude) add("sign_magnitude");
   return s.empty() ? "none" : s;
 }
@@ -386,6 +387,7 @@ void print_inspect_json(const std::string& path, const EncodedInfo& info, std::o
       .add_bool("randk_unscaled", info.randk_unscaled)
       .add_bool("randk_permuted", info.randk_permuted)
       .add_bool("entropy_coded", info.entropy_coded)
+      .add_bool("rans_wide", info.rans_wide)
       .add_bool("sign_magnitude", info.sign_magnitude)
       .add_number("param", info.param)
       .add_uint("seed", info.seed)

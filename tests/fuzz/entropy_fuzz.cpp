@@ -1,5 +1,6 @@
 // tests/fuzz/entropy_fuzz.cpp: the core's entropy decoders on any bytes. Byte 0 picks the coder
-// (even: Huffman, odd: rANS) and byte 1 the alphabet size (1..256); the rest is a code table
+// (even: Huffman, odd: rANS; for rANS, bit 1 the lanes: 32 when set, 4 otherwise) and byte 1 the
+// alphabet size (1..256); the rest is a code table
 // followed by a stream of up to 4096 symbols. Decoders must reject or decode, never read out of
 // bounds; decoded symbols must lie in the alphabet; each bulk decoder must agree with its
 // symbol-by-symbol one (Huffman's get(), rANS's get()) on the symbols and on the verdict.
@@ -50,9 +51,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (ref.read_table(&r2, symbols) != edgefl::Status::kOk) abort();
     const size_t table_bytes = (r.bit_position() + 7) / 8;
     if (table_bytes > body_size) abort();
-    if (dec.begin(body + table_bytes, body_size - table_bytes) != edgefl::Status::kOk) return 0;
-    if (ref.begin(body + table_bytes, body_size - table_bytes) != edgefl::Status::kOk) abort();
-    const size_t head = count < 7 ? count : size_t(data[3] >> 4) % 7;
+    const unsigned lanes = (data[0] & 2) ? edgefl::entropy::kRansWideLanes : edgefl::entropy::kRansLanes;
+    if (dec.begin(body + table_bytes, body_size - table_bytes, lanes) != edgefl::Status::kOk) return 0;
+    if (ref.begin(body + table_bytes, body_size - table_bytes, lanes) != edgefl::Status::kOk) abort();
+    const size_t head = count < 48 ? count : size_t(data[3] >> 4) * 3;
     const bool ok_head = dec.decode(out.data(), head) == edgefl::Status::kOk;
     const bool ok_rest = dec.decode(out.data() + head, count - head) == edgefl::Status::kOk;
     for (size_t i = 0; i < count; ++i) {

@@ -800,8 +800,8 @@ TEST_SUITE("sketch.internal") {
       std::vector<uint8_t> msg;
       for (unsigned sym = 0; sym < symbols; ++sym) msg.insert(msg.end(), freq[sym] > 0 ? 3 : 0, uint8_t(sym));
       std::vector<uint8_t> stream(msg.size() * 4 + 64);
-      const size_t n =
-          entropy::rans_encode(msg.data(), msg.size(), freq, symbols, stream.data(), stream.size());
+      const size_t n = entropy::rans_encode(msg.data(), msg.size(), freq, symbols, entropy::kRansLanes,
+                                            stream.data(), stream.size());
       REQUIRE(n > 0);
       REQUIRE(dec.begin(stream.data(), n) == Status::kOk);
       std::vector<uint8_t> out(msg.size());
@@ -899,138 +899,159 @@ TEST_SUITE("sketch.internal") {
       for (unsigned sym = 0; sym < c.symbols; ++sym)
         if (c.counts[sym]) present.push_back(sym);
       edgefl_test::SplitMix64 rng(11);
-      for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{7}, size_t{8},
-                           size_t{9}, size_t{1000}, size_t{4099}, size_t{65537}}) {
-        INFO("case: ", c.name, "  count: ", count);
-        // Symbols drawn by the counts (the coder's model), so that the stream is realistic.
-        std::vector<uint8_t> msg(count);
-        uint64_t total = 0;
-        for (uint32_t n : c.counts) total += n;
-        for (uint8_t& m : msg) {
-          uint64_t u = rng.below(total);
-          unsigned sym = 0;
-          while (u >= c.counts[sym]) u -= c.counts[sym++];
-          m = static_cast<uint8_t>(sym);
+      for (unsigned lanes : {entropy::kRansLanes, entropy::kRansWideLanes})
+        for (size_t count :
+             {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{7}, size_t{8}, size_t{9},
+              size_t{15}, size_t{17}, size_t{33}, size_t{95}, size_t{1000}, size_t{4099}, size_t{65537}}) {
+          INFO("case: ", c.name, "  lanes: ", lanes, "  count: ", count);
+          // Symbols drawn by the counts (the coder's model), so that the stream is realistic.
+          std::vector<uint8_t> msg(count);
+          uint64_t total = 0;
+          for (uint32_t n : c.counts) total += n;
+          for (uint8_t& m : msg) {
+            uint64_t u = rng.below(total);
+            unsigned sym = 0;
+            while (u >= c.counts[sym]) u -= c.counts[sym++];
+            m = static_cast<uint8_t>(sym);
+          }
+          std::vector<uint8_t> stream(count * 2 + 160);
+          const size_t bytes =
+              entropy::rans_encode(msg.data(), count, freq, c.symbols, lanes, stream.data(), stream.size());
+          REQUIRE(bytes >= entropy::rans_state_bytes(lanes));
+          CHECK(bytes % 2 == 0);
+          stream.resize(bytes);
+          auto start = [&](entropy::RansDecoder* d) {
+            BitReader tr(table.data(), table.size());
+            REQUIRE(d->read_table(&tr, c.symbols) == Status::kOk);
+            REQUIRE(d->begin(stream.data(), stream.size(), lanes) == Status::kOk);
+          };
+          entropy::RansDecoder ref;
+          start(&ref);
+          size_t bad = 0;
+          for (size_t i = 0; i < count; ++i) bad += ref.get() != msg[i] ? 1 : 0;
+          CHECK(bad == 0);
+          CHECK(ref.finish() == Status::kOk);
+          for (size_t head : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{6}, size_t{9}, size_t{33}}) {
+            if (head > count) continue;
+            INFO("first call: ", head, " symbols");
+            entropy::RansDecoder dec;
+            start(&dec);
+            std::vector<uint8_t> out(count + 1, 0xEE);
+            REQUIRE(dec.decode(out.data(), head) == Status::kOk);
+            REQUIRE(dec.decode(out.data() + head, count - head) == Status::kOk);
+            CHECK(std::equal(msg.begin(), msg.end(), out.begin()));
+            CHECK(out[count] == 0xEE);
+            CHECK(dec.finish() == Status::kOk);
+          }
         }
-        std::vector<uint8_t> stream(count * 2 + 64);
-        const size_t bytes =
-            entropy::rans_encode(msg.data(), count, freq, c.symbols, stream.data(), stream.size());
-        REQUIRE(bytes >= entropy::kRansStateBytes);
-        CHECK(bytes % 2 == 0);
-        stream.resize(bytes);
-        auto start = [&](entropy::RansDecoder* d) {
-          BitReader tr(table.data(), table.size());
-          REQUIRE(d->read_table(&tr, c.symbols) == Status::kOk);
-          REQUIRE(d->begin(stream.data(), stream.size()) == Status::kOk);
-        };
-        entropy::RansDecoder ref;
-        start(&ref);
-        size_t bad = 0;
-        for (size_t i = 0; i < count; ++i) bad += ref.get() != msg[i] ? 1 : 0;
-        CHECK(bad == 0);
-        CHECK(ref.finish() == Status::kOk);
-        for (size_t head : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{6}}) {
-          if (head > count) continue;
-          INFO("first call: ", head, " symbols");
-          entropy::RansDecoder dec;
-          start(&dec);
-          std::vector<uint8_t> out(count + 1, 0xEE);
-          REQUIRE(dec.decode(out.data(), head) == Status::kOk);
-          REQUIRE(dec.decode(out.data() + head, count - head) == Status::kOk);
-          CHECK(std::equal(msg.begin(), msg.end(), out.begin()));
-          CHECK(out[count] == 0xEE);
-          CHECK(dec.finish() == Status::kOk);
-        }
-      }
     }
   }
 
   TEST_CASE("rans: truncated, extended and corrupted streams fail finish(), never read out of bounds") {
-    const uint32_t counts[16] = {1, 12, 60, 180, 400, 650, 800, 820, 640, 400, 200, 80, 25, 6, 1, 1};
-    uint16_t freq[16];
-    entropy::rans_frequencies(counts, 16, freq);
-    std::vector<uint8_t> table(entropy::rans_table_bytes(freq, 16));
-    BitWriter tw(table.data(), table.size());
-    entropy::rans_write_table(freq, 16, &tw);
-    tw.finish();
-    edgefl_test::SplitMix64 rng(5);
-    const size_t count = 3001;
-    std::vector<uint8_t> msg(count);
-    for (uint8_t& m : msg) {
-      unsigned sym = 0;
-      for (int j = 0; j < 15; ++j) sym += rng.below(100) < 45 ? 1 : 0;
-      m = static_cast<uint8_t>(sym);
-    }
-    std::vector<uint8_t> stream(count * 2 + 64);
-    const size_t bytes = entropy::rans_encode(msg.data(), count, freq, 16, stream.data(), stream.size());
-    REQUIRE(bytes > 64);
-    stream.resize(bytes);
-    // Each variant in a buffer of exactly its size (ASan catches any read past it); decodes with
-    // the bulk decoder and with get(), which must agree on every symbol and on the verdict.
-    auto run = [&](const std::vector<uint8_t>& s, bool* finished_ok) {
-      std::unique_ptr<uint8_t[]> exact(new uint8_t[s.size() == 0 ? 1 : s.size()]);
-      if (!s.empty()) memcpy(exact.get(), s.data(), s.size());
-      entropy::RansDecoder dec, ref;
-      BitReader t1(table.data(), table.size()), t2(table.data(), table.size());
-      REQUIRE(dec.read_table(&t1, 16) == Status::kOk);
-      REQUIRE(ref.read_table(&t2, 16) == Status::kOk);
-      const Status began = dec.begin(exact.get(), s.size());
-      REQUIRE(began == ref.begin(exact.get(), s.size()));
-      if (began != Status::kOk) {
-        *finished_ok = false;
-        return;
+    for (const unsigned lanes : {entropy::kRansLanes, entropy::kRansWideLanes}) {
+      CAPTURE(lanes);
+      const uint32_t counts[16] = {1, 12, 60, 180, 400, 650, 800, 820, 640, 400, 200, 80, 25, 6, 1, 1};
+      uint16_t freq[16];
+      entropy::rans_frequencies(counts, 16, freq);
+      std::vector<uint8_t> table(entropy::rans_table_bytes(freq, 16));
+      BitWriter tw(table.data(), table.size());
+      entropy::rans_write_table(freq, 16, &tw);
+      tw.finish();
+      edgefl_test::SplitMix64 rng(5);
+      const size_t count = 3001;
+      std::vector<uint8_t> msg(count);
+      for (uint8_t& m : msg) {
+        unsigned sym = 0;
+        for (int j = 0; j < 15; ++j) sym += rng.below(100) < 45 ? 1 : 0;
+        m = static_cast<uint8_t>(sym);
       }
-      std::vector<uint8_t> out(count);
-      const Status decoded = dec.decode(out.data(), count);
-      size_t mismatches = 0, outside = 0;
-      for (size_t i = 0; i < count; ++i) {
-        mismatches += out[i] != ref.get() ? 1 : 0;
-        outside += out[i] >= 16 ? 1 : 0;
+      std::vector<uint8_t> stream(count * 2 + 64);
+      const size_t bytes =
+          entropy::rans_encode(msg.data(), count, freq, 16, lanes, stream.data(), stream.size());
+      REQUIRE(bytes > 64);
+      stream.resize(bytes);
+      // Each variant in a buffer of exactly its size (ASan catches any read past it); decodes with
+      // the bulk decoder and with get(), which must agree on every symbol and on the verdict.
+      auto run = [&](const std::vector<uint8_t>& s, bool* finished_ok) {
+        std::unique_ptr<uint8_t[]> exact(new uint8_t[s.size() == 0 ? 1 : s.size()]);
+        if (!s.empty()) memcpy(exact.get(), s.data(), s.size());
+        entropy::RansDecoder dec, ref;
+        BitReader t1(table.data(), table.size()), t2(table.data(), table.size());
+        REQUIRE(dec.read_table(&t1, 16) == Status::kOk);
+        REQUIRE(ref.read_table(&t2, 16) == Status::kOk);
+        const Status began = dec.begin(exact.get(), s.size(), lanes);
+        REQUIRE(began == ref.begin(exact.get(), s.size(), lanes));
+        if (began != Status::kOk) {
+          *finished_ok = false;
+          return;
+        }
+        std::vector<uint8_t> out(count);
+        const Status decoded = dec.decode(out.data(), count);
+        size_t mismatches = 0, outside = 0;
+        for (size_t i = 0; i < count; ++i) {
+          mismatches += out[i] != ref.get() ? 1 : 0;
+          outside += out[i] >= 16 ? 1 : 0;
+        }
+        CHECK(mismatches == 0);
+        CHECK(outside == 0);
+        const bool ok = dec.finish() == Status::kOk;
+        CHECK(ok == (ref.finish() == Status::kOk));
+        if (decoded != Status::kOk) CHECK(!ok);
+        *finished_ok = ok;
+      };
+      bool ok = false;
+      run(stream, &ok);
+      CHECK(ok);
+      for (size_t cut = 1; cut <= 40; ++cut) {
+        INFO("cut: ", cut, " bytes");
+        run(std::vector<uint8_t>(stream.begin(), stream.end() - static_cast<long>(cut)), &ok);
+        CHECK(!ok);
       }
-      CHECK(mismatches == 0);
-      CHECK(outside == 0);
-      const bool ok = dec.finish() == Status::kOk;
-      CHECK(ok == (ref.finish() == Status::kOk));
-      if (decoded != Status::kOk) CHECK(!ok);
-      *finished_ok = ok;
-    };
-    bool ok = false;
-    run(stream, &ok);
-    CHECK(ok);
-    for (size_t cut = 1; cut <= 40; ++cut) {
-      INFO("cut: ", cut, " bytes");
-      run(std::vector<uint8_t>(stream.begin(), stream.end() - static_cast<long>(cut)), &ok);
-      CHECK(!ok);
-    }
-    for (size_t keep : {size_t{0}, size_t{3}, size_t{15}, size_t{16}, size_t{17}}) {
-      INFO("kept: ", keep, " bytes");
-      run(std::vector<uint8_t>(stream.begin(), stream.begin() + static_cast<long>(keep)), &ok);
-      CHECK(!ok);
-    }
-    {
-      std::vector<uint8_t> longer = stream;
-      longer.push_back(0);
-      longer.push_back(0);
-      run(longer, &ok);
-      CHECK(!ok);
-    }
-    size_t accepted = 0;
-    for (int trial = 0; trial < 200; ++trial) {
-      std::vector<uint8_t> bad = stream;
-      const size_t at = rng.below(bad.size());
-      bad[at] = static_cast<uint8_t>(bad[at] ^ (1 + rng.below(255)));
-      run(bad, &ok);
-      accepted += ok ? 1 : 0;
-    }
-    CHECK(accepted == 0);
-    {
-      // A state below 2^16 is rejected by begin().
-      std::vector<uint8_t> low = stream;
-      edgefl::store_le32(low.data() + 8, entropy::kRansLow - 1);
-      entropy::RansDecoder dec;
-      BitReader t1(table.data(), table.size());
-      REQUIRE(dec.read_table(&t1, 16) == Status::kOk);
-      CHECK(dec.begin(low.data(), low.size()) == Status::kCorruptPayload);
+      for (size_t keep : {size_t{0}, size_t{3}, size_t{15}, size_t{16}, size_t{17}, size_t{127}, size_t{128},
+                          size_t{129}}) {
+        INFO("kept: ", keep, " bytes");
+        run(std::vector<uint8_t>(stream.begin(), stream.begin() + static_cast<long>(keep)), &ok);
+        CHECK(!ok);
+      }
+      {
+        std::vector<uint8_t> longer = stream;
+        longer.push_back(0);
+        longer.push_back(0);
+        run(longer, &ok);
+        CHECK(!ok);
+      }
+      size_t accepted = 0;
+      for (int trial = 0; trial < 200; ++trial) {
+        std::vector<uint8_t> bad = stream;
+        const size_t at = rng.below(bad.size());
+        bad[at] = static_cast<uint8_t>(bad[at] ^ (1 + rng.below(255)));
+        run(bad, &ok);
+        accepted += ok ? 1 : 0;
+      }
+      CHECK(accepted == 0);
+      {
+        // A state below 2^16 is rejected by begin().
+        std::vector<uint8_t> low = stream;
+        edgefl::store_le32(low.data() + 8, entropy::kRansLow - 1);
+        entropy::RansDecoder dec;
+        BitReader t1(table.data(), table.size());
+        REQUIRE(dec.read_table(&t1, 16) == Status::kOk);
+        CHECK(dec.begin(low.data(), low.size(), lanes) == Status::kCorruptPayload);
+        // A lane count other than 4 and 8 is refused.
+        CHECK(dec.begin(stream.data(), stream.size(), 6) == Status::kCorruptPayload);
+      }
+      // The other lane count does not decode this stream.
+      {
+        entropy::RansDecoder dec;
+        BitReader t1(table.data(), table.size());
+        REQUIRE(dec.read_table(&t1, 16) == Status::kOk);
+        const unsigned other = lanes == entropy::kRansLanes ? entropy::kRansWideLanes : entropy::kRansLanes;
+        std::vector<uint8_t> out(count);
+        if (dec.begin(stream.data(), stream.size(), other) == Status::kOk) {
+          (void)dec.decode(out.data(), count);
+          CHECK(dec.finish() == Status::kCorruptPayload);
+        }
+      }
     }
   }
 

@@ -165,6 +165,7 @@ struct EncodedInfo {
   bool randk_permuted = false;  // random-k indices in seeded-permutation order (every encoder
                                 // since this flag); false: ascending (Algorithm S), older encoders
   bool entropy_coded = false;   // the value region is rANS-coded (uniform blocked codes)
+  bool rans_wide = false;       // ... with 8 interleaved rANS states (false: 4, older encoders)
   bool sign_magnitude = false;  // uniform codes are sign + magnitude levels
   float param = 0.0f;           // shared step (kUniform shared) or threshold (kThreshold)
   uint64_t seed = 0;

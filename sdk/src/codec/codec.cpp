@@ -53,6 +53,7 @@ values::Params params_from_header(const EncodedInfo& h) {
   p.step = h.param;
   p.sign_key = derive_key(h.seed, kPurposeHadamardSigns);
   p.entropy = h.entropy_coded;
+  p.rans_lanes = uint8_t(h.rans_wide ? entropy::kRansWideLanes : entropy::kRansLanes);
   p.signmag = h.sign_magnitude;
   return p;
 }
@@ -595,7 +596,7 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
   const size_t n = update.size();
   const EncodeScratch ws = carve_workspace(layout, workspace.data());
   const float* x = update.data();
-  const values::Params p = value_params(spec, seed);
+  values::Params p = value_params(spec, seed);
   const Kernels& kern = kernels();
   EncodedInfo h = header_for(spec, p, n, seed);
   uint8_t* payload = out.data() + kEncodedHeaderBytes;
@@ -647,8 +648,10 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
   if (spec.entropy_coded && h.nnz > 0 && !is_skc(spec)) {
     const size_t raw = h.value_bytes;
     uint8_t* region = payload + h.index_bytes;
+    p.rans_lanes = uint8_t(entropy::rans_lanes_for(h.nnz));
     h.value_bytes = values::entropy_recode(p, region, raw, h.nnz, ws.entropy, ws.entropy + h.nnz);
     h.entropy_coded = h.value_bytes < raw;
+    h.rans_wide = h.entropy_coded && p.rans_lanes == entropy::kRansWideLanes;
   }
   h.header_bytes = kEncodedHeaderBytes;
   h.total_bytes = kEncodedHeaderBytes + h.index_bytes + h.value_bytes;

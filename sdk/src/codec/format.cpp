@@ -26,10 +26,11 @@ void write_header(const EncodedInfo& info, uint8_t* out) {
   store_le32(out + 8, info.n);
   store_le32(out + 12, info.nnz);
   out[16] = info.bits;
-  out[17] = uint8_t(
-      (info.stochastic ? kFlagStochastic : 0) | (info.shared_scale ? kFlagSharedScale : 0) |
-      (info.randk_unscaled ? kFlagRandkUnscaled : 0) | (info.entropy_coded ? kFlagEntropyCoded : 0) |
-      (info.sign_magnitude ? kFlagSignMagnitude : 0) | (info.randk_permuted ? kFlagRandkPermuted : 0));
+  out[17] =
+      uint8_t((info.stochastic ? kFlagStochastic : 0) | (info.shared_scale ? kFlagSharedScale : 0) |
+              (info.randk_unscaled ? kFlagRandkUnscaled : 0) | (info.entropy_coded ? kFlagEntropyCoded : 0) |
+              (info.sign_magnitude ? kFlagSignMagnitude : 0) |
+              (info.randk_permuted ? kFlagRandkPermuted : 0) | (info.rans_wide ? kFlagRansWide : 0));
   store_le16(out + 18, info.levels);
   store_le32(out + 20, info.block);
   memcpy(out + 24, &info.param, 4);
@@ -89,6 +90,7 @@ Status check_parameters(const EncodedInfo& h) {
   if ((h.randk_unscaled || h.randk_permuted) && h.sparsifier != SparsifierKind::kRandomK) {
     return Status::kBadParameters;
   }
+  if (h.rans_wide && !h.entropy_coded) return Status::kBadParameters;
   if (h.contributions == 0) return Status::kBadParameters;
   // Value coder.
   const bool uniform = h.values == ValueCoderKind::kUniform;
@@ -164,6 +166,7 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   h.entropy_coded = (flags & kFlagEntropyCoded) != 0;
   h.sign_magnitude = (flags & kFlagSignMagnitude) != 0;
   h.randk_permuted = (flags & kFlagRandkPermuted) != 0;
+  h.rans_wide = (flags & kFlagRansWide) != 0;
   if (h.sign_magnitude && (p[6] != uint8_t(ValueCoderKind::kUniform) || h.shared_scale || p[16] < 2)) {
     return Status::kBadParameters;
   }
@@ -222,9 +225,9 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
     const bool bf16 = h.values == ValueCoderKind::kBf16;
     if ((h.values != ValueCoderKind::kUniform && !bf16) || h.shared_scale || h.nnz == 0)
       return Status::kBadParameters;
-    const uint64_t floor = values::entropy_prefix_bytes(vp, h.nnz) +
-                           entropy::rans_table_min_bytes(values::entropy_symbols(vp)) +
-                           entropy::kRansStateBytes;
+    const uint64_t floor =
+        values::entropy_prefix_bytes(vp, h.nnz) + entropy::rans_table_min_bytes(values::entropy_symbols(vp)) +
+        entropy::rans_state_bytes(h.rans_wide ? entropy::kRansWideLanes : entropy::kRansLanes);
     if (h.value_bytes >= values::region_bytes(vp, h.nnz) || h.value_bytes < floor)
       return Status::kSizeMismatch;
   } else if (h.value_bytes != values::region_bytes(vp, h.nnz)) {

@@ -15,7 +15,8 @@
 //                              1+ceil(log2(s+1)) qsgd, 2 terngrad, 1 sign
 //  17      1   flags           bit0 stochastic, bit1 shared-scale, bit2 random-k unscaled,
 //                              bit3 entropy-coded value region (uniform blocked), bit4 sign-magnitude
-//                              uniform codes; others 0
+//                              uniform codes, bit5 random-k in permutation order, bit6 the
+//                              rANS stream has 8 lanes (with bit3); others 0
 //  18      2   levels          qsgd s; 0 otherwise
 //  20      4   block           coordinates per scale / bucket; 0 for fp32/fp16/bf16 and shared-scale
 //  24      4   param (f32)     shared step (uniform, shared-scale) or threshold; 0 otherwise
@@ -74,8 +75,11 @@ constexpr uint8_t kFlagSignMagnitude = 1u << 4;
 // Random-k indices from select::PermutedIndexStream (O(k), in permutation order); without it,
 // from select::RandomIndexStream (Algorithm S, ascending), as encoders wrote before the flag.
 constexpr uint8_t kFlagRandkPermuted = 1u << 5;
+// The value region's rANS stream interleaves entropy::kRansWideLanes states; without it
+// entropy::kRansLanes, as encoders wrote before the flag (and still do for short streams).
+constexpr uint8_t kFlagRansWide = 1u << 6;
 constexpr uint8_t kKnownFlags = kFlagStochastic | kFlagSharedScale | kFlagRandkUnscaled | kFlagEntropyCoded |
-                                kFlagSignMagnitude | kFlagRandkPermuted;
+                                kFlagSignMagnitude | kFlagRandkPermuted | kFlagRansWide;
 
 // Writes the header for `info` (checksum field left 0) into `out` (kHeaderBytes bytes).
 void write_header(const EncodedInfo& info, uint8_t* out);

@@ -354,9 +354,9 @@ Status validate_region(const Params& p, const uint8_t* data, uint64_t total) {
 namespace {
 
 // entropy_recode for bf16: the planes split into `exponents` (total bytes) and the front of
-// `stream` (total bytes); the rANS stream after them.
-size_t entropy_recode_bf16(uint8_t* region, size_t raw_bytes, uint64_t total, uint8_t* exponents,
-                           uint8_t* stream) {
+// `stream` (total bytes); the rANS stream (of `lanes` lanes) after them.
+size_t entropy_recode_bf16(uint8_t* region, size_t raw_bytes, uint64_t total, unsigned lanes,
+                           uint8_t* exponents, uint8_t* stream) {
   uint32_t counts[256] = {};
   for (uint64_t i = 0; i < total; ++i) {
     const unsigned bits = load_le16(region + 2 * i);
@@ -366,14 +366,15 @@ size_t entropy_recode_bf16(uint8_t* region, size_t raw_bytes, uint64_t total, ui
     counts[e]++;
   }
   const size_t plane = size_t(total);
-  if (plane + entropy::rans_table_min_bytes(256) + entropy::kRansStateBytes >= raw_bytes) return raw_bytes;
+  if (plane + entropy::rans_table_min_bytes(256) + entropy::rans_state_bytes(lanes) >= raw_bytes)
+    return raw_bytes;
   uint16_t freq[256];
   entropy::rans_frequencies(counts, 256, freq);
   const size_t table_bytes = entropy::rans_table_bytes(freq, 256);
-  const uint64_t estimate = (entropy::rans_cost_bits(counts, freq, 256) + 7) / 8;
+  const uint64_t estimate = (entropy::rans_cost_bits(counts, freq, 256, lanes) + 7) / 8;
   if (plane + table_bytes + estimate >= raw_bytes) return raw_bytes;
   const size_t room = raw_bytes - plane - table_bytes;
-  const size_t size = entropy::rans_encode(exponents, plane, freq, 256, stream + plane, room);
+  const size_t size = entropy::rans_encode(exponents, plane, freq, 256, lanes, stream + plane, room);
   if (size == 0 || plane + table_bytes + size >= raw_bytes) return raw_bytes;
   // Layout: the sign-and-mantissa plane, the table, the stream.
   memcpy(region, stream, plane);
@@ -391,7 +392,7 @@ size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64
                       uint8_t* stream) {
 #if !defined(__OPTIMIZE_SIZE__)
   if (total > 0 && p.kind == ValueCoderKind::kBf16)
-    return entropy_recode_bf16(region, raw_bytes, total, codes, stream);
+    return entropy_recode_bf16(region, raw_bytes, total, p.rans_lanes, codes, stream);
 #endif
   if (total == 0 || p.kind != ValueCoderKind::kUniform || p.shared) return raw_bytes;
   const unsigned symbols = 1u << p.bits;
@@ -414,17 +415,19 @@ size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64
     pos += count;
   }
   const size_t scale_bytes = size_t(entropy_scales_bytes(p, total));
-  if (scale_bytes + entropy::rans_table_min_bytes(symbols) + entropy::kRansStateBytes >= raw_bytes)
+  const unsigned lanes = p.rans_lanes;
+  if (scale_bytes + entropy::rans_table_min_bytes(symbols) + entropy::rans_state_bytes(lanes) >= raw_bytes)
     return raw_bytes;
   uint16_t freq[256];
   entropy::rans_frequencies(counts, symbols, freq);
   const size_t table_bytes = entropy::rans_table_bytes(freq, symbols);
-  if (scale_bytes + table_bytes + entropy::kRansStateBytes >= raw_bytes) return raw_bytes;
+  if (scale_bytes + table_bytes + entropy::rans_state_bytes(lanes) >= raw_bytes) return raw_bytes;
   // Worth trying only if the estimate beats the raw codes.
-  const uint64_t estimate = (entropy::rans_cost_bits(counts, freq, symbols) + 7) / 8;
+  const uint64_t estimate = (entropy::rans_cost_bits(counts, freq, symbols, lanes) + 7) / 8;
   if (scale_bytes + table_bytes + estimate >= raw_bytes) return raw_bytes;
   const size_t room = raw_bytes - scale_bytes - table_bytes;
-  const size_t size = entropy::rans_encode(codes, size_t(total), freq, symbols, stream + scale_bytes, room);
+  const size_t size =
+      entropy::rans_encode(codes, size_t(total), freq, symbols, lanes, stream + scale_bytes, room);
   if (size == 0 || scale_bytes + table_bytes + size >= raw_bytes) return raw_bytes;
   // Layout: scales, table, stream.
   memcpy(region, stream, scale_bytes);
@@ -451,7 +454,7 @@ EntropyRegionReader::EntropyRegionReader(const Params& p, const uint8_t* data, s
   if (total == 0) return;
   if (p.kind == ValueCoderKind::kBf16) next_block_ = total;  // no block scales
   const size_t stream = read_entropy_table(p, data, bytes, size_t(entropy_prefix_bytes(p, total)), &dec_);
-  if (stream == 0 || dec_.begin(data + stream, bytes - stream) != Status::kOk)
+  if (stream == 0 || dec_.begin(data + stream, bytes - stream, p.rans_lanes) != Status::kOk)
     total_ = 0;  // validated before
 }
 
@@ -485,7 +488,8 @@ Status validate_entropy_region(const Params& p, const uint8_t* data, size_t byte
   if ((!bf16 && (p.kind != ValueCoderKind::kUniform || p.shared || p.bits > 8)) || total == 0)
     return Status::kCorruptPayload;
   const size_t prefix = size_t(entropy_prefix_bytes(p, total));
-  if (bytes < prefix + entropy::rans_table_min_bytes(entropy_symbols(p)) + entropy::kRansStateBytes)
+  if (bytes <
+      prefix + entropy::rans_table_min_bytes(entropy_symbols(p)) + entropy::rans_state_bytes(p.rans_lanes))
     return Status::kSizeMismatch;
   for (size_t g = 0; !bf16 && g < prefix; g += 8) {  // the uniform codes' block scales
     float a, b;
@@ -497,7 +501,7 @@ Status validate_entropy_region(const Params& p, const uint8_t* data, size_t byte
   const size_t stream = read_entropy_table(p, data, bytes, prefix, &dec);
   // bf16: an exponent of 255 (Inf, NaN) must have no slot in the table, so it never decodes.
   if (stream == 0 || (bf16 && dec.frequency(255) != 0)) return Status::kCorruptPayload;
-  EDGEFL_RETURN_IF_ERROR(dec.begin(data + stream, bytes - stream));
+  EDGEFL_RETURN_IF_ERROR(dec.begin(data + stream, bytes - stream, p.rans_lanes));
   uint8_t codes[256];
   for (uint64_t i = 0; i < total; i += sizeof codes) {
     const size_t count = size_t(total - i < sizeof codes ? total - i : sizeof codes);

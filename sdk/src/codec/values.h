@@ -34,12 +34,13 @@ struct Params {
   uint32_t block = 0;   // group size for blocked coders
   uint16_t levels = 0;  // qsgd s
   bool stochastic = true;
-  bool shared = false;     // uniform shared-scale
-  float step = 0.0f;       // shared step
-  uint32_t round_key = 0;  // hash key of stochastic rounding
-  uint32_t sign_key = 0;   // hash key of the Hadamard signs
-  bool entropy = false;    // uniform blocked: codes rANS-coded (entropy region layout)
-  bool signmag = false;    // uniform blocked: sign bit + magnitude levels
+  bool shared = false;                       // uniform shared-scale
+  float step = 0.0f;                         // shared step
+  uint32_t round_key = 0;                    // hash key of stochastic rounding
+  uint32_t sign_key = 0;                     // hash key of the Hadamard signs
+  bool entropy = false;                      // uniform blocked: codes rANS-coded (entropy region layout)
+  uint8_t rans_lanes = entropy::kRansLanes;  // the entropy region's rANS lanes
+  bool signmag = false;                      // uniform blocked: sign bit + magnitude levels
 };
 
 // True for coders whose groups are blocks with per-block data.
