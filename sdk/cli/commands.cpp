@@ -87,7 +87,8 @@ const char kCodecSpecHelp[] =
     "              | randk:FRACTION | randk:k=COUNT [,unscaled]\n"
     "  values     := fp32 | fp16 | bf16 [:ans]                 (bf16:ans: lossless)\n"
     "              | q1 | q2 | q4 | q8 [:block=N] [,det] [,sm] [,ans]    (sm: sign-magnitude; ans: rANS)\n"
-    "              | q1 | q2 | q4 | q8 :shared=STEP [,clip]              (summable; clip: saturate)\n"
+    "              | q1 | q2 | q4 | q8 :shared=STEP [,clip] [,ans]       (summable without ans; clip: "
+    "saturate)\n"
     "              | hq1 | hq2 | hq3 | hq4 [:block=N]                   (N a power of two, 16..1024)\n"
     "              | qsgd [:s=LEVELS] [,bucket=N] | tern [:block=N] | sign [:block=N]\n"
     "              | skc [:bins=256] [,groups=8] [,rows=2] [,cols=0.3] [,k=128]   (SKCompress)\n"
@@ -649,8 +650,10 @@ std::string not_summable_reason(const EncodedInfo& info) {
   if (why.empty()) {
     switch (info.values) {
       case ValueCoderKind::kUniform:
-        why = info.shared_scale ? "these shared-scale codes are not summable"
-                                : "uniform codes with a per-block min and step do not add as integers";
+        why = info.shared_scale && info.entropy_coded
+                  ? "these shared-scale codes are rANS-coded (ans): a stream, not integers in place"
+              : info.shared_scale ? "these shared-scale codes are not summable"
+                                  : "uniform codes with a per-block min and step do not add as integers";
         break;
       case ValueCoderKind::kFp16: why = "fp16 values would need rounding again after the sum"; break;
       case ValueCoderKind::kBf16: why = "bf16 values would need rounding again after the sum"; break;

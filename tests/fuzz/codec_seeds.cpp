@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
                          "q4:ans",
                          "bf16:ans",
                          "q8:shared=0.001",
+                         "q8:shared=0.001,clip,ans",
                          "hq2",
                          "qsgd",
                          "tern",

@@ -32,6 +32,7 @@ const char* const kSpecs[] = {
     "q4",
     "q8:det",
     "q8:shared=0.05",
+    "q8:shared=0.05,ans",
     "hq2",
     "qsgd",
     "tern",

@@ -41,6 +41,9 @@ const char* const kAllSpecs[] = {
     "q2:block=64,det",
     "q8:shared=0.05",
     "q8:shared=0.05,det",
+    "q8:shared=0.05,ans",
+    "q4:shared=0.3,clip,ans",
+    "q2:shared=0.5,clip,ans",
     "hq1",
     "hq2",
     "hq3",
@@ -76,6 +79,7 @@ const char* const kAllSpecs[] = {
     "randk:0.1",
     "randk:k=50+q4",
     "randk:0.1,unscaled+q8:shared=0.05",
+    "randk:0.1,unscaled+q8:shared=0.05,ans",
     "randk:0.3+hq2",
     // Blocks whose codes straddle bytes: packing at every phase.
     "q4:block=3",
@@ -587,6 +591,39 @@ TEST_SUITE("codec.roundtrip") {
     CHECK(wide_coded.size() == encode_ok("bf16", wide, 1).size());
     const std::vector<float> w = decode_ok(wide_coded, n);
     for (size_t i = 0; i < n; ++i) CHECK_MESSAGE(w[i] == wide[i], "at ", i);  // bf16-exact inputs
+  }
+
+  TEST_CASE("q<b>:shared=STEP,ans: the plain shared codes' values exactly, in fewer bytes on an update") {
+    // Gaussian values: with one step for the whole update, the codes cluster around 0.
+    for (const size_t n : {size_t{6000}, size_t{40000}}) {  // 4 and 32 rANS lanes
+      CAPTURE(n);
+      std::vector<float> x = edgefl_test::gaussian_vector(n, 43);
+      for (float& v : x) v *= 0.01f;
+      for (const char* base : {"q8:shared=0.001,clip", "q4:shared=0.01,clip", "q2:shared=0.02,clip",
+                               "randk:0.5+q8:shared=0.001,clip"}) {
+        const std::string text = std::string(base) + ",ans";
+        CAPTURE(text);
+        const std::vector<uint8_t> plain = encode_ok(base, x, 9);
+        const std::vector<uint8_t> coded = encode_ok(text.c_str(), x, 9);
+        const EncodedInfo info = inspect_ok(coded);
+        CHECK(info.entropy_coded);
+        CHECK(info.shared_scale);
+        CHECK(info.rans_wide == (info.nnz >= 32768));  // entropy::kRansWideMinSymbols
+        CHECK(coded.size() < plain.size());
+        MESSAGE(base << " n=" << n << ": " << plain.size() << " bytes, with ans " << coded.size());
+        const std::vector<float> a = decode_ok(plain, n), b = decode_ok(coded, n);
+        CHECK(memcmp(a.data(), b.data(), n * sizeof(float)) == 0);
+        // The spec prints as it parses.
+        CodecSpec spec = parse_or_fail(text.c_str());
+        char printed[128];
+        const size_t length = edgefl::format_codec_spec(spec, printed, sizeof printed);
+        REQUIRE(length > 0);
+        REQUIRE(length < sizeof printed);
+        CodecSpec again = parse_or_fail(printed);
+        CHECK(again.entropy_coded);
+        CHECK(again.shared_step == spec.shared_step);
+      }
+    }
   }
 
   TEST_CASE("dense fp16 and bf16 (one pass: convert, range check, checksum) tell NaN/Inf from overflow") {

@@ -17,7 +17,8 @@ bool is_summable(const EncodedInfo& info) {
   if (info.values == ValueCoderKind::kSkCompress) return false;
   const bool support =
       info.sparsifier == SparsifierKind::kNone || info.sparsifier == SparsifierKind::kRandomK;
-  const bool ints = info.values == ValueCoderKind::kUniform && info.shared_scale;
+  // rANS-coded codes (`ans`) are a stream, not integers in place: decode_add() sums them.
+  const bool ints = info.values == ValueCoderKind::kUniform && info.shared_scale && !info.entropy_coded;
   return support && (ints || info.values == ValueCoderKind::kFp32);
 }
 

@@ -223,7 +223,7 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   if (h.entropy_coded) {
     // Smaller than the plain region, and at least the scales, the table and the states.
     const bool bf16 = h.values == ValueCoderKind::kBf16;
-    if ((h.values != ValueCoderKind::kUniform && !bf16) || h.shared_scale || h.nnz == 0)
+    if ((!bf16 && (h.values != ValueCoderKind::kUniform || h.bits > 8)) || h.nnz == 0)
       return Status::kBadParameters;
     const uint64_t floor =
         values::entropy_prefix_bytes(vp, h.nnz) + entropy::rans_table_min_bytes(values::entropy_symbols(vp)) +

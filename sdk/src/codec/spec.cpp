@@ -288,8 +288,7 @@ Status validate_codec_spec(const CodecSpec& s) {
   }
   if (s.randk_unscaled && s.sparsifier != SparsifierKind::kRandomK) return Status::kInvalidSpec;
   if (s.clip && !(s.values == ValueCoderKind::kUniform && s.shared_step != 0.0f)) return Status::kInvalidSpec;
-  if (s.entropy_coded && !(s.values == ValueCoderKind::kUniform && s.shared_step == 0.0f) &&
-      s.values != ValueCoderKind::kBf16)
+  if (s.entropy_coded && s.values != ValueCoderKind::kUniform && s.values != ValueCoderKind::kBf16)
     return Status::kInvalidSpec;
   if (s.sign_magnitude && !(s.values == ValueCoderKind::kUniform && s.shared_step == 0.0f && s.bits >= 2)) {
     return Status::kInvalidSpec;
@@ -421,6 +420,7 @@ size_t format_codec_spec(const CodecSpec& s, char* buf, size_t cap) {
         a.put_float(s.shared_step);
         if (!s.stochastic) a.put(",det");
         if (s.clip) a.put(",clip");
+        if (s.entropy_coded) a.put(",ans");
       } else {
         a.put(":block=");
         a.put_uint(s.block);

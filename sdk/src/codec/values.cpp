@@ -394,13 +394,21 @@ size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64
   if (total > 0 && p.kind == ValueCoderKind::kBf16)
     return entropy_recode_bf16(region, raw_bytes, total, p.rans_lanes, codes, stream);
 #endif
-  if (total == 0 || p.kind != ValueCoderKind::kUniform || p.shared) return raw_bytes;
+  if (total == 0 || p.kind != ValueCoderKind::kUniform || p.bits > 8) return raw_bytes;
   const unsigned symbols = 1u << p.bits;
   // Unpack the codes (and keep the scales in order at the front of the stream scratch).
   uint32_t counts[256] = {};
   uint64_t pos = 0;
   const uint8_t* g = region;
   uint8_t* scales = stream;
+  if (p.shared) {  // one run of codes, no scales
+    BitReader r(region, raw_bytes);
+    for (; pos < total; ++pos) {
+      const unsigned c = unsigned(r.get(p.bits));
+      codes[pos] = uint8_t(c);
+      counts[c]++;
+    }
+  }
   while (pos < total) {
     const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
     memcpy(scales, g, 8);
@@ -452,7 +460,7 @@ size_t read_entropy_table(const Params& p, const uint8_t* data, size_t bytes, si
 EntropyRegionReader::EntropyRegionReader(const Params& p, const uint8_t* data, size_t bytes, uint64_t total)
     : p_(p), data_(data), total_(total), scale_(data) {
   if (total == 0) return;
-  if (p.kind == ValueCoderKind::kBf16) next_block_ = total;  // no block scales
+  if (p.kind == ValueCoderKind::kBf16 || p.shared) next_block_ = total;  // no block scales
   const size_t stream = read_entropy_table(p, data, bytes, size_t(entropy_prefix_bytes(p, total)), &dec_);
   if (stream == 0 || dec_.begin(data + stream, bytes - stream, p.rans_lanes) != Status::kOk)
     total_ = 0;  // validated before
@@ -464,6 +472,11 @@ uint32_t EntropyRegionReader::next(float* out) {
   uint8_t codes[kChunk];
   if (dec_.decode(codes, count) != Status::kOk) return 0;  // validated before
   const bool bf16 = p_.kind == ValueCoderKind::kBf16;
+  if (p_.shared) {
+    for (uint32_t j = 0; j < count; ++j) out[j] = shared_value(p_, codes[j]);
+    position_ += count;
+    return count;
+  }
   for (uint32_t j = 0; j < count; ++j) {
     const uint64_t i = position_ + j;
     if (i == next_block_) {
@@ -485,7 +498,7 @@ uint32_t EntropyRegionReader::next(float* out) {
 
 Status validate_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total) {
   const bool bf16 = p.kind == ValueCoderKind::kBf16;
-  if ((!bf16 && (p.kind != ValueCoderKind::kUniform || p.shared || p.bits > 8)) || total == 0)
+  if ((!bf16 && (p.kind != ValueCoderKind::kUniform || p.bits > 8)) || total == 0)
     return Status::kCorruptPayload;
   const size_t prefix = size_t(entropy_prefix_bytes(p, total));
   if (bytes <

@@ -114,11 +114,18 @@ inline float uniform_value(const Params& p, float lo, float step, unsigned code)
   return (code >> mag_bits) ? -mag : mag;
 }
 
-// ---- Entropy-coded uniform codes (`q<bits>:ans`) ----------------------------------------------
-// Region: the G = ceil(total / block) blocks' (f32 min, f32 step) pairs, then the rANS frequency
-// table of the 2^bits codes (entropy/rans.h), then the rANS stream of the codes in order.
+// ---- Entropy-coded uniform codes (`q<bits>:ans`, `q<bits>:shared=STEP,ans`) -------------------
+// Region: the G = ceil(total / block) blocks' (f32 min, f32 step) pairs (none for shared-scale
+// codes: the step is the header's), then the rANS frequency table of the 2^bits codes
+// (entropy/rans.h; shared-scale codes as their `bits`-wide two's-complement bit patterns), then
+// the rANS stream of the codes in order.
 inline uint64_t entropy_scales_bytes(const Params& p, uint64_t total) {
-  return 8 * ((total + p.block - 1) / p.block);
+  return p.shared ? 0 : 8 * ((total + p.block - 1) / p.block);
+}
+// The value of shared-scale code `code` (a `bits`-wide two's-complement pattern).
+inline float shared_value(const Params& p, unsigned code) {
+  const unsigned shift = 32u - p.bits;
+  return float(int32_t(uint32_t(code) << shift) >> shift) * p.step;
 }
 
 // Entropy-coded bf16 (`bf16:ans`, lossless): region = the sign-and-mantissa plane (one byte per
