@@ -122,7 +122,7 @@ BenchResult failed_result(const std::string& dataset, const std::string& codec, 
   r.n = n;
   r.reps = reps;
   r.nnz = r.encoded_bytes = r.bits_per_coord = r.bits_per_nnz = kNull;
-  r.vnmse = r.bias = r.shrink = kNull;
+  r.vnmse = r.bias = r.shrink = r.gaussian_rd_bits = r.rd_gap_bits = kNull;
   r.encode_gbps = r.decode_gbps = r.decode_add_gbps = kNull;
   r.workspace_bytes = r.workspace_ratio = r.count_error = r.ratio_to_memcpy = kNull;
   r.decode_add_max_abs_diff = kNull;
@@ -740,6 +740,8 @@ struct CodecTally {
     r->bits_per_coord = n > 0 ? r->encoded_bytes * 8.0 / static_cast<double>(n) : kNull;
     r->bits_per_nnz = r->sparse && r->nnz > 0 ? r->encoded_bytes * 8.0 / r->nnz : kNull;
     r->vnmse = vnmse_sum / reps;
+    r->gaussian_rd_bits = r->vnmse > 0 ? std::max(0.0, 0.5 * std::log2(1.0 / r->vnmse)) : kNull;
+    r->rd_gap_bits = r->bits_per_coord - r->gaussian_rd_bits;
     r->shrink = shrink_sum / reps;
     r->bias = x_energy > 0 ? bias_err / x_energy : kNull;
     r->encode_gbps = gbps(n, median(encode_times));
@@ -818,6 +820,8 @@ std::string bench_result_json(const BenchResult& r) {
       .add_number("bits_per_coord", r.bits_per_coord, 7)
       .add_number("bits_per_nnz", r.bits_per_nnz, 7)
       .add_number("vnmse", r.vnmse, 6)
+      .add_number("gaussian_rd_bits", r.gaussian_rd_bits, 5)
+      .add_number("rd_gap_bits", r.rd_gap_bits, 5)
       .add_number("bias", r.bias, 6)
       .add_number("shrink", r.shrink, 6)
       .add_number("encode_gbps", r.encode_gbps, 5)
@@ -843,9 +847,9 @@ void print_bench_table(const std::vector<BenchResult>& results, std::ostream& ou
     const char* title;
     int width;
   };
-  static const Column kColumns[] = {
-      {"bits/coord", 10}, {"bits/nnz", 9}, {"vNMSE", 10},        {"bias", 10},    {"shrink", 10},
-      {"enc GB/s", 9},    {"dec GB/s", 9}, {"dec+add GB/s", 12}, {"ws ratio", 9}, {"x memcpy", 9}};
+  static const Column kColumns[] = {{"bits/coord", 10},   {"bits/nnz", 9}, {"vNMSE", 10},   {"R(D) gap", 8},
+                                    {"bias", 10},         {"shrink", 10},  {"enc GB/s", 9}, {"dec GB/s", 9},
+                                    {"dec+add GB/s", 12}, {"ws ratio", 9}, {"x memcpy", 9}};
   char buf[128];
   snprintf(buf, sizeof buf, "%-*s", static_cast<int>(codec_width), "codec");
   std::string line = buf;
@@ -861,11 +865,11 @@ void print_bench_table(const std::vector<BenchResult>& results, std::ostream& ou
       out << line << "  FAILED: " << r.error << "\n";
       continue;
     }
-    const std::string cells[] = {fmt(r.bits_per_coord, "%.3f"),  fmt(r.bits_per_nnz, "%.2f"),
-                                 fmt(r.vnmse, "%.3e"),           fmt(r.bias, "%.3e"),
-                                 fmt(r.shrink, "%+.2e"),         fmt(r.encode_gbps, "%.3f"),
-                                 fmt(r.decode_gbps, "%.3f"),     fmt(r.decode_add_gbps, "%.3f"),
-                                 fmt(r.workspace_ratio, "%.3f"), fmt(r.ratio_to_memcpy, "%.3f")};
+    const std::string cells[] = {
+        fmt(r.bits_per_coord, "%.3f"),  fmt(r.bits_per_nnz, "%.2f"),   fmt(r.vnmse, "%.3e"),
+        fmt(r.rd_gap_bits, "%+.2f"),    fmt(r.bias, "%.3e"),           fmt(r.shrink, "%+.2e"),
+        fmt(r.encode_gbps, "%.3f"),     fmt(r.decode_gbps, "%.3f"),    fmt(r.decode_add_gbps, "%.3f"),
+        fmt(r.workspace_ratio, "%.3f"), fmt(r.ratio_to_memcpy, "%.3f")};
     for (size_t i = 0; i < sizeof kColumns / sizeof kColumns[0]; ++i) {
       snprintf(buf, sizeof buf, "  %*s", kColumns[i].width, cells[i].c_str());
       line += buf;

@@ -76,13 +76,19 @@ struct BenchResult {
   uint64_t n = 0;
   int reps = 0;
   bool sparse = false;
-  double nnz = 0;                     // mean over reps
-  double encoded_bytes = 0;           // mean over reps, header included
-  double bits_per_coord = 0;          // encoded_bytes * 8 / n
-  double bits_per_nnz = 0;            // encoded_bytes * 8 / nnz (sparse codecs), else NaN
-  double vnmse = 0;                   // ||x - x_hat||^2 / ||x||^2, mean over reps
-  double bias = 0;                    // ||mean_reps(x_hat) - x||^2 / ||x||^2
-  double shrink = 0;                  // <x_hat - x, x> / ||x||^2, mean over reps
+  double nnz = 0;             // mean over reps
+  double encoded_bytes = 0;   // mean over reps, header included
+  double bits_per_coord = 0;  // encoded_bytes * 8 / n
+  double bits_per_nnz = 0;    // encoded_bytes * 8 / nnz (sparse codecs), else NaN
+  double vnmse = 0;           // ||x - x_hat||^2 / ||x||^2, mean over reps
+  double bias = 0;            // ||mean_reps(x_hat) - x||^2 / ||x||^2
+  double shrink = 0;          // <x_hat - x, x> / ||x||^2, mean over reps
+  // The Shannon rate-distortion bound of an i.i.d. Gaussian source at this vNMSE,
+  // max(0, log2(1 / vnmse) / 2) bits per coordinate (NaN when lossless), and bits_per_coord
+  // minus it. The Gaussian has the largest R(D) of all sources of its variance: on a sparse or
+  // heavy-tailed update a codec can sit below it (a negative gap).
+  double gaussian_rd_bits = 0;
+  double rd_gap_bits = 0;
   double encode_gbps = 0;             // 4n bytes / median encode seconds / 1e9
   double decode_gbps = 0;             // 4n bytes / median decode seconds / 1e9
   double decode_add_gbps = 0;         // 4n bytes / median decode_add seconds / 1e9

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -468,6 +470,21 @@ TEST_SUITE("cli") {
     CHECK(contains(lines[0], "\"codec\": \"memcpy\""));
     CHECK(contains(lines[2], "\"bits_per_nnz\": null"));  // fp32 is dense
     CHECK(contains(lines[3], "\"vnmse\": "));
+    {
+      // The Gaussian rate-distortion bound at q8's vNMSE, and the bits above it.
+      auto number = [&](const std::string& line, const std::string& key) {
+        const size_t at = line.find("\"" + key + "\": ");
+        REQUIRE(at != std::string::npos);
+        return std::strtod(line.c_str() + at + key.size() + 4, nullptr);
+      };
+      const double vnmse = number(lines[3], "vnmse");
+      const double bound = number(lines[3], "gaussian_rd_bits");
+      REQUIRE(vnmse > 0);
+      CHECK(bound == doctest::Approx(0.5 * std::log2(1.0 / vnmse)).epsilon(1e-4));
+      CHECK(number(lines[3], "rd_gap_bits") ==
+            doctest::Approx(number(lines[3], "bits_per_coord") - bound).epsilon(1e-4));
+      CHECK(contains(lines[2], "\"gaussian_rd_bits\": null"));  // fp32 is lossless
+    }
     CHECK(contains(lines[4], "\"count_error\": 0,"));  // exact top-k keeps k
     CHECK(contains(lines[5], "\"requested\": \"q8:shared=<auto>\""));
     CHECK(contains(lines[8], "\"error\": "));
