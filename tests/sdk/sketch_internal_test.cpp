@@ -920,6 +920,19 @@ TEST_SUITE("sketch.internal") {
           REQUIRE(bytes >= entropy::rans_state_bytes(lanes));
           CHECK(bytes % 2 == 0);
           stream.resize(bytes);
+          // The scalar twin writes the same bytes, with room to spare, into exactly the room,
+          // and neither fits one byte less.
+          for (const size_t cap : {count * 2 + 160, bytes, bytes - 1}) {
+            std::vector<uint8_t> simd(cap), scalar(cap);
+            const size_t a =
+                entropy::rans_encode_with(msg.data(), count, freq, c.symbols, lanes, simd.data(), cap, true);
+            const size_t b = entropy::rans_encode_with(msg.data(), count, freq, c.symbols, lanes,
+                                                       scalar.data(), cap, false);
+            CHECK(a == (cap >= bytes ? bytes : 0));
+            CHECK(b == a);
+            CHECK(std::equal(simd.begin(), simd.begin() + long(a), stream.begin()));
+            CHECK(std::equal(scalar.begin(), scalar.begin() + long(b), stream.begin()));
+          }
           auto start = [&](entropy::RansDecoder* d) {
             BitReader tr(table.data(), table.size());
             REQUIRE(d->read_table(&tr, c.symbols) == Status::kOk);
@@ -944,6 +957,27 @@ TEST_SUITE("sketch.internal") {
             CHECK(dec.finish() == Status::kOk);
           }
         }
+    }
+  }
+
+  TEST_CASE("rans: a symbol outside the table fails the encoder, in every lane and path") {
+    const uint16_t freq[4] = {2048, 2047, 1, 0};  // symbol 3 has no slot
+    for (const unsigned lanes : {entropy::kRansLanes, entropy::kRansWideLanes}) {
+      for (const size_t at : {size_t{0}, size_t{10}, size_t{63}, size_t{99}}) {
+        CAPTURE(lanes);
+        CAPTURE(at);
+        std::vector<uint8_t> msg(100);
+        for (size_t i = 0; i < msg.size(); ++i) msg[i] = uint8_t(i % 3);
+        msg[at] = 3;
+        std::vector<uint8_t> stream(1024);
+        for (const bool simd : {true, false}) {
+          CHECK(entropy::rans_encode_with(msg.data(), msg.size(), freq, 4, lanes, stream.data(),
+                                          stream.size(), simd) == 0);
+        }
+        msg[at] = 7;  // outside the alphabet
+        CHECK(entropy::rans_encode(msg.data(), msg.size(), freq, 4, lanes, stream.data(), stream.size()) ==
+              0);
+      }
     }
   }
 

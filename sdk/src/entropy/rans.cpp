@@ -131,31 +131,201 @@ namespace {
 // Division by a symbol's frequency through a reciprocal (A. Alverson, "Integer division using
 // reciprocals", ARITH 1991; the encoder symbol of ryg_rans): q = ((x * rcp) >> 32) >> shift is
 // x / f for x < 2^31 and at most one more above (states reach 2^32 here, where ryg_rans's stay
-// below 2^31), which one compare corrects; then the step x' = (x / f) * 4096 + x % f + start
-// is x + bias + q * (4096 - f).
-struct EncoderSymbol {
-  uint32_t renormalize_above;  // x > this: emit a word first ((2^20 f) - 1: 2^32 - 1 for f = 4096)
-  uint32_t reciprocal;
-  uint32_t bias;
-  uint16_t complement;  // 4096 - f
-  uint16_t shift;
+// below 2^31); x - q f < 0 (as a 32-bit signed difference) tells, and q - 1 corrects. Then the
+// step x' = (x / f) * 4096 + x % f + start is x + bias + q * (4096 - f).
+//
+// Per symbol, two 32-bit words (so that the AVX2 rounds gather two): the reciprocal, and
+// bias | f << 13 | shift << 26 (bias <= 8190, f <= 4096, shift <= 11; f = 0: not in the table).
+// The renormalization bound, 2^20 f - 1, is computed from f (2^32 - 1 for f = 4096, by wrapping).
+struct EncoderTable {
+  uint32_t reciprocal[kRansMaxSymbols];
+  uint32_t packed[kRansMaxSymbols];
 };
 
-void make_encoder_symbol(uint32_t start, uint32_t f, EncoderSymbol* e) {
-  e->renormalize_above = uint32_t((uint64_t(kRansLow >> kRansPrecision) << 16) * f - 1);
-  e->complement = uint16_t(kRansTotal - f);
-  if (f < 2) {
-    // q = x - 1 for x >= 1: x + (start + 4095) + (x - 1) * 4095 = x * 4096 + start.
-    e->reciprocal = ~0u;
-    e->shift = 0;
-    e->bias = start + kRansTotal - 1;
-  } else {
-    unsigned shift = 0;
-    while (f > (1u << shift)) ++shift;
-    e->reciprocal = uint32_t(((uint64_t(1) << (shift + 31)) + f - 1) / f);
-    e->shift = uint16_t(shift - 1);
-    e->bias = start;
+constexpr uint32_t kField13 = (1u << 13) - 1;
+
+void make_encoder_table(const uint16_t* freq, unsigned symbols, EncoderTable* t) {
+  uint32_t start = 0;
+  for (unsigned s = 0; s < kRansMaxSymbols; ++s) {
+    const uint32_t f = s < symbols ? freq[s] : 0;
+    uint32_t reciprocal = 0, shift = 0, bias = start;
+    if (f == 1) {
+      // q = x - 1 for x >= 1: x + (start + 4095) + (x - 1) * 4095 = x * 4096 + start.
+      reciprocal = ~0u;
+      bias = start + kRansTotal - 1;
+    } else if (f >= 2) {
+      unsigned bits = 0;
+      while (f > (1u << bits)) ++bits;
+      reciprocal = uint32_t(((uint64_t(1) << (bits + 31)) + f - 1) / f);
+      shift = bits - 1;
+    }
+    t->reciprocal[s] = reciprocal;
+    t->packed[s] = f == 0 ? 0 : bias | f << 13 | shift << 26;
+    start += f;
   }
+}
+
+// One encoding step of state *x with symbol s (hosted builds): emits at most one word below *p
+// (stored whatever happens, kept only if *p moves down over it: the branch is a coin flip).
+// False if s is not in the table or the word does not fit above `out`.
+inline bool encode_step(uint32_t* x_io, const EncoderTable& t, unsigned s, uint8_t** p_io, uint8_t* out) {
+  const uint32_t packed = t.packed[s];
+  const uint32_t f = (packed >> 13) & kField13;
+  if (f == 0) return false;
+  uint32_t x = *x_io;
+  uint8_t* p = *p_io;
+  // x in [2^16, 2^32): one 16-bit word brings it below 2^20 f, whence the step lands back in
+  // [2^16, 2^32).
+  const bool emit = x > (f << 20) - 1;
+  if (p - out < 2) {
+    if (emit) return false;
+  } else {
+    store_le16(p - 2, uint16_t(x));
+  }
+  *p_io = p - (emit ? 2 : 0);
+  x = emit ? x >> 16 : x;
+  uint32_t q = uint32_t((uint64_t(x) * t.reciprocal[s]) >> 32) >> (packed >> 26);
+  q -= int32_t(x - q * f) < 0 ? 1 : 0;
+  *x_io = x + (packed & kField13) + q * (kRansTotal - f);
+  return true;
+}
+#endif
+
+#if EDGEFL_RANS_AVX2
+// For each 8-bit mask of the lanes that renormalize, lane j's word: the number of set bits below
+// bit j (the scalar rounds hand words out to lanes 0..7 in order).
+struct WordPermutations {
+  uint32_t lane_word[256][8];
+};
+constexpr WordPermutations make_word_permutations() {
+  WordPermutations t{};
+  for (unsigned m = 0; m < 256; ++m) {
+    unsigned below = 0;
+    for (unsigned j = 0; j < 8; ++j) {
+      t.lane_word[m][j] = below;
+      below += (m >> j) & 1u;
+    }
+  }
+  return t;
+}
+constexpr WordPermutations kWordPermutations = make_word_permutations();
+
+// For each 8-bit mask of the lanes that emit a word: the pshufb control that moves those lanes'
+// 16-bit words, in lane order, to the top of 16 bytes (the rest zero).
+struct EmitShuffles {
+  uint8_t control[256][16];
+};
+constexpr EmitShuffles make_emit_shuffles() {
+  EmitShuffles t{};
+  for (unsigned m = 0; m < 256; ++m) {
+    unsigned count = 0;
+    for (unsigned j = 0; j < 8; ++j) count += (m >> j) & 1u;
+    for (unsigned b = 0; b < 16; ++b) t.control[m][b] = 0x80;
+    unsigned slot = 8 - count;
+    for (unsigned j = 0; j < 8; ++j) {
+      if (((m >> j) & 1u) == 0) continue;
+      t.control[m][2 * slot] = uint8_t(2 * j);
+      t.control[m][2 * slot + 1] = uint8_t(2 * j + 1);
+      ++slot;
+    }
+  }
+  return t;
+}
+constexpr EmitShuffles kEmitShuffles = make_emit_shuffles();
+
+// The table entries of alphabets of at most 16 symbols, in registers.
+struct SmallTable {
+  __m256i packed_low, packed_high, reciprocal_low, reciprocal_high;
+};
+
+// Entry s (< 16) of the table whose entries 0..7 are in `low` and 8..15 in `high`; `bit3` has
+// bit 3 of each s in its sign bit.
+__attribute__((target("avx2"))) inline __m256i pick16(__m256i low, __m256i high, __m256i s, __m256 bit3) {
+  return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(_mm256_permutevar8x32_epi32(low, s)),
+                                              _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(high, s)),
+                                              bit3));
+}
+
+// encode_step for the eight lanes of x with symbols[0..8), their words stored as one 16-byte
+// block ending at *p (16 bytes below *p must be writable). The entries are gathered, or for
+// alphabets of at most 16 symbols (kSmallAlphabet) picked from `small` by two permutes and a
+// blend. False if a symbol is not in the table.
+template <bool kSmallAlphabet>
+__attribute__((target("avx2"))) inline bool encode_step8(__m256i* x_io, const EncoderTable& t,
+                                                         const SmallTable& small, const uint8_t* symbols,
+                                                         uint8_t** p_io) {
+  uint64_t eight;
+  memcpy(&eight, symbols, 8);
+  const __m256i s = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(eight)));
+  __m256i packed, reciprocal;
+  if (kSmallAlphabet) {
+    const __m256 high = _mm256_castsi256_ps(_mm256_slli_epi32(s, 28));  // bit 3 to the sign
+    // Symbols from 16 on are outside the alphabet: f = 0 below.
+    packed = _mm256_andnot_si256(_mm256_cmpgt_epi32(s, _mm256_set1_epi32(15)),
+                                 pick16(small.packed_low, small.packed_high, s, high));
+    reciprocal = pick16(small.reciprocal_low, small.reciprocal_high, s, high);
+  } else {
+    packed = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.packed), s, 4);
+    reciprocal = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.reciprocal), s, 4);
+  }
+  const __m256i field = _mm256_set1_epi32(int(kField13));
+  const __m256i f = _mm256_and_si256(_mm256_srli_epi32(packed, 13), field);
+  if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(f, _mm256_setzero_si256()))) != 0)
+    return false;
+  __m256i x = *x_io;
+  const __m256i above = _mm256_sub_epi32(_mm256_slli_epi32(f, 20), _mm256_set1_epi32(1));
+  // x > above, unsigned: max(x, above) != above.
+  const __m256i stays = _mm256_cmpeq_epi32(_mm256_max_epu32(x, above), above);
+  const unsigned emit = ~unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(stays))) & 0xFFu;
+  const __m256i low_words = _mm256_and_si256(x, _mm256_set1_epi32(0xFFFF));
+  const __m128i words =
+      _mm_packus_epi32(_mm256_castsi256_si128(low_words), _mm256_extracti128_si256(low_words, 1));
+  const __m128i placed =
+      _mm_shuffle_epi8(words, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kEmitShuffles.control[emit])));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(*p_io - 16), placed);
+  *p_io -= 2 * (kWordPermutations.lane_word[emit][7] + (emit >> 7));  // two bytes a word emitted
+  x = _mm256_blendv_epi8(_mm256_srli_epi32(x, 16), x, stays);
+  // q = hi32(x * reciprocal) >> shift, the even and odd lanes' 64-bit products put together.
+  const __m256i even = _mm256_mul_epu32(x, reciprocal);
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(reciprocal, 32));
+  const __m256i high = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+  __m256i q = _mm256_srlv_epi32(high, _mm256_srli_epi32(packed, 26));
+  const __m256i remainder = _mm256_sub_epi32(x, _mm256_mullo_epi32(q, f));
+  q = _mm256_add_epi32(q, _mm256_srai_epi32(remainder, 31));  // -1 where x - q f < 0
+  const __m256i complement = _mm256_sub_epi32(_mm256_set1_epi32(int(kRansTotal)), f);
+  *x_io = _mm256_add_epi32(
+      x, _mm256_add_epi32(_mm256_and_si256(packed, field), _mm256_mullo_epi32(q, complement)));
+  return true;
+}
+
+// Rounds of 32 symbols of a 32-lane stream, from round `rounds` - 1 down to 0, while 64 bytes
+// above `out` remain below *p: the words of lanes 31..0 in the scalar order. Returns the rounds
+// left (their symbols still to encode), or -1 if a symbol is not in the table.
+template <bool kSmallAlphabet>
+__attribute__((target("avx2"))) long encode_rounds32_avx2(uint32_t* state, const EncoderTable& t,
+                                                          const uint8_t* symbols, size_t rounds,
+                                                          uint8_t** p_io, uint8_t* out) {
+  SmallTable small;
+  small.packed_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.packed));
+  small.packed_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.packed + 8));
+  small.reciprocal_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.reciprocal));
+  small.reciprocal_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.reciprocal + 8));
+  __m256i x[4];
+  for (unsigned g = 0; g < 4; ++g) x[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(state + 8 * g));
+  uint8_t* p = *p_io;
+  size_t r = rounds;
+  bool ok = true;
+  while (r > 0 && p - out >= 64 && ok) {
+    --r;
+    const uint8_t* round = symbols + 32 * r;
+    ok = encode_step8<kSmallAlphabet>(&x[3], t, small, round + 24, &p) &&
+         encode_step8<kSmallAlphabet>(&x[2], t, small, round + 16, &p) &&
+         encode_step8<kSmallAlphabet>(&x[1], t, small, round + 8, &p) &&
+         encode_step8<kSmallAlphabet>(&x[0], t, small, round, &p);
+  }
+  for (unsigned g = 0; g < 4; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(state + 8 * g), x[g]);
+  *p_io = p;
+  return ok ? long(r) : -1;
 }
 #endif
 
@@ -163,32 +333,28 @@ void make_encoder_symbol(uint32_t start, uint32_t f, EncoderSymbol* e) {
 
 size_t rans_encode(const uint8_t* symbols, size_t count, const uint16_t* freq, unsigned symbols_in_alphabet,
                    unsigned lanes, uint8_t* out, size_t cap) {
+  return rans_encode_with(symbols, count, freq, symbols_in_alphabet, lanes, out, cap, true);
+}
+
+size_t rans_encode_with(const uint8_t* symbols, size_t count, const uint16_t* freq,
+                        unsigned symbols_in_alphabet, unsigned lanes, uint8_t* out, size_t cap, bool simd) {
+  (void)simd;
   if (lanes != kRansLanes && lanes != kRansWideLanes) return 0;
-#if defined(__OPTIMIZE_SIZE__)
-  uint16_t start[kRansMaxSymbols];
-#else
-  EncoderSymbol table[kRansMaxSymbols];
-#endif
-  uint32_t cumulative = 0;
-  for (unsigned s = 0; s < symbols_in_alphabet; ++s) {
-#if defined(__OPTIMIZE_SIZE__)
-    start[s] = uint16_t(cumulative);
-#else
-    make_encoder_symbol(cumulative, freq[s], &table[s]);
-#endif
-    cumulative += freq[s];
-  }
   uint8_t* p = out + cap;
   uint32_t state[kRansWideLanes];
   for (unsigned k = 0; k < lanes; ++k) state[k] = kRansLow;
+#if defined(__OPTIMIZE_SIZE__)
+  uint16_t start[kRansMaxSymbols];
+  uint32_t cumulative = 0;
+  for (unsigned s = 0; s < symbols_in_alphabet; ++s) {
+    start[s] = uint16_t(cumulative);
+    cumulative += freq[s];
+  }
   for (size_t i = count; i-- > 0;) {
     const unsigned s = symbols[i];
-    const uint32_t f = freq[s];
+    const uint32_t f = s < symbols_in_alphabet ? freq[s] : 0;
     if (f == 0) return 0;  // not in the table: the caller's counts were wrong
     uint32_t& x = state[i & (lanes - 1)];
-    // x in [2^16, 2^32): one 16-bit word brings it below 2^20 f, whence the step lands back in
-    // [2^16, 2^32).
-#if defined(__OPTIMIZE_SIZE__)
     if (x >= (uint64_t(kRansLow >> kRansPrecision) << 16) * f) {
       if (p - out < 2) return 0;
       p -= 2;
@@ -196,23 +362,30 @@ size_t rans_encode(const uint8_t* symbols, size_t count, const uint16_t* freq, u
       x >>= 16;
     }
     x = ((x / f) << kRansPrecision) + (x % f) + start[s];
-#else
-    // Branch-free renormalization (whether a state emits is a coin flip): the word is stored
-    // below p whatever happens and kept only if p moves down over it.
-    const EncoderSymbol& e = table[s];
-    const bool emit = x > e.renormalize_above;
-    if (p - out < 2) {
-      if (emit) return 0;
-    } else {
-      store_le16(p - 2, uint16_t(x));
-    }
-    p -= emit ? 2 : 0;
-    x = emit ? x >> 16 : x;
-    uint32_t q = uint32_t((uint64_t(x) * e.reciprocal) >> 32) >> e.shift;
-    q -= uint64_t(q) * f > x ? 1 : 0;
-    x += e.bias + q * e.complement;
-#endif
   }
+#else
+  EncoderTable table;
+  make_encoder_table(freq, symbols_in_alphabet, &table);
+  size_t i = count;
+#if EDGEFL_RANS_AVX2
+  // The symbols past the last whole round first (the stream is written backwards), then whole
+  // rounds with AVX2 while there is room, then the rest symbol by symbol.
+  if (simd && lanes == kRansWideLanes && cpu_features().avx2) {
+    const size_t rounds = count / kRansWideLanes;
+    for (; i > rounds * kRansWideLanes; --i) {
+      if (!encode_step(&state[(i - 1) & (lanes - 1)], table, symbols[i - 1], &p, out)) return 0;
+    }
+    const long left = symbols_in_alphabet <= 16
+                          ? encode_rounds32_avx2<true>(state, table, symbols, rounds, &p, out)
+                          : encode_rounds32_avx2<false>(state, table, symbols, rounds, &p, out);
+    if (left < 0) return 0;
+    i = size_t(left) * kRansWideLanes;
+  }
+#endif
+  for (; i > 0; --i) {
+    if (!encode_step(&state[(i - 1) & (lanes - 1)], table, symbols[i - 1], &p, out)) return 0;
+  }
+#endif
   // The decoder reads x0..x(L-1) first, little-endian: write them last, backwards.
   const size_t state_bytes = rans_state_bytes(lanes);
   if (size_t(p - out) < state_bytes) return 0;
@@ -299,24 +472,6 @@ inline void renormalize(uint32_t* x, const uint8_t* words, size_t* word) {
 // the symbols decoded. Starts at a round boundary (next_ % kLanes == 0).
 #if EDGEFL_RANS_AVX2
 namespace {
-
-// For each 8-bit mask of the lanes that renormalize, lane j's word: the number of set bits below
-// bit j (the scalar rounds hand words out to lanes 0..7 in order).
-struct WordPermutations {
-  uint32_t lane_word[256][8];
-};
-constexpr WordPermutations make_word_permutations() {
-  WordPermutations t{};
-  for (unsigned m = 0; m < 256; ++m) {
-    unsigned below = 0;
-    for (unsigned j = 0; j < 8; ++j) {
-      t.lane_word[m][j] = below;
-      below += (m >> j) & 1u;
-    }
-  }
-  return t;
-}
-constexpr WordPermutations kWordPermutations = make_word_permutations();
 
 // One step of the eight lanes in x: a gather of the slots' packed entries, then
 // x = f * (x >> 12) + (slot - start); the eight symbols to out[0..8).

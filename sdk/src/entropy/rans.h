@@ -28,9 +28,10 @@
 // the alphabet and fails finish(), never reads out of bounds.
 //
 // Contracts: no allocation; the encoder writes backwards into caller memory (hosted builds
-// divide by reciprocals from a 4 KiB table on the stack, -Os builds by the divide instruction:
-// the same stream); the decoder's slot table (4096 bytes) is its own member (about 5 KiB in
-// all, on the caller's stack).
+// divide by reciprocals from a 2 KiB table on the stack, and encode 32-lane streams eight lanes
+// at a time with AVX2 where the CPU has it; -Os builds use the divide instruction: the same
+// stream); the decoder's slot tables (4 KiB, and 16 KiB more of packed entries on x86-64) are
+// its own members, on the caller's stack.
 #ifndef EDGEFL_SRC_ENTROPY_RANS_H_
 #define EDGEFL_SRC_ENTROPY_RANS_H_
 
@@ -95,6 +96,10 @@ void rans_write_table(const uint16_t* freq, unsigned symbols, BitWriter* w);
 // neither.
 size_t rans_encode(const uint8_t* symbols, size_t count, const uint16_t* freq, unsigned symbols_in_alphabet,
                    unsigned lanes, uint8_t* out, size_t cap);
+// rans_encode with (simd true) or without (false) the AVX2 rounds of 32-lane streams, which
+// rans_encode uses when the CPU has AVX2: the same bytes either way (tests compare them).
+size_t rans_encode_with(const uint8_t* symbols, size_t count, const uint16_t* freq,
+                        unsigned symbols_in_alphabet, unsigned lanes, uint8_t* out, size_t cap, bool simd);
 
 class RansDecoder {
  public:
