@@ -950,6 +950,9 @@ int run_bench(const BenchOptions& options, std::ostream& out, std::ostream& err)
     results.push_back(bench_memcpy(d.name, x, n, reps));
     const double memcpy_gbps = results.back().encode_gbps;
     results.push_back(bench_nth_element(d.name, x, n, 0.01, reps));
+    if (options.peers) {
+      for (BenchResult& p : bench_byteps_peers(d.name, x, n, reps)) results.push_back(p);
+    }
     if (options.kernels && &d == &datasets.front()) {
       for (BenchResult& k : bench_kernels(d.name, x, n, reps)) results.push_back(k);
     }

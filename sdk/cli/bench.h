@@ -39,6 +39,7 @@ struct BenchOptions {
   bool real_update = true;  // include a real CNN update trained on Fashion-MNIST (sim.h)
   bool sparse = false;      // include Sparse-1M@1% and @10% (make_sparse_gaussian)
   bool kernels = false;     // measure skc bucketing and the entropy decoders (GB/s, vs memcpy)
+  bool peers = false;       // add BytePS's onebit, randomk and topk (bench_byteps_peers)
   std::string json_path;    // JSONL output, one object per line; empty = none
 };
 
@@ -104,6 +105,11 @@ struct BenchResult {
   // cs: |decoded support & true top-k| / k, k = the heavy hitters decoded (mean over reps), else NaN.
   double topk_recall = std::numeric_limits<double>::quiet_NaN();
 };
+
+// BytePS's onebit, randomk (1%, 10%) and topk (1%) compressors, re-implemented from their
+// published algorithms (bench_peers.cpp), measured like the codecs: encode, decode and decode_add
+// (decompress, then add densely, as BytePS's server does) GB/s of fp32, bits and vNMSE.
+std::vector<BenchResult> bench_byteps_peers(const std::string& dataset, const float* x, size_t n, int reps);
 
 // Measures memcpy of the 4n bytes of x (median over max(reps, 15) runs).
 BenchResult bench_memcpy(const std::string& dataset, const float* x, size_t n, int reps);

@@ -125,7 +125,7 @@ const char kAddUsage[] =
 
 const char kBenchUsage[] =
     "usage: edgefl bench [--input IN.npy]... [--codecs LIST] [--reps N] [--json OUT.jsonl] [--quick]\n"
-    "                    [--no-bench1m] [--no-real] [--sparse] [--kernels]\n"
+    "                    [--no-bench1m] [--no-real] [--sparse] [--kernels] [--peers]\n"
     "\n"
     "Measures every codec in LIST on Bench-1M (2^20 synthetic gradient-like floats, seed 42) and on\n"
     "each --input, with baselines memcpy and nth_element:0.01 measured in the same run. Prints a table\n"
@@ -142,7 +142,9 @@ const char kBenchUsage[] =
     "  --no-real        skip the real Fashion-MNIST CNN update (trained first, about 5 s)\n"
     "  --sparse         add Sparse-1M@1% and Sparse-1M@10% (uniform random keys, Gaussian values: the\n"
     "                   SKCompress re-simulation setting)\n"
-    "  --kernels        measure skc bucketing and the entropy decoders on the first dataset\n";
+    "  --kernels        measure skc bucketing and the entropy coders on the first dataset\n"
+    "  --peers          add BytePS's onebit, randomk (1%, 10%) and topk (1%) compressors, re-implemented\n"
+    "                   from their published code and measured the same way (bench_peers.cpp)\n";
 
 struct OptionDef {
   const char* name;  // "--codec"
@@ -890,10 +892,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   if (command == "swarm") return run_swarm_command(argc, argv, out, err);
 #endif
   if (command == "bench") {
-    const std::vector<OptionDef> defs = {
-        {"--input", true, true},     {"--codecs", true, false},  {"--reps", true, false},
-        {"--json", true, false},     {"--quick", false, false},  {"--no-bench1m", false, false},
-        {"--no-real", false, false}, {"--sparse", false, false}, {"--kernels", false, false}};
+    const std::vector<OptionDef> defs = {{"--input", true, true},     {"--codecs", true, false},
+                                         {"--reps", true, false},     {"--json", true, false},
+                                         {"--quick", false, false},   {"--no-bench1m", false, false},
+                                         {"--no-real", false, false}, {"--sparse", false, false},
+                                         {"--kernels", false, false}, {"--peers", false, false}};
     if (!parse_args(argc, argv, 2, defs, &args, &error)) return usage_error(err, "bench", error, kBenchUsage);
     if (args.help) {
       out << kBenchUsage << "\n" << kCodecSpecHelp;
@@ -917,6 +920,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     options.real_update = !args.has("--no-real") && !args.has("--no-bench1m");
     options.sparse = args.has("--sparse");
     options.kernels = args.has("--kernels");
+    options.peers = args.has("--peers");
     options.json_path = args.value("--json");
     if (args.has("--json") && options.json_path.empty()) {
       return usage_error(err, "bench", "--json needs a file name", kBenchUsage);

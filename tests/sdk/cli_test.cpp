@@ -441,6 +441,42 @@ TEST_SUITE("cli") {
     CHECK_FALSE(cli::resolve_auto_spec("fp16:shared=<auto>", x.data(), x.size(), &resolved, &error));
   }
 
+  TEST_CASE("bench --peers: BytePS's onebit, randomk and topk, their bits and errors as published") {
+    const std::vector<float> x = test_vector(20000);
+    const std::vector<cli::BenchResult> rows = cli::bench_byteps_peers("x", x.data(), x.size(), 2);
+    REQUIRE(rows.size() == 4);
+    for (const cli::BenchResult& r : rows) {
+      CAPTURE(r.codec);
+      CHECK(r.error.empty());
+      CHECK(r.encode_gbps > 0);
+      CHECK(r.decode_gbps > 0);
+      CHECK(r.decode_add_gbps > 0);
+    }
+    // onebit: ceil(n / 32) words and a float; decoded to +-mean|x|, so its error is known.
+    CHECK(rows[0].codec == "byteps:onebit");
+    CHECK(rows[0].encoded_bytes == double((20000 + 31) / 32 * 4 + 4));
+    double sum_abs = 0, energy = 0;
+    for (float v : x) {
+      sum_abs += std::fabs(double(v));
+      energy += double(v) * v;
+    }
+    const float scale = float(sum_abs / double(x.size()));
+    double err = 0;
+    for (float v : x) {
+      const double d = double(v < 0 ? -scale : scale) - v;
+      err += d * d;
+    }
+    CHECK(rows[0].vnmse == doctest::Approx(err / energy).epsilon(1e-9));
+    // randomk and topk: (u32, f32) pairs, 64 bits each; topk keeps the largest magnitudes, so its
+    // error is exactly nth_element's.
+    CHECK(rows[1].codec == "byteps:randomk:0.01");
+    CHECK(rows[1].bits_per_nnz == 64.0);
+    CHECK(rows[2].nnz == 2000.0);
+    CHECK(rows[3].codec == "byteps:topk:0.01");
+    const cli::BenchResult exact = cli::bench_nth_element("x", x.data(), x.size(), 0.01, 2);
+    CHECK(rows[3].vnmse == doctest::Approx(exact.vnmse).epsilon(1e-9));
+  }
+
   TEST_CASE("bench measures every codec, keeps going after a failure and writes JSON lines") {
     TempDir dir;
     write_npy(dir.file("small.npy"), test_vector(20000));
