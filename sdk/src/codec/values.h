@@ -255,6 +255,19 @@ constexpr TritTable make_trit_table() {
 }
 constexpr TritTable kTrits = make_trit_table();
 
+// For each sign byte, the eight sign-bit masks its bits flip (bit j of the byte: value j).
+struct SignMaskTable {
+  uint32_t masks[256][8];
+};
+constexpr SignMaskTable make_sign_mask_table() {
+  SignMaskTable t{};
+  for (unsigned byte = 0; byte < 256; ++byte) {
+    for (unsigned j = 0; j < 8; ++j) t.masks[byte][j] = ((byte >> j) & 1u) << 31;
+  }
+  return t;
+}
+constexpr SignMaskTable kSignMasks = make_sign_mask_table();
+
 // decode_dense_runs for scaled sign (value = a with the sign bit flipped where the code bit is 1:
 // exactly decode_region's -a) and TernGrad (digit 0, 1, 2 -> 0, a, -a), a block at a time.
 template <typename Runs>
@@ -273,8 +286,15 @@ void decode_sign_runs(const Params& p, const uint8_t* data, uint64_t total, Runs
     for (uint32_t done = 0; done < count; done += chunk) {
       const uint32_t m = count - done < chunk ? count - done : chunk;
       if (p.kind == ValueCoderKind::kScaledSign) {
+        // Eight values a byte: a's bits with the byte's eight sign masks (a loop that vectorises).
         const uint8_t* bitsp = g + 4 + done / 8;
-        for (uint32_t j = 0; j < m; ++j) {
+        uint32_t* out_bits = reinterpret_cast<uint32_t*>(buf);
+        uint32_t j = 0;
+        for (; j + 8 <= m; j += 8) {
+          const uint32_t* masks = kSignMasks.masks[bitsp[j >> 3]];
+          for (uint32_t t = 0; t < 8; ++t) out_bits[j + t] = a_bits ^ masks[t];
+        }
+        for (; j < m; ++j) {
           buf[j] = bits_float(a_bits ^ (uint32_t((bitsp[j >> 3] >> (j & 7)) & 1u) << 31));
         }
       } else {
