@@ -298,11 +298,16 @@ void decode_sign_runs(const Params& p, const uint8_t* data, uint64_t total, Runs
           buf[j] = bits_float(a_bits ^ (uint32_t((bitsp[j >> 3] >> (j & 7)) & 1u) << 31));
         }
       } else {
+        // Five values a byte, always: a run's last byte may hold fewer, and the extra values land
+        // in buf below `chunk` (a multiple of 5, at most kFloatChunk) and are never passed on.
         const uint8_t* packed = g + 4 + done / 5;
         for (uint32_t j = 0; j < m; j += 5) {
           const uint8_t* d = kTrits.digits[packed[j / 5]];
-          const uint32_t in_byte = m - j < 5 ? m - j : 5;
-          for (uint32_t t = 0; t < in_byte; ++t) buf[j + t] = values3[d[t]];
+          buf[j] = values3[d[0]];
+          buf[j + 1] = values3[d[1]];
+          buf[j + 2] = values3[d[2]];
+          buf[j + 3] = values3[d[3]];
+          buf[j + 4] = values3[d[4]];
         }
       }
       runs(pos + done, static_cast<const float*>(buf), m);
