@@ -477,19 +477,30 @@ uint32_t EntropyRegionReader::next(float* out) {
     position_ += count;
     return count;
   }
-  for (uint32_t j = 0; j < count; ++j) {
-    const uint64_t i = position_ + j;
-    if (i == next_block_) {
+  if (bf16) {  // the code is the exponent; the prefix byte holds the sign and the mantissa
+    const uint8_t* plane = data_ + position_;
+    for (uint32_t j = 0; j < count; ++j) {
+      out[j] =
+          bf16_to_float(uint16_t(((plane[j] & 0x80u) << 8) | (unsigned(codes[j]) << 7) | (plane[j] & 0x7Fu)));
+    }
+    position_ += count;
+    return count;
+  }
+  // A block's codes at a time, with its (min, step) hoisted (the loops vectorise).
+  for (uint32_t j = 0; j < count;) {
+    if (position_ + j == next_block_) {
       memcpy(&a_, scale_, 4);
       memcpy(&b_, scale_ + 4, 4);
       scale_ += 8;
       next_block_ += p_.block;
     }
-    if (bf16) {  // the code is the exponent; the prefix byte holds the sign and the mantissa
-      const unsigned plane = data_[i];
-      out[j] = bf16_to_float(uint16_t(((plane & 0x80u) << 8) | (unsigned(codes[j]) << 7) | (plane & 0x7Fu)));
+    const uint64_t block_left = next_block_ - (position_ + j);
+    const uint32_t end = block_left < count - j ? j + uint32_t(block_left) : count;
+    const float a = a_, b = b_;
+    if (p_.signmag) {
+      for (; j < end; ++j) out[j] = uniform_value(p_, a, b, codes[j]);
     } else {
-      out[j] = uniform_value(p_, a_, b_, codes[j]);
+      for (; j < end; ++j) out[j] = a + float(codes[j]) * b;  // uniform_value's arithmetic
     }
   }
   position_ += count;
