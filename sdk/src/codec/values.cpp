@@ -388,6 +388,27 @@ size_t entropy_recode_bf16(uint8_t* region, size_t raw_bytes, uint64_t total, un
 }  // namespace
 #endif
 
+namespace {
+
+// The `count` codes of `bits` bits packed LSB-first at `packed`, one a byte into codes (8 and 4
+// bits without a bit reader: the common cases, in loops that vectorise).
+void unpack_codes(unsigned bits, const uint8_t* packed, uint64_t count, uint8_t* codes) {
+  if (bits == 8) {
+    memcpy(codes, packed, size_t(count));
+  } else if (bits == 4) {
+    for (uint64_t i = 0; i + 1 < count; i += 2) {
+      codes[i] = uint8_t(packed[i / 2] & 15u);
+      codes[i + 1] = uint8_t(packed[i / 2] >> 4);
+    }
+    if (count % 2) codes[count - 1] = uint8_t(packed[count / 2] & 15u);
+  } else {
+    BitReader r(packed, size_t((count * bits + 7) / 8));
+    for (uint64_t i = 0; i < count; ++i) codes[i] = uint8_t(r.get(bits));
+  }
+}
+
+}  // namespace
+
 size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64_t total, uint8_t* codes,
                       uint8_t* stream) {
 #if !defined(__OPTIMIZE_SIZE__)
@@ -402,26 +423,18 @@ size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64
   const uint8_t* g = region;
   uint8_t* scales = stream;
   if (p.shared) {  // one run of codes, no scales
-    BitReader r(region, raw_bytes);
-    for (; pos < total; ++pos) {
-      const unsigned c = unsigned(r.get(p.bits));
-      codes[pos] = uint8_t(c);
-      counts[c]++;
-    }
+    unpack_codes(p.bits, region, total, codes);
+    pos = total;
   }
   while (pos < total) {
     const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
     memcpy(scales, g, 8);
     scales += 8;
-    BitReader r(g + 8, size_t((uint64_t(count) * p.bits + 7) / 8));
-    for (uint32_t i = 0; i < count; ++i) {
-      const unsigned c = unsigned(r.get(p.bits));
-      codes[pos + i] = uint8_t(c);
-      counts[c]++;
-    }
+    unpack_codes(p.bits, g + 8, count, codes + pos);
     g += group_bytes(p, count);
     pos += count;
   }
+  for (uint64_t i = 0; i < total; ++i) counts[codes[i]]++;
   const size_t scale_bytes = size_t(entropy_scales_bytes(p, total));
   const unsigned lanes = p.rans_lanes;
   if (scale_bytes + entropy::rans_table_min_bytes(symbols) + entropy::rans_state_bytes(lanes) >= raw_bytes)
