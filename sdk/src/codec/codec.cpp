@@ -279,8 +279,9 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
         values::decode_dense_runs(p, value_data, h.nnz, [&](uint64_t first, const float* v, uint32_t count) {
           sink.run(size_t(first), v, count);
         });
+#if !defined(__OPTIMIZE_SIZE__)
       } else if (p.entropy) {
-        // rANS-coded values a chunk at a time, as runs.
+        // rANS-coded values a chunk at a time, as runs (builds for size: value by value).
         values::EntropyRegionReader reader(p, value_data, h.value_bytes, h.nnz);
         float run[values::EntropyRegionReader::kChunk];
         size_t first = 0;
@@ -288,6 +289,7 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
           sink.run(first, run, got);
           first += got;
         }
+#endif
       } else {
         for_each_value([&](uint64_t pos, float v) { sink(size_t(pos), v); });
       }

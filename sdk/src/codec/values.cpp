@@ -393,18 +393,22 @@ namespace {
 // The `count` codes of `bits` bits packed LSB-first at `packed`, one a byte into codes (8 and 4
 // bits without a bit reader: the common cases, in loops that vectorise).
 void unpack_codes(unsigned bits, const uint8_t* packed, uint64_t count, uint8_t* codes) {
+#if !defined(__OPTIMIZE_SIZE__)  // builds for size: the bit reader only
   if (bits == 8) {
     memcpy(codes, packed, size_t(count));
-  } else if (bits == 4) {
+    return;
+  }
+  if (bits == 4) {
     for (uint64_t i = 0; i + 1 < count; i += 2) {
       codes[i] = uint8_t(packed[i / 2] & 15u);
       codes[i + 1] = uint8_t(packed[i / 2] >> 4);
     }
     if (count % 2) codes[count - 1] = uint8_t(packed[count / 2] & 15u);
-  } else {
-    BitReader r(packed, size_t((count * bits + 7) / 8));
-    for (uint64_t i = 0; i < count; ++i) codes[i] = uint8_t(r.get(bits));
+    return;
   }
+#endif
+  BitReader r(packed, size_t((count * bits + 7) / 8));
+  for (uint64_t i = 0; i < count; ++i) codes[i] = uint8_t(r.get(bits));
 }
 
 }  // namespace
@@ -510,11 +514,12 @@ uint32_t EntropyRegionReader::next(float* out) {
     const uint64_t block_left = next_block_ - (position_ + j);
     const uint32_t end = block_left < count - j ? j + uint32_t(block_left) : count;
     const float a = a_, b = b_;
-    if (p_.signmag) {
-      for (; j < end; ++j) out[j] = uniform_value(p_, a, b, codes[j]);
-    } else {
+#if !defined(__OPTIMIZE_SIZE__)
+    if (!p_.signmag) {
       for (; j < end; ++j) out[j] = a + float(codes[j]) * b;  // uniform_value's arithmetic
     }
+#endif
+    for (; j < end; ++j) out[j] = uniform_value(p_, a, b, codes[j]);
   }
   position_ += count;
   return count;
