@@ -459,6 +459,31 @@ TEST_SUITE("random-k indices") {
     CHECK(chi2_first < 9.0 + 5.0 * std::sqrt(18.0));
   }
 
+  TEST_CASE("PermutedIndexStream::next_many (AVX2 where the CPU has it) gives next()'s indices") {
+    for (const size_t n : {size_t{1}, size_t{7}, size_t{100}, size_t{65536}, size_t{65537}, size_t{1000003},
+                           size_t{1} << 20}) {
+      for (const uint64_t seed : {uint64_t{1}, uint64_t{99}}) {
+        CAPTURE(n);
+        CAPTURE(seed);
+        const size_t k = std::min<size_t>(n, 3000);
+        edgefl::select::PermutedIndexStream one(n, seed), many(n, seed);
+        std::vector<uint32_t> expected(k), got(k + 1, 0xFFFFFFFFu);
+        for (uint32_t& e : expected) e = one.next();
+        // Calls of every length 0..17, then the rest.
+        size_t at = 0;
+        for (size_t len = 0; len < 18 && at < k; ++len) {
+          const size_t take = std::min(len, k - at);
+          many.next_many(got.data() + at, take);
+          at += take;
+        }
+        many.next_many(got.data() + at, k - at);
+        CHECK(std::equal(expected.begin(), expected.end(), got.begin()));
+        CHECK(got[k] == 0xFFFFFFFFu);  // nothing written past the count
+        if (k < n) CHECK(many.next() == one.next());  // both streams continue alike
+      }
+    }
+  }
+
   TEST_CASE("an encoding from before kFlagRandkPermuted (ascending Algorithm S indices) still decodes") {
     namespace format = edgefl::format;
     const size_t n = 5000, k = 60;

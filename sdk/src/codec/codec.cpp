@@ -300,6 +300,17 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
       select::PermutedIndexStream permuted(h.n, h.seed);
       select::RandomIndexStream ascending(h.n, h.nnz, h.seed);
       const bool is_permuted = h.randk_permuted;
+#if !defined(__OPTIMIZE_SIZE__)
+      if (is_permuted && values::has_dense_runs(p) && !p.entropy) {
+        // Runs of values (loops that vectorise), then their indices: the same pairs, in order.
+        uint32_t index[values::kFloatChunk];
+        values::decode_dense_runs(p, value_data, h.nnz, [&](uint64_t, const float* v, uint32_t count) {
+          permuted.next_many(index, count);
+          sink.pairs(index, v, count);
+        });
+        break;
+      }
+#endif
       for_each_value([&](uint64_t, float v) { sink(is_permuted ? permuted.next() : ascending.next(), v); });
       break;
     }

@@ -89,6 +89,11 @@ class BatchSink {
     flush();
     consumer_.apply_run(consumer_.context, first, v, count);
   }
+  // (index[j], v[j]) for j < count, as count calls of operator().
+  void pairs(const uint32_t* index, const float* v, uint32_t count) {
+    flush();
+    consumer_.apply(consumer_.context, index, v, count);
+  }
   void flush() {
     if (count_ > 0) consumer_.apply(consumer_.context, index_, value_, count_);
     count_ = 0;

@@ -2,6 +2,14 @@
 
 #include <string.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__OPTIMIZE_SIZE__) && \
+    defined(EDGEFL_HAVE_AVX2_KERNELS)
+#define EDGEFL_PERMUTE_AVX2 1
+#include <immintrin.h>
+
+#include "core/cpu.h"
+#endif
+
 namespace edgefl {
 namespace select {
 
@@ -57,6 +65,76 @@ Status radix_select(const float* x, size_t n, size_t k, uint32_t* hist, uint32_t
   *threshold = (prefix << 9) | b3;
   *ties = k - above1 - above2 - above3;
   return Status::kOk;
+}
+
+#if EDGEFL_PERMUTE_AVX2
+namespace {
+
+// For each 8-bit mask of kept lanes: the lanes' indices, kept ones first in order.
+struct KeepPermutations {
+  uint32_t lanes[256][8];
+  uint8_t kept[256];  // bits set
+};
+constexpr KeepPermutations make_keep_permutations() {
+  KeepPermutations t{};
+  for (unsigned m = 0; m < 256; ++m) {
+    unsigned next = 0;
+    for (unsigned j = 0; j < 8; ++j) {
+      if ((m >> j) & 1u) t.lanes[m][next++] = j;
+    }
+    t.kept[m] = uint8_t(next);
+    for (unsigned j = 0; next < 8; ++j) t.lanes[m][next++] = j;  // the rest: any lanes
+  }
+  return t;
+}
+constexpr KeepPermutations kKeep = make_keep_permutations();
+
+}  // namespace
+
+// Counters eight at a time: the three rounds of permute() on eight lanes, the lanes below n
+// compacted in order and stored eight wide while eight slots of `out` remain. Returns the
+// indices written; counter_ has advanced past every counter used.
+__attribute__((target("avx2"))) size_t PermutedIndexStream::next_many_avx2(uint32_t* out, size_t count) {
+  const __m256i mask = _mm256_set1_epi32(int(mask_));
+  const __m256i n = _mm256_set1_epi32(int(n_));
+  const __m128i high = _mm_cvtsi32_si128(int(shift_high_)), low = _mm_cvtsi32_si128(int(shift_low_));
+  __m256i key[3], multiplier[3];
+  for (int r = 0; r < 3; ++r) {
+    key[r] = _mm256_set1_epi32(int(xor_key_[r]));
+    multiplier[r] = _mm256_set1_epi32(int(multiplier_[r]));
+  }
+  __m256i counter =
+      _mm256_add_epi32(_mm256_set1_epi32(int(counter_)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i eight = _mm256_set1_epi32(8);
+  size_t filled = 0;
+  uint32_t used = 0;
+  while (count - filled >= 8) {
+    __m256i x = _mm256_and_si256(_mm256_mullo_epi32(_mm256_xor_si256(counter, key[0]), multiplier[0]), mask);
+    x = _mm256_xor_si256(x, _mm256_srl_epi32(x, high));
+    x = _mm256_and_si256(_mm256_mullo_epi32(_mm256_xor_si256(x, key[1]), multiplier[1]), mask);
+    x = _mm256_xor_si256(x, _mm256_srl_epi32(x, low));
+    x = _mm256_and_si256(_mm256_mullo_epi32(_mm256_xor_si256(x, key[2]), multiplier[2]), mask);
+    x = _mm256_xor_si256(x, _mm256_srl_epi32(x, high));
+    // x < n as signed 32-bit integers: both are below 2^31.
+    const unsigned keep = unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(n, x))));
+    const __m256i packed = _mm256_permutevar8x32_epi32(
+        x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kKeep.lanes[keep])));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + filled), packed);
+    filled += kKeep.kept[keep];
+    counter = _mm256_add_epi32(counter, eight);
+    used += 8;
+  }
+  counter_ += used;
+  return filled;
+}
+#endif
+
+void PermutedIndexStream::next_many(uint32_t* out, size_t count) {
+  size_t filled = 0;
+#if EDGEFL_PERMUTE_AVX2
+  if (cpu_features().avx2) filled = next_many_avx2(out, count);
+#endif
+  for (; filled < count; ++filled) out[filled] = next();
 }
 
 }  // namespace select
