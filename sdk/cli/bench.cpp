@@ -22,6 +22,7 @@
 #include "file_io.h"
 #include "json_writer.h"
 #include "npy.h"
+#include "timing.h"
 
 namespace edgefl {
 namespace cli {
@@ -36,24 +37,6 @@ namespace {
 constexpr double kNull = std::numeric_limits<double>::quiet_NaN();
 constexpr int kMinBaselineReps = 15;
 constexpr double kAutoThresholdDensity = 0.01;
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return kNull;
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 == 1 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
-}
-
-double gbps(size_t n, double seconds) {
-  if (!(seconds > 0)) return kNull;
-  return static_cast<double>(n) * 4.0 / seconds / 1e9;
-}
 
 // Box-Muller over splitmix64; both outputs of each pair are used (cos first, then sin).
 class NormalGenerator {

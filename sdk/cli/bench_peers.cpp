@@ -24,28 +24,12 @@
 #include <vector>
 
 #include "bench.h"
+#include "timing.h"
 
 namespace edgefl {
 namespace cli {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-double gbps_of(size_t n, double seconds) {
-  return seconds > 0 ? 4.0 * static_cast<double>(n) / seconds / 1e9 : 0.0;
-}
 
 // xorshift128+ as BytePS seeds and draws it.
 class XorShift128Plus {
@@ -183,19 +167,18 @@ std::vector<BenchResult> bench_byteps_peers(const std::string& dataset, const fl
         randomk_compress(x, n, k, 2654435761u + uint64_t(run), &e);
       }
       const double t_encode = seconds_since(start);
+      auto decompress = [&] {
+        if (k == 0) {
+          onebit_decompress(e, decoded.data(), n);
+        } else {
+          pairs_decompress(e, decoded.data(), n);
+        }
+      };
       start = Clock::now();
-      if (k == 0) {
-        onebit_decompress(e, decoded.data(), n);
-      } else {
-        pairs_decompress(e, decoded.data(), n);
-      }
+      decompress();
       const double t_decode = seconds_since(start);
       start = Clock::now();
-      if (k == 0) {
-        onebit_decompress(e, decoded.data(), n);
-      } else {
-        pairs_decompress(e, decoded.data(), n);
-      }
+      decompress();
       for (size_t i = 0; i < n; ++i) accumulator[i] += decoded[i];
       const double t_add = seconds_since(start);
       if (run == 0) continue;
@@ -214,9 +197,9 @@ std::vector<BenchResult> bench_byteps_peers(const std::string& dataset, const fl
       r.gaussian_rd_bits = std::max(0.0, 0.5 * log2(1.0 / r.vnmse));
       r.rd_gap_bits = r.bits_per_coord - r.gaussian_rd_bits;
     }
-    r.encode_gbps = gbps_of(n, median_of(encode_times));
-    r.decode_gbps = gbps_of(n, median_of(decode_times));
-    r.decode_add_gbps = gbps_of(n, median_of(add_times));
+    r.encode_gbps = gbps(n, median(encode_times));
+    r.decode_gbps = gbps(n, median(decode_times));
+    r.decode_add_gbps = gbps(n, median(add_times));
     // Keep the accumulator observable.
     if (!std::isfinite(accumulator[n / 2])) r.error = "non-finite sum";
     r.deterministic = true;

@@ -30,17 +30,12 @@
 #include "round/downlink.h"
 #include "round/seeds.h"
 #include "round/update_steps.h"
+#include "timing.h"
 
 namespace edgefl {
 namespace cli {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;

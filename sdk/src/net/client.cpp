@@ -346,6 +346,15 @@ struct Client::Attempt {
   Step upload_update(const wire::TaskOffer& offer);
   Step commit_update();
   Step ask_after_round_ended();
+  // The UploadStart of a pending upload: where does the server stand with it?
+  static wire::UploadStart upload_start(const Pending& p) {
+    wire::UploadStart start;
+    start.round_id = p.round_id;
+    start.round_nonce = p.nonce;
+    start.upload_id = p.upload_id;
+    start.total_bytes = p.bytes.size();
+    return start;
+  }
 };
 
 namespace {
@@ -658,12 +667,7 @@ Client::Attempt::Step Client::Attempt::upload_update(const wire::TaskOffer& offe
   result->update_bytes = p.bytes.size();
   result->samples = p.samples;
   result->train_loss = p.loss;
-  wire::UploadStart start;
-  start.round_id = p.round_id;
-  start.round_nonce = p.nonce;
-  start.upload_id = p.upload_id;
-  start.total_bytes = p.bytes.size();
-  Status s = exchange(wire::Message{start});
+  Status s = exchange(wire::Message{upload_start(p)});
   if (s != Status::kOk) return connection_lost(s);
   const auto* status_message = std::get_if<wire::UploadStatus>(&reply);
   if (status_message == nullptr) return refused();
@@ -739,12 +743,7 @@ Client::Attempt::Step Client::Attempt::commit_update() {
 // for the kDuplicate ack. kNext: the server does not hold it (the caller discards it).
 Client::Attempt::Step Client::Attempt::ask_after_round_ended() {
   Pending& p = *c.pending_;
-  wire::UploadStart start;
-  start.round_id = p.round_id;
-  start.round_nonce = p.nonce;
-  start.upload_id = p.upload_id;
-  start.total_bytes = p.bytes.size();
-  const Status s = exchange(wire::Message{start});
+  const Status s = exchange(wire::Message{upload_start(p)});
   if (s != Status::kOk) return connection_lost(s);
   const auto* status_message = std::get_if<wire::UploadStatus>(&reply);
   if (status_message == nullptr) {
