@@ -416,12 +416,11 @@ Status RansDecoder::read_table(BitReader* r, unsigned symbols) {
   for (unsigned s = 0; s < symbols; ++s) {
     start_[s] = uint16_t(cumulative);
     memset(slot_symbol_ + cumulative, int(s), freq_[s]);
-#if EDGEFL_RANS_AVX2
-    for (uint32_t k = 0; k < freq_[s]; ++k)
-      slot_entry_[cumulative + k] = s | k << 8 | (uint32_t(freq_[s]) - 1) << 20;
-#endif
     cumulative += freq_[s];
   }
+#if EDGEFL_RANS_SLOT_ENTRIES
+  slot_entries_ready_ = false;
+#endif
   return Status::kOk;
 }
 
@@ -433,6 +432,16 @@ Status RansDecoder::begin(const uint8_t* stream, size_t size, unsigned lanes) {
     state_[k] = load_le32(stream + 4 * k);
     if (state_[k] < kRansLow) return Status::kCorruptPayload;
   }
+#if EDGEFL_RANS_AVX2
+  // The AVX2 rounds' packed entries, once per table (short 4-lane streams never pay for them).
+  if (lanes == kRansWideLanes && !slot_entries_ready_) {
+    for (uint32_t slot = 0; slot < kRansTotal; ++slot) {
+      const unsigned s = slot_symbol_[slot];
+      slot_entry_[slot] = s | (slot - start_[s]) << 8 | (uint32_t(freq_[s]) - 1) << 20;
+    }
+    slot_entries_ready_ = true;
+  }
+#endif
   data_ = stream;
   size_ = size;
   pos_ = rans_state_bytes(lanes);

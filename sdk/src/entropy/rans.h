@@ -156,9 +156,10 @@ class RansDecoder {
   uint16_t start_[kRansMaxSymbols];
   uint8_t slot_symbol_[kRansTotal];
 #if EDGEFL_RANS_SLOT_ENTRIES
-  // Per slot: symbol | (slot - start) << 8 | (frequency - 1) << 20 (16 KiB more; filled when
-  // the AVX2 rounds are built).
+  // Per slot: symbol | (slot - start) << 8 | (frequency - 1) << 20 (16 KiB more; filled by the
+  // first begin() of a 32-lane stream after read_table(), when the AVX2 rounds are built).
   uint32_t slot_entry_[kRansTotal];
+  bool slot_entries_ready_ = false;
 #endif
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
