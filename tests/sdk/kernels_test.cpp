@@ -536,7 +536,7 @@ TEST_SUITE("rANS lanes") {
     return out;
   }
 
-  TEST_CASE("long streams use 8 lanes; an encoding from before kFlagRansWide (4 lanes) still decodes") {
+  TEST_CASE("long streams use 32 lanes; an encoding from before kFlagRansWide (4 lanes) still decodes") {
     namespace format = edgefl::format;
     namespace values = edgefl::values;
     const uint64_t seed = 7;

@@ -16,7 +16,7 @@
 //  17      1   flags           bit0 stochastic, bit1 shared-scale, bit2 random-k unscaled,
 //                              bit3 entropy-coded value region (uniform blocked), bit4 sign-magnitude
 //                              uniform codes, bit5 random-k in permutation order, bit6 the
-//                              rANS stream has 8 lanes (with bit3); others 0
+//                              rANS stream has 32 lanes (with bit3); others 0
 //  18      2   levels          qsgd s; 0 otherwise
 //  20      4   block           coordinates per scale / bucket; 0 for fp32/fp16/bf16 and shared-scale
 //  24      4   param (f32)     shared step (uniform, shared-scale) or threshold; 0 otherwise
