@@ -391,9 +391,13 @@ void hadamard_quantize_avx2(const float* v, uint32_t n, float inv_rms, const flo
     const __m256 product = _mm256_mul_ps(x, level);
     acc = _mm_add_ps(acc, _mm256_castps256_ps128(product));  // i .. i+3, then i+4 .. i+7
     acc = _mm_add_ps(acc, _mm256_extractf128_ps(product, 1));
-    alignas(32) int32_t lanes[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), code);
-    for (int j = 0; j < 8; ++j) codes[i + j] = uint8_t(lanes[j]);
+    // The eight codes (< 16) narrowed to bytes in each 128-bit half, then stored as two words.
+    const __m256i words = _mm256_packus_epi32(code, code);
+    const __m256i narrow = _mm256_packus_epi16(words, words);
+    const uint32_t low_codes = uint32_t(_mm_cvtsi128_si32(_mm256_castsi256_si128(narrow)));
+    const uint32_t high_codes = uint32_t(_mm_cvtsi128_si32(_mm256_extracti128_si256(narrow, 1)));
+    memcpy(codes + i, &low_codes, 4);
+    memcpy(codes + i + 4, &high_codes, 4);
   }
   _mm_storeu_ps(dot, acc);
   if (i < n) hadamard_quantize_ref(v + i, n - i, inv_rms, thresholds, levels, bits, codes + i, dot);
