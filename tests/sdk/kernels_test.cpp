@@ -478,7 +478,7 @@ TEST_SUITE("random-k indices") {
         }
         many.next_many(got.data() + at, k - at);
         CHECK(std::equal(expected.begin(), expected.end(), got.begin()));
-        CHECK(got[k] == 0xFFFFFFFFu);  // nothing written past the count
+        CHECK(got[k] == 0xFFFFFFFFu);                 // nothing written past the count
         if (k < n) CHECK(many.next() == one.next());  // both streams continue alike
       }
     }

@@ -180,9 +180,10 @@ void Selection::for_each_random(size_t n, size_t k, uint64_t seed, F&& f) {
   for (size_t j = 0; j < k; ++j) f(stream.next());
 #else
   // Batches of indices (next_many: AVX2 where the CPU has it), the same sequence.
-  uint32_t batch[256];
-  for (size_t j = 0; j < k; j += sizeof batch / sizeof batch[0]) {
-    const size_t count = k - j < sizeof batch / sizeof batch[0] ? k - j : sizeof batch / sizeof batch[0];
+  constexpr size_t kBatch = 256;
+  uint32_t batch[kBatch];
+  for (size_t j = 0; j < k; j += kBatch) {
+    const size_t count = k - j < kBatch ? k - j : kBatch;
     stream.next_many(batch, count);
     for (size_t t = 0; t < count; ++t) f(batch[t]);
   }

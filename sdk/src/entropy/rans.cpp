@@ -210,6 +210,11 @@ constexpr WordPermutations make_word_permutations() {
 }
 constexpr WordPermutations kWordPermutations = make_word_permutations();
 
+// The lanes set in an 8-bit mask (the words a round of eight lanes reads or writes).
+inline unsigned lanes_set(unsigned mask) {
+  return kWordPermutations.lane_word[mask][7] + (mask >> 7);
+}
+
 // For each 8-bit mask of the lanes that emit a word: the pshufb control that moves those lanes'
 // 16-bit words, in lane order, to the top of 16 bytes (the rest zero).
 struct EmitShuffles {
@@ -283,7 +288,7 @@ __attribute__((target("avx2"))) inline bool encode_step8(__m256i* x_io, const En
   const __m128i placed =
       _mm_shuffle_epi8(words, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kEmitShuffles.control[emit])));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(*p_io - 16), placed);
-  *p_io -= 2 * (kWordPermutations.lane_word[emit][7] + (emit >> 7));  // two bytes a word emitted
+  *p_io -= 2 * lanes_set(emit);  // two bytes a word emitted
   x = _mm256_blendv_epi8(_mm256_srli_epi32(x, 16), x, stays);
   // q = hi32(x * reciprocal) >> shift, the even and odd lanes' 64-bit products put together.
   const __m256i even = _mm256_mul_epu32(x, reciprocal);
@@ -511,7 +516,7 @@ __attribute__((target("avx2"))) inline __m256i renormalize8(__m256i x, const uin
       _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words + 2 * *word)));
   const __m256i placed = _mm256_permutevar8x32_epi32(
       next_words, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kWordPermutations.lane_word[mask])));
-  *word += kWordPermutations.lane_word[mask][7] + (mask >> 7);  // the bits set
+  *word += lanes_set(mask);
   return _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), placed), low);
 }
 

@@ -346,6 +346,14 @@ struct Client::Attempt {
   Step upload_update(const wire::TaskOffer& offer);
   Step commit_update();
   Step ask_after_round_ended();
+  // The round result's fields that describe the pending update (its round, model and size).
+  void report_pending(const Pending& p) {
+    result->round_id = p.round_id;
+    result->model_version = p.model_version;
+    result->update_bytes = p.bytes.size();
+    result->samples = p.samples;
+    result->train_loss = p.loss;
+  }
   // The UploadStart of a pending upload: where does the server stand with it?
   static wire::UploadStart upload_start(const Pending& p) {
     wire::UploadStart start;
@@ -754,11 +762,7 @@ Client::Attempt::Step Client::Attempt::ask_after_round_ended() {
     return fail("the server's answer about an ended round's upload does not match it",
                 Status::kProtocolError);
   }
-  result->round_id = p.round_id;
-  result->model_version = p.model_version;
-  result->update_bytes = p.bytes.size();
-  result->samples = p.samples;
-  result->train_loss = p.loss;
+  report_pending(p);
   return commit_update();
 }
 
@@ -805,11 +809,7 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
         // discarded, and said so (the next call joins the round just offered).
         const bool late = Clock::now() >= pending_->deadline;
         result->outcome = late ? RoundOutcome::kLate : RoundOutcome::kStraggler;
-        result->round_id = pending_->round_id;
-        result->model_version = pending_->model_version;
-        result->update_bytes = pending_->bytes.size();
-        result->samples = pending_->samples;
-        result->train_loss = pending_->loss;
+        a.report_pending(*pending_);
         note(LogLevel::kInfo,
              "round " + std::to_string(pending_->round_id) + " ended before its update was uploaded" +
                  (late ? " (past its deadline)" : " (closed while this device trained)") +
