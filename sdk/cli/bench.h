@@ -90,9 +90,11 @@ struct BenchResult {
   // heavy-tailed update a codec can sit below it (a negative gap).
   double gaussian_rd_bits = 0;
   double rd_gap_bits = 0;
-  double encode_gbps = 0;             // 4n bytes / median encode seconds / 1e9
-  double decode_gbps = 0;             // 4n bytes / median decode seconds / 1e9
-  double decode_add_gbps = 0;         // 4n bytes / median decode_add seconds / 1e9
+  double encode_gbps = 0;      // 4n bytes / median encode seconds / 1e9
+  double decode_gbps = 0;      // 4n bytes / median decode seconds / 1e9
+  double decode_add_gbps = 0;  // 4n bytes / median decode_add seconds / 1e9
+  // Sparse codecs: carried coordinates / median decode_add seconds / 1e6 (else NaN).
+  double decode_add_mnnz = std::numeric_limits<double>::quiet_NaN();
   double workspace_bytes = 0;         // workspace_size(spec, n)
   double workspace_ratio = 0;         // workspace_bytes / (4n)
   double count_error = 0;             // nnz / k_target - 1 (sparsifiers), else NaN

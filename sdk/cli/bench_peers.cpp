@@ -200,6 +200,7 @@ std::vector<BenchResult> bench_byteps_peers(const std::string& dataset, const fl
     r.encode_gbps = gbps(n, median(encode_times));
     r.decode_gbps = gbps(n, median(decode_times));
     r.decode_add_gbps = gbps(n, median(add_times));
+    if (k > 0) r.decode_add_mnnz = double(k) / median(add_times) / 1e6;
     // Keep the accumulator observable.
     if (!std::isfinite(accumulator[n / 2])) r.error = "non-finite sum";
     r.deterministic = true;

@@ -738,7 +738,7 @@ int run_decode(const std::string& in_efl, const std::string& out_npy, std::ostre
     return kExitFailure;
   }
   std::vector<float> values(info.n);
-  std::vector<uint8_t> workspace(decode_workspace_size(info));
+  std::vector<uint8_t> workspace(decode_fast_workspace_size(info));
   const Status s = decode({bytes.data(), bytes.size()}, {values.data(), values.size()},
                           {workspace.data(), workspace.size()});
   if (s != Status::kOk) {

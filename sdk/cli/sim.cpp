@@ -404,8 +404,8 @@ class Simulation {
     const Clock::time_point t1 = Clock::now();
     EncodedInfo info;
     if (read_header({w.encoded.data(), o->bytes}, &info) == Status::kOk &&
-        decode_workspace_size(info) > decode_scratch_.size()) {
-      decode_scratch_.resize(decode_workspace_size(info));
+        decode_fast_workspace_size(info) > decode_scratch_.size()) {
+      decode_scratch_.resize(decode_fast_workspace_size(info));
     }
     const UpdateCheck check =
         check_update({w.encoded.data(), o->bytes}, &codec_seed, {global_.data(), n_}, HUGE_VAL,

@@ -741,7 +741,7 @@ UpdateCheck RoundManager::check_upload(Span<const uint8_t> bytes, const uint64_t
                                        double norm_bound) {
   EncodedInfo info;
   if (read_header(bytes, &info) == Status::kOk) {
-    decode_workspace_.resize(std::max(decode_workspace_.size(), decode_workspace_size(info)));
+    decode_workspace_.resize(std::max(decode_workspace_.size(), decode_fast_workspace_size(info)));
   }
   return check_update(bytes, codec_seed, {global_.data(), n_}, norm_bound, {scratch_.data(), n_},
                       {decode_workspace_.data(), decode_workspace_.size()});

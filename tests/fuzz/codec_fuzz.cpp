@@ -4,7 +4,8 @@
 // Properties checked on every input:
 //  - inspect/decode/decode_add never read out of bounds (ASan) and never crash;
 //  - a rejected encoding leaves the accumulator bit-for-bit unchanged;
-//  - an accepted one decodes to finite values, and decode_add into zeros equals decode.
+//  - an accepted one decodes to finite values, and decode_add into zeros equals decode;
+//  - decode with decode_fast_workspace_size() bytes gives the same status and bits.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<float> before = acc;
   const edgefl::Status s_add = edgefl::decode_add(in, 1.0f, {acc.data(), acc.size()}, ws);
   if ((s == edgefl::Status::kOk) != (s_add == edgefl::Status::kOk)) abort();  // same verdict
+  // With decode_fast_workspace_size() (indices read once): the same status and the same bits.
+  const size_t fast_size = edgefl::decode_fast_workspace_size(info);
+  if (fast_size <= kMaxDecodeWorkspace) {
+    std::vector<uint8_t> fast_workspace(fast_size + 1);
+    // Odd start: the decoder aligns its index array itself.
+    const edgefl::Span<uint8_t> fast_ws(fast_workspace.data() + 1, fast_size);
+    std::vector<float> fast_decoded(info.n, 1.5f);
+    if (edgefl::decode(in, {fast_decoded.data(), fast_decoded.size()}, fast_ws) != s) abort();
+    if (!decoded.empty() && memcmp(fast_decoded.data(), decoded.data(), decoded.size() * sizeof(float)) != 0)
+      abort();
+  }
   if (s_add != edgefl::Status::kOk) {
     if (acc != before) abort();  // a rejected encoding changed the accumulator
     for (float v : decoded) {

@@ -38,6 +38,8 @@ const char* const kSpecs[] = {
     "tern",
     "sign",
     "topk:0.1+q4",
+    "topk:0.1+q4:sm",
+    "sparq:0.1",
     "topk:0.1,idx=rice+q8",
     "thresh:0.5,idx=rice",
     "thresh:0.5",
@@ -85,6 +87,23 @@ Outcome run_all(const std::vector<uint8_t>& bytes, size_t n = kN) {
     CHECK(edgefl_test::all_finite(acc));
   }
   CHECK(o.add_status == o.decode_status);
+  if (o.inspect_status == Status::kOk) {
+    // With decode_fast_workspace_size() bytes (indices read once): the same status, the same
+    // bits, nothing touched on failure. The workspace is its own exactly-sized heap block.
+    std::vector<uint8_t> fast_workspace(edgefl::decode_fast_workspace_size(info));
+    const edgefl::Span<uint8_t> ws(fast_workspace.data(), fast_workspace.size());
+    std::vector<float> fast_out = out_before;
+    CHECK(edgefl::decode(in, {fast_out.data(), n}, ws) == o.decode_status);
+    if (o.decode_status == Status::kOk) {
+      CHECK(edgefl_test::same_bits(fast_out, out));
+    } else {
+      CHECK(edgefl_test::same_bits(fast_out, out_before));
+    }
+    std::vector<float> fast_acc = acc_before;
+    CHECK(edgefl::decode_add(in, 0.5f, {fast_acc.data(), n}, ws) == o.add_status);
+    CHECK(edgefl_test::same_bits(fast_acc, acc));
+    CHECK(edgefl::verify(in, ws, nullptr) == edgefl::verify(in, {}, nullptr));
+  }
   // verify() agrees with decode() (it does not know n: a dimension mismatch is decode's alone),
   // and read_header() accepts whatever decodes.
   EncodedInfo verified, header;
@@ -160,6 +179,10 @@ TEST_SUITE("codec.malformed") {
       CHECK(edgefl::verify({bytes.data(), bytes.size()}, {workspace.data(), workspace.size()}, &verified) ==
             Status::kOk);
       CHECK(verified.n == kN);
+      std::vector<uint8_t> fast_workspace(edgefl::decode_fast_workspace_size(info));
+      CHECK(fast_workspace.size() >= workspace.size());
+      CHECK(edgefl::verify({bytes.data(), bytes.size()}, {fast_workspace.data(), fast_workspace.size()},
+                           nullptr) == Status::kOk);
       std::vector<uint8_t> corrupt = bytes;
       corrupt.back() ^= 0x40;  // the checksum catches it
       CHECK(edgefl::verify({corrupt.data(), corrupt.size()}, {workspace.data(), workspace.size()}, nullptr) ==

@@ -358,13 +358,18 @@ TEST_SUITE("values") {
 }
 
 TEST_SUITE("index coding") {
-  TEST_CASE("the word-at-a-time Elias-Fano reader gives the bit-by-bit reader's indices and failures") {
-    namespace ic = edgefl::index_coding;
-    uint64_t state = 12345;
-    auto next_random = [&] {
+  // A 64-bit LCG's top 31 bits: the same streams on every platform.
+  struct Lcg {
+    uint64_t state;
+    uint64_t operator()() {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       return state >> 33;
-    };
+    }
+  };
+
+  TEST_CASE("the word-at-a-time Elias-Fano reader gives the bit-by-bit reader's indices and failures") {
+    namespace ic = edgefl::index_coding;
+    Lcg next_random{12345};
     size_t well_formed = 0, failing = 0;
     for (int trial = 0; trial < 1000; ++trial) {
       const uint64_t n = 1 + next_random() % 2000;
@@ -403,6 +408,120 @@ TEST_SUITE("index coding") {
     MESSAGE("well-formed streams " << well_formed << ", failing " << failing);
     CHECK(well_formed > 200);
     CHECK(failing > 50);
+  }
+
+  // Random k-subsets of [0, n) (well formed) or arbitrary bytes, one bit flipped in some.
+  struct IndexStreamCase {
+    uint64_t n, k;
+    std::vector<uint8_t> data;
+  };
+  template <typename Writer, typename Next, typename Size>
+  IndexStreamCase random_index_stream(int trial, Next&& next_random, Size&& stream_bytes) {
+    IndexStreamCase c;
+    c.n = 1 + next_random() % (trial % 3 == 0 ? 300000 : 3000);
+    c.k = 1 + next_random() % (trial % 5 == 0 ? c.n : (c.n + 9) / 10);
+    c.data.assign(size_t(stream_bytes(c.n, c.k)), 0);
+    if (trial % 4 != 3) {
+      Writer w(c.n, c.k, c.data.data(), c.data.size());
+      uint64_t chosen = 0;
+      for (uint64_t i = 0; i < c.n && chosen < c.k; ++i) {
+        if (next_random() % (c.n - i) < c.k - chosen) {
+          w.add(uint32_t(i));
+          ++chosen;
+        }
+      }
+      w.finish();
+      if (trial % 4 == 1 && !c.data.empty())
+        c.data[next_random() % c.data.size()] ^= uint8_t(1u << (next_random() % 8));
+    } else {
+      for (uint8_t& b : c.data) b = uint8_t(next_random() & (trial % 8 == 3 ? 0x11 : 0xFF));
+    }
+    return c;
+  }
+
+  // Reads c's k indices with next() from the reference reader and with next_many() in random
+  // chunk sizes from the reader under test: the same indices while neither failed, and the chunk
+  // that holds the first failure fails. Returns whether the stream failed.
+  template <typename MakeReference, typename MakeTested, typename Next>
+  bool compare_next_many(const IndexStreamCase& c, MakeReference&& make_reference, MakeTested&& make_tested,
+                         Next&& next_random) {
+    auto one = make_reference(c);
+    auto many = make_tested(c);
+    std::vector<uint32_t> chunk(300);
+    for (uint64_t done = 0; done < c.k;) {
+      const uint32_t count = uint32_t(std::min<uint64_t>(c.k - done, 1 + next_random() % 300));
+      many.next_many(chunk.data(), count);
+      bool failed = false;
+      for (uint32_t j = 0; j < count; ++j) {
+        const uint64_t index = one.next();
+        failed |= one.failed() || index >> 32 != 0;
+        if (!failed) REQUIRE(chunk[j] == index);
+      }
+      REQUIRE(many.failed() == failed);
+      if (failed) return true;
+      done += count;
+    }
+    return false;
+  }
+
+  TEST_CASE("next_many() gives next()'s indices and failures: Elias-Fano, and adaptive Rice") {
+    namespace ic = edgefl::index_coding;
+    Lcg next_random{777};
+    struct EliasFanoWriter : ic::EliasFanoWriter {
+      EliasFanoWriter(uint64_t n, uint64_t k, uint8_t* out, size_t) : ic::EliasFanoWriter(n, k, out) {}
+    };
+    size_t failing = 0, trials = 600;
+    for (size_t trial = 0; trial < trials; ++trial) {
+      CAPTURE(trial);
+      const IndexStreamCase ef = random_index_stream<EliasFanoWriter>(int(trial), next_random, ic::ef_bytes);
+      CAPTURE(ef.n);
+      CAPTURE(ef.k);
+      auto bit_reader = [](const IndexStreamCase& c) {
+        return ic::EliasFanoBitReader(c.n, c.k, c.data.data());
+      };
+      auto word_reader = [](const IndexStreamCase& c) {
+        return ic::EliasFanoWordReader(c.n, c.k, c.data.data());
+      };
+      failing += compare_next_many(ef, bit_reader, word_reader, next_random);
+      compare_next_many(ef, bit_reader, bit_reader, next_random);
+      const IndexStreamCase rice =
+          random_index_stream<ic::RiceWriter>(int(trial), next_random, ic::rice_bound_bytes);
+      auto rice_reader = [](const IndexStreamCase& c) {
+        return ic::RiceReader(c.n, c.k, c.data.data(), c.data.size());
+      };
+      failing += compare_next_many(rice, rice_reader, rice_reader, next_random);
+    }
+    MESSAGE("failing streams " << failing << " of " << 2 * trials);
+    CHECK(failing > trials / 4);
+    CHECK(failing < 2 * trials - trials / 2);
+  }
+
+  TEST_CASE("the Rice parameter's closed form is the search it replaces") {
+    // The least r <= 31 with count << r >= sum, minus one (0 for r = 0): the LOCO-I rule.
+    auto searched = [](uint64_t sum, uint64_t count) {
+      unsigned r = 0;
+      while ((count << r) < sum && r < 31) ++r;
+      return r > 0 ? r - 1 : 0;
+    };
+    // RiceState starts at (4 * mean, 4) and moves by update(); drive it over gaps of every scale.
+    uint64_t state = 99;
+    for (int trial = 0; trial < 2000; ++trial) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const uint64_t n = 1 + (state >> 20) % (uint64_t(1) << 31), k = 1 + (state >> 7) % 5000;
+      edgefl::index_coding::RiceState rice(n, k);
+      uint64_t sum = (n / k) * 4, count = 4;
+      for (int step = 0; step < 200; ++step) {
+        REQUIRE(rice.parameter() == searched(sum, count));
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const uint64_t gap = (state >> 11) >> (state % 53);
+        rice.update(gap);
+        sum += gap + 1;
+        if (++count >= 32) {
+          sum >>= 1;
+          count >>= 1;
+        }
+      }
+    }
   }
 }
 

@@ -199,9 +199,12 @@ Status encode_dense(const values::Params& p, const float* x, size_t n, uint8_t* 
   return Status::kOk;
 }
 
+// Indices read at a time by the validating and decoding loops (1 KiB of stack).
+constexpr uint32_t kIndexChunk = 256;
+
 // Checks the index stream of a verified encoding: nnz strictly increasing indices below n,
-// and no read past the region.
-Status validate_indices(const EncodedInfo& h, const uint8_t* data) {
+// and no read past the region; index by index, so that the first fault found names the error.
+Status validate_indices_one_by_one(const EncodedInfo& h, const uint8_t* data) {
   uint64_t prev = 0;
   bool first = true;
   auto check = [&](uint64_t idx) -> Status {
@@ -231,6 +234,67 @@ Status validate_indices(const EncodedInfo& h, const uint8_t* data) {
   return Status::kOk;
 }
 
+#if defined(__OPTIMIZE_SIZE__)
+Status validate_indices(const EncodedInfo& h, const uint8_t* data, uint32_t* indices) {
+  (void)indices;  // never given: decode_fast_workspace_size() adds nothing
+  return validate_indices_one_by_one(h, data);
+}
+#else
+// validate_indices_one_by_one's answer, a chunk of indices at a time: a reader fault, an index
+// out of range or out of order anywhere sends the whole check to the one-by-one path, which
+// finds the first fault and names it. With `indices` (room for nnz), they are kept there.
+Status validate_indices(const EncodedInfo& h, const uint8_t* data, uint32_t* indices) {
+  if (h.index_coding != IndexCoding::kEliasFano && h.index_coding != IndexCoding::kRice) return Status::kOk;
+  auto check_all = [&](auto& reader) {
+    uint32_t chunk[kIndexChunk];
+    uint64_t next_allowed = 0;  // the previous index + 1
+    bool bad = false;
+    for (uint32_t done = 0; done < h.nnz && !bad; done += kIndexChunk) {
+      const uint32_t count = h.nnz - done < kIndexChunk ? h.nnz - done : kIndexChunk;
+      uint32_t* const index = indices != nullptr ? indices + done : chunk;
+      reader.next_many(index, count);
+      bool unordered = index[0] < next_allowed;
+      for (uint32_t j = 1; j < count; ++j) unordered |= index[j] <= index[j - 1];
+      next_allowed = uint64_t(index[count - 1]) + 1;
+      bad = reader.failed() || unordered || next_allowed > h.n;
+    }
+    return !bad;
+  };
+  bool ok;
+  if (h.index_coding == IndexCoding::kEliasFano) {
+    index_coding::EliasFanoReader r(h.n, h.nnz, data);
+    ok = check_all(r);
+  } else {
+    index_coding::RiceReader r(h.n, h.nnz, data, h.index_bytes);
+    ok = check_all(r) && (r.bit_position() + 7) / 8 == h.index_bytes;
+  }
+  return ok ? Status::kOk : validate_indices_one_by_one(h, data);
+}
+#endif
+
+// Top-k and threshold encodings (not the sketches, which decode through their own tables).
+[[maybe_unused]] bool has_coded_indices(const EncodedInfo& h) {
+  return h.sparsifier != SparsifierKind::kNone && h.sparsifier != SparsifierKind::kRandomK &&
+         h.values != ValueCoderKind::kSkCompress && h.values != ValueCoderKind::kCountSketch &&
+         (h.index_coding == IndexCoding::kEliasFano || h.index_coding == IndexCoding::kRice);
+}
+
+// Where decode_with may keep an encoding's nnz decoded indices: the 4-byte aligned start of
+// `workspace` when it holds them (decode_fast_workspace_size()), else null.
+uint32_t* index_workspace(const EncodedInfo& h, Span<uint8_t> workspace) {
+#if defined(__OPTIMIZE_SIZE__)
+  (void)h;
+  (void)workspace;
+  return nullptr;
+#else
+  if (!has_coded_indices(h) || workspace.data() == nullptr) return nullptr;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(workspace.data());
+  const size_t skip = size_t((4 - at % 4) % 4);
+  if (workspace.size() < skip || (workspace.size() - skip) / 4 < h.nnz) return nullptr;
+  return reinterpret_cast<uint32_t*>(workspace.data() + skip);
+#endif
+}
+
 // Verifies everything (header, checksum, indices, values), then calls sink(index, value) for
 // every carried coordinate in ascending index order.
 // Any dimension (verify()).
@@ -239,7 +303,6 @@ constexpr size_t kAnyDimension = ~size_t{0};
 template <typename Sink>
 Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> workspace, Sink&& sink,
                    EncodedInfo* info = nullptr) {
-  (void)workspace;  // only the sketch families use it
   EncodedInfo h;
   EDGEFL_RETURN_IF_ERROR(inspect(bytes, &h));
   if (expected_n != kAnyDimension && h.n != expected_n) return Status::kDimensionMismatch;
@@ -256,7 +319,8 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
 #endif
   const uint8_t* index_data = bytes.data() + h.header_bytes;
   const uint8_t* value_data = index_data + h.index_bytes;
-  EDGEFL_RETURN_IF_ERROR(validate_indices(h, index_data));
+  uint32_t* const decoded_indices = index_workspace(h, workspace);
+  EDGEFL_RETURN_IF_ERROR(validate_indices(h, index_data, decoded_indices));
   const values::Params p = params_from_header(h);
   if (p.entropy) {
     EDGEFL_RETURN_IF_ERROR(values::validate_entropy_region(p, value_data, h.value_bytes, h.nnz));
@@ -314,7 +378,54 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
       for_each_value([&](uint64_t, float v) { sink(is_permuted ? permuted.next() : ascending.next(), v); });
       break;
     }
-    default:
+    default: {
+#if !defined(__OPTIMIZE_SIZE__)
+      // Runs of values, then their indices a chunk at a time: the same pairs, in order.
+      // The indices of the value sequence's positions first .. first + count - 1.
+      auto decode_pairs = [&](auto&& indices_of) {
+        if (p.entropy) {
+          values::EntropyRegionReader values_reader(p, value_data, h.value_bytes, h.nnz);
+          float run[values::EntropyRegionReader::kChunk];
+          size_t first = 0;
+          for (uint32_t got = values_reader.next(run); got != 0; got = values_reader.next(run)) {
+            sink.pairs(indices_of(first, got), run, got);
+            first += got;
+          }
+        } else {
+          values::decode_dense_runs(p, value_data, h.nnz,
+                                    [&](uint64_t first, const float* v, uint32_t count) {
+                                      sink.pairs(indices_of(size_t(first), count), v, count);
+                                    });
+        }
+      };
+      static_assert(kIndexChunk >= values::kFloatChunk && kIndexChunk >= values::EntropyRegionReader::kChunk,
+                    "a run's indices fit in a chunk");
+      uint32_t index[kIndexChunk];
+      auto read_from = [&](auto& reader) {
+        return [&](size_t, uint32_t count) -> const uint32_t* {
+          reader.next_many(index, count);
+          return index;
+        };
+      };
+      if (decoded_indices != nullptr) {
+        if (p.entropy || values::has_dense_runs(p)) {
+          decode_pairs([&](size_t first, uint32_t) -> const uint32_t* { return decoded_indices + first; });
+        } else {
+          for_each_value([&](uint64_t position, float v) { sink(size_t(decoded_indices[position]), v); });
+        }
+        break;
+      }
+      if (p.entropy || values::has_dense_runs(p)) {
+        if (h.index_coding == IndexCoding::kEliasFano) {
+          index_coding::EliasFanoReader r(h.n, h.nnz, index_data);
+          decode_pairs(read_from(r));
+        } else {
+          index_coding::RiceReader r(h.n, h.nnz, index_data, h.index_bytes);
+          decode_pairs(read_from(r));
+        }
+        break;
+      }
+#endif
       if (h.index_coding == IndexCoding::kEliasFano) {
         index_coding::EliasFanoReader r(h.n, h.nnz, index_data);
         for_each_value([&](uint64_t, float v) { sink(size_t(r.next()), v); });
@@ -323,6 +434,7 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
         for_each_value([&](uint64_t, float v) { sink(size_t(r.next()), v); });
       }
       break;
+    }
   }
   return Status::kOk;
 }
@@ -689,6 +801,15 @@ Status inspect(Span<const uint8_t> bytes, EncodedInfo* info) {
   if (format::compute_checksum(bytes.data(), h.total_bytes) != h.checksum) return Status::kChecksumMismatch;
   *info = h;
   return Status::kOk;
+}
+
+size_t decode_fast_workspace_size(const EncodedInfo& info) {
+#if defined(__OPTIMIZE_SIZE__)
+  return decode_workspace_size(info);
+#else
+  return decode_workspace_size(info) +
+         (has_coded_indices(info) ? size_t(info.nnz) * 4 + 3 : 0);  // any alignment
+#endif
 }
 
 size_t decode_workspace_size(const EncodedInfo& info) {

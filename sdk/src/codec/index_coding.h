@@ -76,6 +76,9 @@ class EliasFanoBitReader {
     high_ += high_reader_.get_unary(n_ >> low_bits_);
     return (high_ << low_bits_) | low;
   }
+  void next_many(uint32_t* out, uint32_t count) {
+    for (uint32_t j = 0; j < count; ++j) out[j] = uint32_t(next());
+  }
   bool failed() const { return low_.failed() || high_reader_.failed(); }
 
  private:
@@ -126,6 +129,89 @@ class EliasFanoWordReader {
     const uint64_t high = one - count_++;
     return (high << low_bits_) | low;
   }
+  // The next `count` indices into out, as `count` calls of next() would give them (the caller's
+  // n is at most EDGEFL_MAX_DIMENSION < 2^32). Where every low part can be loaded whole, the
+  // one bits of a high word are taken in a tight loop.
+  void next_many(uint32_t* out, uint32_t count) {
+    // The state in locals: stores to out may alias the members, which would be reloaded.
+    const unsigned low_bits = low_bits_;
+    const uint64_t low_mask = low_mask_, max_zeros = max_zeros_;
+    const uint8_t* const low_data = low_;
+    // The last bit position at which a low part starts within a whole 8-byte load (negative:
+    // none does).
+    const int64_t low_last_fast_bit = int64_t(low_size_) * 8 - 57;
+    uint64_t low_bit = low_bit_, word = word_, word_bit = word_bit_, previous_one = previous_one_;
+    uint64_t position = count_;
+    size_t next_byte = next_byte_;
+    bool bad = false;
+    uint32_t j = 0;
+    while (j < count) {
+      if (word == 0) {
+        if (next_byte + 8 > high_size_) break;  // the region's last word: next() reads it
+        word = load_le64(high_ + next_byte);
+        word_bit = uint64_t(next_byte) * 8;
+        next_byte += 8;
+        continue;
+      }
+      // The one bits of this word, as many as are wanted and whose low parts load whole.
+      uint64_t take = unsigned(__builtin_popcountll(word));
+      if (take > count - j) take = count - j;
+      if (low_bits != 0) {
+        if (int64_t(low_bit) > low_last_fast_bit) break;
+        const uint64_t loadable = uint64_t(low_last_fast_bit - int64_t(low_bit)) / low_bits + 1;
+        if (take > loadable) take = loadable;
+      }
+      // A run of zeros longer than max_zeros ends at this word's first one bit or, when
+      // max_zeros < 63, maybe between two of its one bits.
+      bad |= word_bit + unsigned(__builtin_ctzll(word)) - previous_one - 1 > max_zeros;
+      if (max_zeros < 63) {
+        uint64_t w = word, prev = word_bit + unsigned(__builtin_ctzll(word));
+        for (uint64_t t = 1; t < take; ++t) {
+          w &= w - 1;
+          const uint64_t one = word_bit + unsigned(__builtin_ctzll(w));
+          bad |= one - prev - 1 > max_zeros;
+          prev = one;
+        }
+      }
+      uint32_t* const run = out + j;
+      const uint64_t first_high = word_bit - position;  // high part = one bit's position - its rank
+      uint64_t one = 0;
+      if (low_bits == 0) {
+        for (uint64_t t = 0; t < take; ++t) {
+          one = unsigned(__builtin_ctzll(word));
+          word &= word - 1;
+          run[t] = uint32_t(first_high + one - t);
+        }
+      } else {
+        for (uint64_t t = 0; t < take; ++t) {
+          const uint64_t low =
+              (load_le64(low_data + size_t(low_bit >> 3)) >> unsigned(low_bit & 7)) & low_mask;
+          low_bit += low_bits;
+          one = unsigned(__builtin_ctzll(word));
+          word &= word - 1;
+          run[t] = uint32_t(((first_high + one - t) << low_bits) | low);
+        }
+      }
+      // High parts do not decrease along a word: the last one is the largest. An index past
+      // 2^32 would be truncated in out; it is a fault (n < 2^32), flagged here.
+      bad |= ((first_high + one - (take - 1)) << low_bits) >> 32 != 0;
+      previous_one = word_bit + one;
+      position += take;
+      j += uint32_t(take);
+    }
+    low_bit_ = low_bit;
+    word_ = word;
+    word_bit_ = word_bit;
+    previous_one_ = previous_one;
+    count_ = position;
+    next_byte_ = next_byte;
+    for (; j < count; ++j) {
+      const uint64_t index = next();
+      bad |= index >> 32 != 0;
+      out[j] = uint32_t(index);
+    }
+    if (bad) failed_ = true;
+  }
   bool failed() const { return failed_; }
 
  private:
@@ -169,10 +255,19 @@ class RiceState {
     sum_ = mean * 4;
     count_ = 4;
   }
+  // One less than the least r <= 31 with count << r >= sum (0 if that r is 0).
   unsigned parameter() const {
-    unsigned r = 0;
+#if defined(__OPTIMIZE_SIZE__)
+    unsigned r = 0;  // the search (fewer bytes of code)
     while ((count_ << r) < sum_ && r < 31) ++r;
     return r > 0 ? r - 1 : 0;
+#else
+    if (count_ >= sum_) return 0;
+    // count << r has sum's bit length; one more doubling if it is still short.
+    unsigned r = floor_log2(sum_) - floor_log2(count_);
+    r += (count_ << r) < sum_ ? 1 : 0;
+    return r > 31 ? 30 : r - 1;
+#endif
   }
   void update(uint64_t gap) {
     sum_ += gap + 1;
@@ -237,6 +332,40 @@ class RiceReader {
     const uint64_t index = next_ + gap;
     next_ = index + 1;
     return index;
+  }
+  // The next `count` indices into out (n < 2^32), as `count` calls of next(). An index past
+  // 2^32 (only from a corrupt stream) fails the reader.
+  void next_many(uint32_t* out, uint32_t count) {
+    // The state in locals: stores to out may alias the members, which would be reloaded.
+    RiceState state = state_;
+    BitReader r = r_;
+    uint64_t next_index = next_;
+    const unsigned raw_bits = raw_bits_;
+    bool wide = false;
+    for (uint32_t j = 0; j < count; ++j) {
+      const unsigned rice = state.parameter();
+      // Quotient and remainder from one 56-bit window when the quotient is short (always but
+      // for escapes: rice <= 30, so q + 1 + rice <= 55); else bit by bit.
+      const uint64_t window = r.peek(56);
+      const unsigned q_short = window == 0 ? 64u : unsigned(__builtin_ctzll(window));
+      uint64_t gap;
+      if (q_short < kRiceEscape) {
+        gap = (uint64_t(q_short) << rice) | ((window >> (q_short + 1)) & ((uint64_t(1) << rice) - 1));
+        r.skip(q_short + 1 + rice);
+      } else {
+        const uint64_t q = r.get_unary(kRiceEscape);
+        gap = q < kRiceEscape ? (q << rice) | r.get(rice) : r.get(raw_bits);
+      }
+      state.update(gap);
+      const uint64_t index = next_index + gap;
+      next_index = index + 1;
+      wide |= index >> 32 != 0;
+      out[j] = uint32_t(index);
+    }
+    state_ = state;
+    r_ = r;
+    next_ = next_index;
+    if (wide) r_.fail();
   }
   bool failed() const { return r_.failed(); }
   size_t bit_position() const { return r_.bit_position(); }

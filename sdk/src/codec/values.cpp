@@ -536,6 +536,15 @@ uint32_t EntropyRegionReader::next(float* out) {
 #if !defined(__OPTIMIZE_SIZE__)
     if (!p_.signmag) {
       for (; j < end; ++j) out[j] = a + float(codes[j]) * b;  // uniform_value's arithmetic
+    } else {
+      // uniform_value's sign-magnitude arithmetic, the negation as a flip of the sign bit
+      // (what IEEE negation is), so that the loop vectorises.
+      const unsigned mag_bits = p_.bits - 1u, mag_mask = (1u << mag_bits) - 1;
+      for (; j < end; ++j) {
+        const float mag = a + float(codes[j] & mag_mask) * b;
+        const uint32_t negative = uint32_t(codes[j] >> mag_bits) << 31;
+        out[j] = bits_float(float_bits(mag) ^ negative);
+      }
     }
 #endif
     for (; j < end; ++j) out[j] = uniform_value(p_, a, b, codes[j]);

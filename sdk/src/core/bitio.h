@@ -127,6 +127,8 @@ class BitReader {
   size_t bits_left() const { return size_ * 8 - consumed_; }
   // True once any read went past the end (or a unary run exceeded its limit).
   bool failed() const { return underflow_; }
+  // Sets the sticky failure flag (a caller's own check of what was read failed).
+  void fail() { underflow_ = true; }
   // Bits consumed so far.
   size_t bit_position() const { return consumed_; }
 
