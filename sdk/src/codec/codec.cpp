@@ -199,6 +199,9 @@ Status encode_dense(const values::Params& p, const float* x, size_t n, uint8_t* 
   return Status::kOk;
 }
 
+// How far ahead of a scatter its destination is prefetched (pairs).
+constexpr uint32_t kPrefetchAhead = 16;
+
 // Indices read at a time by the validating and decoding loops (1 KiB of stack).
 constexpr uint32_t kIndexChunk = 256;
 
@@ -463,7 +466,14 @@ Status decode_add_to(Span<const uint8_t> bytes, T weight, Span<T> accumulator, S
       [](void* c, const uint32_t* index, const float* value, uint32_t count) {
         T* acc = static_cast<Context*>(c)->acc;
         const T w = static_cast<Context*>(c)->weight;
-        for (uint32_t j = 0; j < count; ++j) acc[index[j]] += w * T(value[j]);
+        uint32_t j = 0;
+#if !defined(__OPTIMIZE_SIZE__)
+        for (; j + kPrefetchAhead < count; ++j) {  // as decode()'s scatter
+          __builtin_prefetch(acc + index[j + kPrefetchAhead], 1);
+          acc[index[j]] += w * T(value[j]);
+        }
+#endif
+        for (; j < count; ++j) acc[index[j]] += w * T(value[j]);
       },
       [](void* c, size_t first, const float* value, uint32_t count) {
         T* acc = static_cast<Context*>(c)->acc + first;
@@ -845,7 +855,16 @@ Status decode(Span<const uint8_t> bytes, Span<float> out, Span<uint8_t> workspac
       },
       [](void* context, const uint32_t* index, const float* value, uint32_t count) {
         float* dense = static_cast<Span<float>*>(context)->data();
-        for (uint32_t j = 0; j < count; ++j) dense[index[j]] = value[j];
+        uint32_t j = 0;
+#if !defined(__OPTIMIZE_SIZE__)
+        // Random-k's indices land anywhere: the line of a store kPrefetchAhead pairs on is asked
+        // for (to write) now, so that its miss overlaps the stores before it.
+        for (; j + kPrefetchAhead < count; ++j) {
+          __builtin_prefetch(dense + index[j + kPrefetchAhead], 1);
+          dense[index[j]] = value[j];
+        }
+#endif
+        for (; j < count; ++j) dense[index[j]] = value[j];
       },
       [](void* context, size_t first, const float* value, uint32_t count) {
         memcpy(static_cast<Span<float>*>(context)->data() + first, value, size_t(count) * sizeof(float));
