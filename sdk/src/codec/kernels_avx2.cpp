@@ -6,6 +6,7 @@
 
 #include "codec/kernels.h"
 #include "core/cpu.h"
+#include "core/bitio.h"
 #include "core/crc32c.h"
 #include "core/half.h"
 #include "core/rng.h"
@@ -84,29 +85,41 @@ inline uint32_t max_lane(__m256i v) {
   return m;
 }
 
-// Converts and checksums in one pass: blocks of three lanes of kCrc32cLaneBytes of output, each
-// lane converted 16 floats at a time and its 32 new bytes fed from the register to its own CRC chain (the
-// CRC instruction's latency hidden by the other two lanes and by the conversion), the lanes
-// joined by crc32c_shift_lane. The tail goes through `convert_tail` and crc32c_update.
+// Converts and checksums in one pass over blocks of three lanes of kCrc32cLaneBytes of output
+// each: while block k is converted, 16 floats per lane at a time, block k - 1 (stored one block
+// earlier, so its loads no longer wait on store forwarding) is read back by three CRC chains,
+// one per lane (the CRC instruction's latency hidden by the other two and by the conversion),
+// joined by crc32c_shift_lane. The tail goes through the caller's converter and crc32c_update.
 template <__m256i (*Convert16)(const float*, uint8_t*, __m256i*)>
 uint32_t convert_and_crc(const float* x, size_t n, uint8_t* out, uint32_t* crc, size_t* done) {
-  constexpr size_t kLaneFloats = kCrc32cLaneBytes / 2;
+  constexpr size_t kLaneFloats = kCrc32cLaneBytes / 2, kBlockFloats = 3 * kLaneFloats;
   __m256i worst = _mm256_setzero_si256();
   uint32_t c = ~*crc;
-  size_t i = 0;
-  for (; i + 3 * kLaneFloats <= n; i += 3 * kLaneFloats) {
+  const size_t blocks = n / kBlockFloats;
+  for (size_t k = 0; k <= blocks; ++k) {
+    const bool convert = k < blocks, checksum = k > 0;
+    const float* xa = x + k * kBlockFloats;
+    uint8_t* oa = out + 2 * k * kBlockFloats;
+    const uint8_t* previous = checksum ? oa - 2 * kBlockFloats : oa;  // block k - 1's output
     uint64_t a = c, b = 0, d = 0;
-    const float* xa = x + i;
-    uint8_t* oa = out + 2 * i;
     for (size_t j = 0; j < kLaneFloats; j += 16) {
-      a = crc_of_x32(a, Convert16(xa + j, oa + 2 * j, &worst));
-      b = crc_of_x32(b, Convert16(xa + kLaneFloats + j, oa + kCrc32cLaneBytes + 2 * j, &worst));
-      d = crc_of_x32(d, Convert16(xa + 2 * kLaneFloats + j, oa + 2 * kCrc32cLaneBytes + 2 * j, &worst));
+      if (convert) {
+        Convert16(xa + j, oa + 2 * j, &worst);
+        Convert16(xa + kLaneFloats + j, oa + kCrc32cLaneBytes + 2 * j, &worst);
+        Convert16(xa + 2 * kLaneFloats + j, oa + 2 * kCrc32cLaneBytes + 2 * j, &worst);
+      }
+      if (checksum) {
+        for (size_t w = 0; w < 32; w += 8) {
+          a = _mm_crc32_u64(a, load_le64(previous + 2 * j + w));
+          b = _mm_crc32_u64(b, load_le64(previous + kCrc32cLaneBytes + 2 * j + w));
+          d = _mm_crc32_u64(d, load_le64(previous + 2 * kCrc32cLaneBytes + 2 * j + w));
+        }
+      }
     }
-    c = crc32c_shift_lane(crc32c_shift_lane(uint32_t(a)) ^ uint32_t(b)) ^ uint32_t(d);
+    if (checksum) c = crc32c_shift_lane(crc32c_shift_lane(uint32_t(a)) ^ uint32_t(b)) ^ uint32_t(d);
   }
   *crc = ~c;
-  *done = i;
+  *done = blocks * kBlockFloats;
   return max_lane(worst);
 }
 
