@@ -152,6 +152,18 @@ TEST_SUITE("kernels") {
           CHECK(plain(x.data(), n, b.data()));
           CHECK(a == b);
           CHECK(crc == edgefl::crc32c_update_ref(0x12345678u, b.data(), b.size()));
+          // Outputs at every offset from a 32-byte boundary (the kernels align their stores
+          // with a head; odd offsets cannot be aligned).
+          std::vector<uint8_t> shifted(2 * n + 64);
+          const uintptr_t base = reinterpret_cast<uintptr_t>(shifted.data());
+          for (size_t offset = 0; offset < 32; offset += (offset < 4 ? 1 : 6)) {
+            CAPTURE(offset);
+            uint8_t* at = shifted.data() + ((32 - base % 32) % 32) + offset;
+            uint32_t shifted_crc = 7;
+            CHECK(fused(x.data(), n, at, &shifted_crc));
+            CHECK(memcmp(at, b.data(), b.size()) == 0);
+            CHECK(shifted_crc == edgefl::crc32c_update_ref(7, b.data(), b.size()));
+          }
           for (size_t at : {size_t(0), n / 2, n - 1}) {
             std::vector<float> bad(x);
             bad[at] = bf16 ? INFINITY : 70000.0f;
