@@ -1211,13 +1211,79 @@ TEST_SUITE("train") {
     ModelSpec bad_spec = spec;
     bad_spec.height = 10;
     CHECK(trainer.init(bad_spec, cfg, {memory.data(), ws}) == Status::kInvalidSpec);
-    // The workspace grows with the batch size.
+    // The workspace grows with the rows held at once, not with the batch size.
     TrainConfig bigger = cfg;
     bigger.batch_size = 64;
+    CHECK(SgdTrainer::workspace_bytes(spec, bigger) == ws);
+    bigger.micro_batch = 0;
     CHECK(SgdTrainer::workspace_bytes(spec, bigger) > ws);
     MESSAGE("workspace_bytes(cnn, batch 32) = "
             << SgdTrainer::workspace_bytes(parse("cnn"), TrainConfig()) << ", (mlp:784-128-10, batch 32) = "
             << SgdTrainer::workspace_bytes(parse("mlp:784-128-10"), TrainConfig()));
+  }
+
+  TEST_CASE(
+      "micro_batch changes the memory, not the bits: fit, evaluate and gradient agree for every part size") {
+    // A CNN (conv, pool, dense) and an MLP; batches that do and do not divide by the part size,
+    // a last batch shorter than the rest, two epochs, momentum, weight decay and FedProx.
+    for (const char* text : {"cnn:4-8-16,in=1x12x12,classes=5", "mlp:144-24-5"}) {
+      CAPTURE(text);
+      const ModelSpec spec = parse(text);
+      const Dataset d = random_dataset(45, edgefl::input_dim(spec), 5, 21);
+      const std::vector<float> global = init_params(spec, 8);
+      const size_t p = global.size();
+      TrainConfig cfg;
+      cfg.batch_size = 12;
+      cfg.local_epochs = 2;
+      cfg.weight_decay = 0.001f;
+      cfg.prox_mu = 0.01f;
+      std::vector<float> reference_delta, reference_grad;
+      FitResult reference_fit;
+      float reference_loss = 0, reference_acc = 0, reference_grad_loss = 0;
+      size_t previous_ws = 0;
+      for (uint32_t micro : {0u, 12u, 7u, 5u, 1u}) {
+        CAPTURE(micro);
+        cfg.micro_batch = micro;
+        const size_t ws = SgdTrainer::workspace_bytes(spec, cfg);
+        if (previous_ws != 0) CHECK(ws < previous_ws + (micro == 12 ? 1 : 0));  // fewer rows, less memory
+        previous_ws = ws;
+        TrainerBox box(spec, cfg);
+        REQUIRE(box.trainer.set_data(d.view()) == Status::kOk);
+        std::vector<float> delta(p), grad(p);
+        FitResult r;
+        float loss = 0, acc = 0, grad_loss = 0;
+        REQUIRE(box.trainer.fit({global.data(), p}, {delta.data(), p}, &r) == Status::kOk);
+        REQUIRE(box.trainer.evaluate({global.data(), p}, d.view(), &loss, &acc) == Status::kOk);
+        REQUIRE(box.trainer.gradient({global.data(), p}, d.view(), {grad.data(), p}, &grad_loss) ==
+                Status::kOk);
+        if (micro == 0) {
+          reference_delta = delta;
+          reference_grad = grad;
+          reference_fit = r;
+          reference_loss = loss;
+          reference_acc = acc;
+          reference_grad_loss = grad_loss;
+          continue;
+        }
+        CHECK(memcmp(delta.data(), reference_delta.data(), p * sizeof(float)) == 0);
+        CHECK(memcmp(grad.data(), reference_grad.data(), p * sizeof(float)) == 0);
+        CHECK(r.steps == reference_fit.steps);
+        CHECK(r.samples == reference_fit.samples);
+        CHECK(memcmp(&r.loss, &reference_fit.loss, sizeof(float)) == 0);
+        CHECK(memcmp(&r.accuracy, &reference_fit.accuracy, sizeof(float)) == 0);
+        CHECK(memcmp(&loss, &reference_loss, sizeof(float)) == 0);
+        CHECK(memcmp(&acc, &reference_acc, sizeof(float)) == 0);
+        CHECK(memcmp(&grad_loss, &reference_grad_loss, sizeof(float)) == 0);
+      }
+    }
+    // The CNN's activations: the default 4 rows need a fraction of a whole batch of 32.
+    TrainConfig whole;
+    whole.micro_batch = 0;
+    const size_t cnn_whole = SgdTrainer::workspace_bytes(parse("cnn"), whole);
+    const size_t cnn_default = SgdTrainer::workspace_bytes(parse("cnn"), TrainConfig());
+    MESSAGE("cnn, batch 32: workspace " << cnn_whole << " bytes whole, " << cnn_default
+                                        << " in parts of 4 rows");
+    CHECK(cnn_default < cnn_whole * 6 / 10);
   }
 
   TEST_CASE("set_data, fit, evaluate and gradient allocate nothing") {
@@ -1296,7 +1362,11 @@ TEST_SUITE("train") {
           Status::kInvalidArgument);
 
     TrainConfig cfg;
-    cfg.batch_size = 64;  // more than init's 32
+    cfg.batch_size = 64;  // a larger batch in parts of the 4 rows init() sized for: fine
+    CHECK(box.trainer.set_config(cfg) == Status::kOk);
+    cfg.micro_batch = 5;  // more rows at once than init()'s 4
+    CHECK(box.trainer.set_config(cfg) == Status::kInvalidArgument);
+    cfg.micro_batch = 0;  // the whole batch of 64 at once
     CHECK(box.trainer.set_config(cfg) == Status::kInvalidArgument);
     for (int k = 0; k < 5; ++k) {
       TrainConfig bad;
@@ -1343,32 +1413,36 @@ TEST_SUITE("train.bench" * doctest::skip()) {
       clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
       return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
     };
-    for (const char* text : {"cnn", "mlp:784-128-10"}) {
-      const ModelSpec spec = parse(text);
-      TrainConfig cfg;  // batch 32, 1 epoch
-      TrainerBox box(spec, cfg);
-      const Dataset d = random_dataset(600, edgefl::input_dim(spec), 10, 1);
-      REQUIRE(box.trainer.set_data(d.view()) == Status::kOk);
-      const std::vector<float> global = init_params(spec, 1);
-      std::vector<float> delta(global.size());
-      FitResult r;
-      double fit_best = 0, eval_best = 0;
-      for (int rep = 0; rep < 5; ++rep) {
-        double t0 = cpu_seconds();
-        REQUIRE(box.trainer.fit({global.data(), global.size()}, {delta.data(), delta.size()}, &r) ==
-                Status::kOk);
-        const double fit_rate = r.samples / (cpu_seconds() - t0);
-        float loss, acc;
-        t0 = cpu_seconds();
-        REQUIRE(box.trainer.evaluate({global.data(), global.size()}, d.view(), &loss, &acc) == Status::kOk);
-        const double eval_rate = 600 / (cpu_seconds() - t0);
-        fit_best = fit_rate > fit_best ? fit_rate : fit_best;
-        eval_best = eval_rate > eval_best ? eval_rate : eval_best;
+    // Each model with the whole batch of 32 in memory, then in parts of 8 and 4 (the default) rows.
+    for (const char* text : {"cnn", "mlp:784-128-10"})
+      for (uint32_t micro : {0u, 8u, 4u}) {
+        const ModelSpec spec = parse(text);
+        TrainConfig cfg;  // batch 32, 1 epoch
+        cfg.micro_batch = micro;
+        TrainerBox box(spec, cfg);
+        const Dataset d = random_dataset(600, edgefl::input_dim(spec), 10, 1);
+        REQUIRE(box.trainer.set_data(d.view()) == Status::kOk);
+        const std::vector<float> global = init_params(spec, 1);
+        std::vector<float> delta(global.size());
+        FitResult r;
+        double fit_best = 0, eval_best = 0;
+        for (int rep = 0; rep < 5; ++rep) {
+          double t0 = cpu_seconds();
+          REQUIRE(box.trainer.fit({global.data(), global.size()}, {delta.data(), delta.size()}, &r) ==
+                  Status::kOk);
+          const double fit_rate = r.samples / (cpu_seconds() - t0);
+          float loss, acc;
+          t0 = cpu_seconds();
+          REQUIRE(box.trainer.evaluate({global.data(), global.size()}, d.view(), &loss, &acc) == Status::kOk);
+          const double eval_rate = 600 / (cpu_seconds() - t0);
+          fit_best = fit_rate > fit_best ? fit_rate : fit_best;
+          eval_best = eval_rate > eval_best ? eval_rate : eval_best;
+        }
+        printf(
+            "train.bench %-16s micro_batch %2u  %8zu params  fit %8.0f samples/s  evaluate %8.0f samples/s  "
+            "workspace %zu B\n",
+            text, micro, global.size(), fit_best, eval_best, box.workspace.size());
       }
-      printf(
-          "train.bench %-16s %8zu params  fit %8.0f samples/s  evaluate %8.0f samples/s  workspace %zu B\n",
-          text, global.size(), fit_best, eval_best, box.workspace.size());
-    }
   }
 
 }  // TEST_SUITE("train.bench")

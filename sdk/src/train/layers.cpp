@@ -89,13 +89,13 @@ void dense_backward(const float* x, const float* dy, size_t batch, size_t in, si
                     float* dw, float* db, float* dx) {
   for (size_t o = 0; o < out; ++o) {
     float* dwo = dw + o * in;
-    float bias_sum = 0.0f;
+    float bias = db[o];
     for (size_t b = 0; b < batch; ++b) {
       const float g = dy[b * out + o];
-      bias_sum += g;
+      bias += g;
       if (g != 0.0f) axpy(g, x + b * in, dwo, in);  // ReLU zeroes about half of the rows
     }
-    db[o] += bias_sum;
+    db[o] = bias;
   }
   if (dx == nullptr) return;
   for (size_t b = 0; b < batch; ++b) {
@@ -376,8 +376,7 @@ void maxpool2_backward(const float* dy, const uint8_t* argmax, size_t c, size_t 
 }
 
 float softmax_xent(const float* logits, const uint8_t* labels, size_t batch, size_t classes, float scale,
-                   float* dlogits, uint32_t* correct) {
-  float total = 0.0f;
+                   float* dlogits, uint32_t* correct, float total) {
   for (size_t b = 0; b < batch; ++b) {
     const float* z = logits + b * classes;
     const size_t label = labels[b];

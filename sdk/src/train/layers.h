@@ -26,7 +26,8 @@ void dense_forward(const float* x, size_t batch, size_t in, size_t out, const fl
                    float* y);
 
 // dw[o][i] += sum_b dy[b][o] x[b][i];  db[o] += sum_b dy[b][o];  dx[b][i] = sum_o dy[b][o] w[o][i]
-// (dx may be null: the first layer needs no input gradient).
+// (dx may be null: the first layer needs no input gradient). dw and db receive the rows' terms one
+// at a time, in row order, so that a batch given in consecutive parts sums to the same bits.
 void dense_backward(const float* x, const float* dy, size_t batch, size_t in, size_t out, const float* w,
                     float* dw, float* db, float* dx);
 
@@ -82,11 +83,13 @@ void maxpool2_forward(const float* x, size_t c, size_t h, size_t w, float* y, ui
 // dx (c x h x w) = dy routed to the argmax of each window, 0 elsewhere (dx is overwritten).
 void maxpool2_backward(const float* dy, const uint8_t* argmax, size_t c, size_t h, size_t w, float* dx);
 
-// Softmax cross-entropy over `batch` rows of `classes` logits. Returns the SUM of the per-row
-// losses -log softmax(z)[label]; writes dlogits = scale * (softmax(z) - onehot(label)) (dlogits
-// may be null) and adds to *correct the rows whose first maximal logit is the label (may be null).
+// Softmax cross-entropy over `batch` rows of `classes` logits. Returns `total` plus the per-row
+// losses -log softmax(z)[label], added one at a time in float (so a batch given in consecutive
+// parts, each continuing the previous part's total, sums to the same bits); writes
+// dlogits = scale * (softmax(z) - onehot(label)) (dlogits may be null) and adds to *correct the
+// rows whose first maximal logit is the label (may be null).
 float softmax_xent(const float* logits, const uint8_t* labels, size_t batch, size_t classes, float scale,
-                   float* dlogits, uint32_t* correct);
+                   float* dlogits, uint32_t* correct, float total = 0.0f);
 
 // exp(x) for x <= 88 (0 below -87.3) and log(x) for positive normal x, to ~2 ulp, in IEEE float
 // arithmetic only (Cody-Waite reduction + polynomials, as in Cephes' expf/logf), so the loss is

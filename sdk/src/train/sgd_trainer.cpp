@@ -7,7 +7,7 @@
 //   local         P floats: the weights being trained
 //   velocity      P floats: the momentum buffer
 //   grad          P floats: the gradient of the current batch
-//   acts[0]       B x input_dim floats: the gathered batch
+//   acts[0]       B x input_dim floats: the gathered rows
 //   acts[l+1]     B x out_size(l) floats: output of layer l (after pooling and ReLU)
 //   argmax[l]     B x out_size(l) bytes: conv layers only, the max-pool routing
 //   dbuf[0..1]    activation gradients, ping-pong: B x the largest out_size of the layers whose
@@ -17,8 +17,10 @@
 //                 and the gradient of the im2row
 //   conv          one sample's conv output before pooling
 //
-// (P = parameter_count, B = batch_size.) Nothing is allocated after init(); the conv layers run
-// one sample at a time through the im2col scratch, so only pooled activations are kept per batch.
+// (P = parameter_count, B = rows held at once: min(micro_batch, batch_size), or batch_size when
+// micro_batch is 0.) Nothing is allocated after init(); a batch runs in parts of B rows, and the
+// conv layers one sample at a time through the im2col scratch, so only the pooled activations of
+// B rows are kept.
 #include <string.h>
 
 #include <new>  // placement new only: inline, links no allocator
@@ -34,7 +36,8 @@ namespace train {
 
 struct TrainerState {
   ModelPlan plan;
-  uint32_t capacity = 0;  // batch rows the buffers hold
+  uint32_t capacity = 0;    // rows the buffers hold (B)
+  uint32_t batch_rows = 0;  // init()'s batch_size: evaluate() and gradient() go in batches of it
   float* local = nullptr;
   float* velocity = nullptr;
   float* grad = nullptr;
@@ -109,6 +112,11 @@ void compute_layout(const ModelPlan& plan, uint64_t capacity, Layout* layout) {
 
 bool finite(float x) {
   return x - x == 0.0f;  // false for NaN and +-Inf (no -ffast-math in edgefl targets)
+}
+
+// Rows a config holds at once (the B of the layout).
+uint32_t rows_held(const TrainConfig& c) {
+  return c.micro_batch == 0 || c.micro_batch > c.batch_size ? c.batch_size : c.micro_batch;
 }
 
 bool valid_config(const TrainConfig& c) {
@@ -196,14 +204,29 @@ void backward(TrainerState& st, const float* params, size_t rows, float* grad) {
 }
 
 // Forward (and, if `grad` is not null, backward with dlogits scaled by `scale`) over the rows of
-// acts[0]. Returns the sum of the rows' losses; adds correct predictions to *correct.
-float run_batch(TrainerState& st, const float* params, size_t rows, float scale, float* grad,
-                uint32_t* correct) {
+// acts[0]. Returns `total` plus the rows' losses; adds correct predictions to *correct.
+float run_part(TrainerState& st, const float* params, size_t rows, float scale, float* grad,
+               uint32_t* correct, float total) {
   forward(st, params, rows);
-  const float loss = softmax_xent(st.acts[st.plan.count], st.labels, rows, st.plan.classes, scale,
-                                  grad != nullptr ? st.dbuf[0] : nullptr, correct);
+  total = softmax_xent(st.acts[st.plan.count], st.labels, rows, st.plan.classes, scale,
+                       grad != nullptr ? st.dbuf[0] : nullptr, correct, total);
   if (grad != nullptr) backward(st, params, rows, grad);
-  return loss;
+  return total;
+}
+
+// run_part over the samples at positions first .. first + rows - 1 of `d` (through `order`), in
+// parts of st.capacity rows; every sum (loss, gradient) continues across the parts in row order,
+// so the result is the bits of one part of `rows` rows. Returns the sum of the rows' losses.
+template <typename Order>
+float run_rows(TrainerState& st, const DataView& d, uint32_t first, uint32_t rows, const Order& order,
+               const float* params, float scale, float* grad, uint32_t* correct) {
+  float total = 0.0f;
+  for (uint32_t done = 0; done < rows; done += st.capacity) {
+    const uint32_t part = rows - done < st.capacity ? rows - done : st.capacity;
+    gather(st, d, first + done, part, order);
+    total = run_part(st, params, part, scale, grad, correct, total);
+  }
+  return total;
 }
 
 // One SGD step over a range of parameters (see TrainConfig for the rule).
@@ -231,7 +254,7 @@ size_t SgdTrainer::workspace_bytes(const ModelSpec& spec, const TrainConfig& con
   ModelPlan plan;
   if (train::build_plan(spec, &plan) != Status::kOk || !train::valid_config(config)) return 0;
   train::Layout layout;
-  train::compute_layout(plan, config.batch_size, &layout);
+  train::compute_layout(plan, train::rows_held(config), &layout);
   const uint64_t total = layout.total + train::kAlign - 1;
   return total > uint64_t(SIZE_MAX) ? 0 : size_t(total);
 }
@@ -247,12 +270,13 @@ Status SgdTrainer::init(const ModelSpec& spec, const TrainConfig& config, Span<u
   if (need == 0 || workspace.size() < need) return Status::kWorkspaceTooSmall;
 
   train::Layout layout;
-  train::compute_layout(plan, config.batch_size, &layout);
+  train::compute_layout(plan, train::rows_held(config), &layout);
   const uintptr_t address = reinterpret_cast<uintptr_t>(workspace.data());
   uint8_t* base = workspace.data() + ((train::kAlign - address % train::kAlign) % train::kAlign);
   TrainerState* st = ::new (static_cast<void*>(base)) TrainerState();  // placement: no allocation
   st->plan = plan;
-  st->capacity = config.batch_size;
+  st->capacity = train::rows_held(config);
+  st->batch_rows = config.batch_size;
   st->local = reinterpret_cast<float*>(base + layout.local);
   st->velocity = reinterpret_cast<float*>(base + layout.velocity);
   st->grad = reinterpret_cast<float*>(base + layout.grad);
@@ -285,7 +309,7 @@ void SgdTrainer::set_seed(uint64_t seed) {
 }
 
 Status SgdTrainer::set_config(const TrainConfig& config) {
-  if (!train::valid_config(config) || state_ == nullptr || config.batch_size > state_->capacity) {
+  if (!train::valid_config(config) || state_ == nullptr || train::rows_held(config) > state_->capacity) {
     return Status::kInvalidArgument;
   }
   config_ = config;
@@ -326,10 +350,10 @@ Status SgdTrainer::fit_impl(Span<const float> global, Span<float> delta_out, Fit
         break;
       }
       const uint32_t rows = n - first < batch ? n - first : batch;
-      train::gather(st, data_, first, rows, order);
       memset(st.grad, 0, p * sizeof(float));
       uint32_t batch_correct = 0;
-      loss_sum += double(train::run_batch(st, st.local, rows, 1.0f / float(rows), st.grad, &batch_correct));
+      loss_sum += double(train::run_rows(st, data_, first, rows, order, st.local, 1.0f / float(rows), st.grad,
+                                         &batch_correct));
       correct += batch_correct;
       for (uint32_t l = 0; l < st.plan.count; ++l) {
         const LayerPlan& lp = st.plan.layers[l];
@@ -374,10 +398,10 @@ Status SgdTrainer::evaluate(Span<const float> params, const DataView& data, floa
   const uint32_t n = uint32_t(train::selected(data));
   double loss_sum = 0.0;
   uint32_t correct = 0;
-  for (uint32_t first = 0; first < n; first += st.capacity) {
-    const uint32_t rows = n - first < st.capacity ? n - first : st.capacity;
-    train::gather(st, data, first, rows, train::Sequential());
-    loss_sum += double(train::run_batch(st, params.data(), rows, 0.0f, nullptr, &correct));
+  for (uint32_t first = 0; first < n; first += st.batch_rows) {
+    const uint32_t rows = n - first < st.batch_rows ? n - first : st.batch_rows;
+    loss_sum += double(
+        train::run_rows(st, data, first, rows, train::Sequential(), params.data(), 0.0f, nullptr, &correct));
   }
   *loss = float(loss_sum / double(n));
   *accuracy = float(double(correct) / double(n));
@@ -396,10 +420,10 @@ Status SgdTrainer::gradient(Span<const float> params, const DataView& batch, Spa
   float* grad = grad_out.data();
   memset(grad, 0, grad_out.size() * sizeof(float));
   double loss_sum = 0.0;
-  for (uint32_t first = 0; first < n; first += st.capacity) {
-    const uint32_t rows = n - first < st.capacity ? n - first : st.capacity;
-    train::gather(st, batch, first, rows, train::Sequential());
-    loss_sum += double(train::run_batch(st, params.data(), rows, 1.0f / float(n), grad, nullptr));
+  for (uint32_t first = 0; first < n; first += st.batch_rows) {
+    const uint32_t rows = n - first < st.batch_rows ? n - first : st.batch_rows;
+    loss_sum += double(train::run_rows(st, batch, first, rows, train::Sequential(), params.data(),
+                                       1.0f / float(n), grad, nullptr));
   }
   *loss = float(loss_sum / double(n));
   return Status::kOk;
