@@ -671,21 +671,57 @@ TEST_SUITE("codec.roundtrip") {
     }
   }
 
-  TEST_CASE("NaN or infinity anywhere fails every codec with kNonFiniteInput") {
+  TEST_CASE("NaN or infinity fails every codec with kNonFiniteInput; random-k reads only what it carries") {
     const size_t n = 1000;
+    const std::vector<float> clean = edgefl_test::gaussian_vector(n, 10);
+    size_t unread_checked = 0;
     for (const char* text : kAllSpecs) {
       const CodecSpec spec = parse_or_fail(text);
+      // Random-k without a shared scale reads, in O(k), only the coordinates the seed draws:
+      // found by encoding ones with the same seed and k as fp32 (the draw depends on n, k and
+      // the seed only) and decoding them.
+      std::vector<bool> carried(n, true);
+      const edgefl_test::Encoding clean_encoding = encode_vec(spec, clean, 1);
+      const bool reads_carried_only = spec.sparsifier == SparsifierKind::kRandomK && spec.shared_step == 0.0f;
+      if (reads_carried_only) {
+        REQUIRE(clean_encoding.status == Status::kOk);
+        EncodedInfo info;
+        REQUIRE(edgefl::inspect({clean_encoding.bytes.data(), clean_encoding.bytes.size()}, &info) ==
+                Status::kOk);
+        CodecSpec probe;
+        probe.sparsifier = SparsifierKind::kRandomK;
+        probe.k = info.nnz;
+        probe.randk_unscaled = true;
+        const edgefl_test::Encoding ones = encode_vec(probe, std::vector<float>(n, 1.0f), 1);
+        REQUIRE(ones.status == Status::kOk);
+        std::vector<float> decoded(n, 0.0f);
+        REQUIRE(edgefl_test::decode_vec(ones.bytes, &decoded) == Status::kOk);
+        for (size_t i = 0; i < n; ++i) carried[i] = decoded[i] == 1.0f;
+      }
       for (float bad : {NAN, INFINITY, -INFINITY}) {
-        for (size_t at : {size_t{0}, size_t{1}, n / 2, n - 2, n - 1}) {
-          INFO("spec: ", std::string(text), "  value: ", bad, "  at: ", at);
-          std::vector<float> x = edgefl_test::gaussian_vector(n, 10);
+        std::vector<size_t> positions = {0, 1, n / 2, n - 2, n - 1};
+        if (reads_carried_only) {  // and one carried, one not
+          positions.push_back(size_t(std::find(carried.begin(), carried.end(), true) - carried.begin()));
+          positions.push_back(size_t(std::find(carried.begin(), carried.end(), false) - carried.begin()));
+        }
+        for (size_t at : positions) {
+          INFO("spec: ", std::string(text), "  value: ", bad, "  at: ", at, "  carried: ", bool(carried[at]));
+          std::vector<float> x = clean;
           x[at] = bad;
           const edgefl_test::Encoding e = encode_vec(spec, x, 1);
-          CHECK(e.status == Status::kNonFiniteInput);
-          CHECK(e.written == 0);
+          if (carried[at]) {
+            CHECK(e.status == Status::kNonFiniteInput);
+            CHECK(e.written == 0);
+          } else {
+            // Not read: the encoding of the clean vector, byte for byte.
+            CHECK(e.status == Status::kOk);
+            CHECK(e.bytes == clean_encoding.bytes);
+            ++unread_checked;
+          }
         }
       }
     }
+    CHECK(unread_checked >= 9);  // three random-k specs x three values, at least
     // A single coordinate, and a NaN among values a sparsifier would drop.
     std::vector<float> one(1, NAN);
     CHECK(encode_vec(parse_or_fail("q8"), one, 1).status == Status::kNonFiniteInput);

@@ -227,6 +227,26 @@ TEST_SUITE("error_feedback") {
     }
   }
 
+  TEST_CASE("random-k reads only what it carries, but error feedback refuses NaN or Inf anywhere") {
+    // A NaN that random-k does not carry would stay in the residual and come back in a later
+    // round: ErrorFeedback checks every coordinate and changes nothing.
+    const size_t n = 1000;
+    const CodecSpec spec = parse_or_fail("randk:0.01+fp32");
+    for (float bad_value : {NAN, INFINITY}) {
+      Client c(n, ResidualPrecision::kFp32);
+      std::vector<uint8_t> bytes;
+      REQUIRE(c.encode(spec, edgefl_test::gaussian_vector(n, 1), 1, &bytes) == Status::kOk);
+      const std::vector<uint8_t> storage_before = c.storage;
+      for (size_t at = 0; at < n; at += 97) {
+        CAPTURE(at);
+        std::vector<float> bad = edgefl_test::gaussian_vector(n, 2);
+        bad[at] = bad_value;
+        CHECK(c.encode(spec, bad, 2, &bytes) == Status::kNonFiniteInput);
+        CHECK(c.storage == storage_before);
+      }
+    }
+  }
+
   TEST_CASE("reset zeroes the residual") {
     Client c(500, ResidualPrecision::kBf16);
     std::vector<uint8_t> bytes;

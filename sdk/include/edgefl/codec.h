@@ -142,9 +142,11 @@ size_t encoded_bound(const CodecSpec& spec, size_t n);
 //    sampling; the same (spec, update, seed) gives the same bytes on every platform.
 //  - `workspace` must hold workspace_size(spec, n) bytes (any alignment); it is scratch only.
 // Fails: kInvalidSpec; kDimensionTooLarge if n > EDGEFL_MAX_DIMENSION; kNonFiniteInput if any
-// coordinate is NaN or Inf; kValueOutOfRange if a value overflows fp16/bf16, or (shared-scale
-// without `clip`) if some |x| / step exceeds 2^(bits-1)-1; kWorkspaceTooSmall; kBufferTooSmall if out.size()
-// < encoded_bound.
+// coordinate is NaN or Inf (random-k without a shared scale reads only the k coordinates it
+// carries, in O(k): NaN or Inf elsewhere is not seen; ErrorFeedback::encode checks them all);
+// kValueOutOfRange if a value overflows fp16/bf16, if random-k's n / k scale takes a carried
+// value past 3e38, or (shared-scale without `clip`) if some |x| / step exceeds 2^(bits-1)-1;
+// kWorkspaceTooSmall; kBufferTooSmall if out.size() < encoded_bound.
 [[nodiscard]] Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed,
                             Span<uint8_t> workspace, Span<uint8_t> out, size_t* written);
 

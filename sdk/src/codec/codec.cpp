@@ -155,8 +155,17 @@ size_t index_bound(const CodecSpec& s, size_t n, size_t nnz) {
 // Streams selected values into groups and encodes each group as it fills.
 class GroupSink {
  public:
-  GroupSink(const values::Params& p, float* buffer, uint32_t group, uint8_t* out, float* scratch, float scale)
-      : p_(p), buffer_(buffer), group_(group), out_(out), scratch_(scratch), scale_(scale) {}
+  // check_sent: refuse (kValueOutOfRange, and encode nothing more) a group whose values, as
+  // scaled, are NaN, infinite or beyond 3e38; for inputs not checked before (random-k's).
+  GroupSink(const values::Params& p, float* buffer, uint32_t group, uint8_t* out, float* scratch, float scale,
+            bool check_sent)
+      : p_(p),
+        buffer_(buffer),
+        group_(group),
+        out_(out),
+        scratch_(scratch),
+        scale_(scale),
+        check_sent_(check_sent) {}
   void push(float v) {
     buffer_[fill_++] = v * scale_;
     if (fill_ == group_) flush();
@@ -168,7 +177,10 @@ class GroupSink {
 
  private:
   void flush() {
-    const Status s = values::encode_group(p_, buffer_, fill_, first_, out_, scratch_);
+    if (check_sent_ && status_ == Status::kOk && kernels().max_abs_bits(buffer_, fill_) > float_bits(3.0e38f))
+      status_ = Status::kValueOutOfRange;  // no NaN or Inf reaches the value coders
+    const Status s =
+        status_ == Status::kOk ? values::encode_group(p_, buffer_, fill_, first_, out_, scratch_) : status_;
     if (s != Status::kOk && status_ == Status::kOk) status_ = s;
     out_ += values::is_blocked(p_) ? values::group_bytes(p_, fill_) : (uint64_t(fill_) * p_.bits + 7) / 8;
     first_ += fill_;
@@ -180,6 +192,7 @@ class GroupSink {
   uint8_t* out_;
   float* scratch_;
   float scale_;
+  bool check_sent_;
   uint32_t fill_ = 0;
   uint32_t first_ = 0;
   Status status_ = Status::kOk;
@@ -608,6 +621,14 @@ Status select_coordinates(const CodecSpec& spec, const float* x, size_t n, uint6
     sel->k = k;
     return select::radix_select(x, n, k, ws.histogram, &sel->threshold, &sel->ties);
   }
+  if (spec.sparsifier == SparsifierKind::kRandomK) {
+    // O(k): the coordinates are drawn from the seed; encode_sparse checks the ones it carries.
+    sel->rule = select::Selection::Rule::kRandom;
+    sel->k = k;
+    sel->seed = seed;
+    if (!spec.randk_unscaled) *value_scale = float(double(n) / double(k));
+    return Status::kOk;
+  }
   const uint32_t max_bits = kern.max_abs_bits(x, n);
   if (max_bits >= 0x7F800000u) return Status::kNonFiniteInput;
   if (exact_top_k) {  // k == n
@@ -624,18 +645,10 @@ Status select_coordinates(const CodecSpec& spec, const float* x, size_t n, uint6
     EDGEFL_RETURN_IF_ERROR(approx_top_k(spec, x, n, k, seed, ws, sel, &bracketed));
     if (!bracketed)
       EDGEFL_RETURN_IF_ERROR(select::radix_select(x, n, k, ws.histogram, &sel->threshold, &sel->ties));
-  } else if (spec.sparsifier == SparsifierKind::kThreshold) {
+  } else {  // threshold
     sel->rule = select::Selection::Rule::kAtLeast;
     sel->threshold = select::abs_key(spec.threshold);
     sel->k = kern.count_abs_at_least(x, n, sel->threshold);
-  } else {  // random-k
-    sel->rule = select::Selection::Rule::kRandom;
-    sel->k = k;
-    sel->seed = seed;
-    if (!spec.randk_unscaled) {
-      *value_scale = float(double(n) / double(k));
-      if (double(bits_float(max_bits)) * double(*value_scale) > 3.0e38) return Status::kValueOutOfRange;
-    }
   }
   return Status::kOk;
 }
@@ -663,7 +676,8 @@ Status encode_sparse(const CodecSpec& spec, const values::Params& p, const selec
   h->value_bytes = size_t(values::region_bytes(p, sel.k));
   uint8_t* index_out = payload;
   uint8_t* value_out = payload + index_bytes;
-  GroupSink values_sink(p, ws.group, values::group_size(p), value_out, ws.hadamard, value_scale);
+  GroupSink values_sink(p, ws.group, values::group_size(p), value_out, ws.hadamard, value_scale,
+                        spec.sparsifier == SparsifierKind::kRandomK);
   if (coding == IndexCoding::kEliasFano) {
     index_coding::EliasFanoWriter w(n, sel.k, index_out);
     sel.for_each(x, n, [&](uint32_t i) {
@@ -686,8 +700,18 @@ Status encode_sparse(const CodecSpec& spec, const values::Params& p, const selec
     if (used < index_bytes) memmove(payload + used, value_out, h->value_bytes);
     index_bytes = used;
   } else {
+    // Random-k reads only the coordinates it carries: the sink checks each group as sent (see
+    // GroupSink). On a refusal, NaN or Inf among the carried inputs is kNonFiniteInput; else a
+    // value that n / k took past 3e38 is kValueOutOfRange.
     sel.for_each(x, n, [&](uint32_t i) { values_sink.push(x[i]); });
-    EDGEFL_RETURN_IF_ERROR(values_sink.finish());
+    const Status sent = values_sink.finish();
+    if (sent == Status::kValueOutOfRange) {
+      bool nonfinite = false;
+      select::Selection::for_each_random(
+          n, sel.k, sel.seed, [&](uint32_t i) { nonfinite |= is_nonfinite_bits(float_bits(x[i])); });
+      return nonfinite ? Status::kNonFiniteInput : sent;
+    }
+    EDGEFL_RETURN_IF_ERROR(sent);
   }
   h->index_bytes = index_bytes;
   return Status::kOk;

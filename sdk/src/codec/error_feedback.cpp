@@ -54,8 +54,14 @@ Status ErrorFeedback::encode(const CodecSpec& spec, Span<float> update, uint64_t
   *written = 0;
   if (update.size() != n_) return Status::kDimensionMismatch;
   float* x = update.data();
-  // Compensate: x := update + residual.
-  for (size_t i = 0; i < n_; ++i) x[i] += residual(i);
+  // Compensate: x := update + residual. Every coordinate is checked here, whatever the codec
+  // reads (random-k reads only the ones it carries): a NaN or Inf must not reach the residual.
+  bool finite = true;
+  for (size_t i = 0; i < n_; ++i) {
+    x[i] += residual(i);
+    finite &= !is_nonfinite_bits(float_bits(x[i]));
+  }
+  if (!finite) return Status::kNonFiniteInput;
   size_t bytes = 0;
   EDGEFL_RETURN_IF_ERROR(edgefl::encode(spec, Span<const float>(x, n_), seed, workspace, out, &bytes));
   // residual := compensated - decoded, computed in place in x (decode_add with weight -1), so

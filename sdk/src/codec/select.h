@@ -165,18 +165,21 @@ struct Selection {
       case Rule::kAtLeast:
         for_each_at_least(x, n, threshold, [&](size_t i, uint32_t) { f(uint32_t(i)); });
         return;
-      case Rule::kRandom: for_each_random(n, k, seed, f); return;
+      case Rule::kRandom: for_each_random(n, k, seed, f, x); return;
     }
   }
 
+  // `x` (optional): the vector f reads at the visited indices, fetched ahead (random-k's
+  // indices land anywhere).
   template <typename F>
-  static void for_each_random(size_t n, size_t k, uint64_t seed, F&& f);
+  static void for_each_random(size_t n, size_t k, uint64_t seed, F&& f, const float* x = nullptr);
 };
 
 template <typename F>
-void Selection::for_each_random(size_t n, size_t k, uint64_t seed, F&& f) {
+void Selection::for_each_random(size_t n, size_t k, uint64_t seed, F&& f, const float* x) {
   PermutedIndexStream stream(n, seed);
 #if defined(__OPTIMIZE_SIZE__)
+  (void)x;
   for (size_t j = 0; j < k; ++j) f(stream.next());
 #else
   // Batches of indices (next_many: AVX2 where the CPU has it), the same sequence.
@@ -185,7 +188,15 @@ void Selection::for_each_random(size_t n, size_t k, uint64_t seed, F&& f) {
   for (size_t j = 0; j < k; j += kBatch) {
     const size_t count = k - j < kBatch ? k - j : kBatch;
     stream.next_many(batch, count);
-    for (size_t t = 0; t < count; ++t) f(batch[t]);
+    constexpr size_t kAhead = 16;
+    size_t t = 0;
+    if (x != nullptr) {
+      for (; t + kAhead < count; ++t) {
+        __builtin_prefetch(x + batch[t + kAhead]);
+        f(batch[t]);
+      }
+    }
+    for (; t < count; ++t) f(batch[t]);
   }
 #endif
 }
