@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <string.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -174,6 +175,43 @@ TEST_SUITE("kernels") {
       }
     }
     MESSAGE("tables with fused kernels: " << fused_tables);
+  }
+
+  TEST_CASE("tern_decode of every ISA table that has one gives each byte's base-3 digits as 0, a, -a") {
+    // Every byte 0..242 (in order, then shuffled), runs of 1 to 60 bytes (the last byte is
+    // written without the 8-float stores), scales of both signs, zero and subnormal; nothing is
+    // written past 5 x bytes.
+    std::vector<uint8_t> bytes(243);
+    for (unsigned b = 0; b < 243; ++b) bytes[b] = uint8_t(b);
+    uint64_t state = 5;
+    for (size_t i = bytes.size(); i > 1; --i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      std::swap(bytes[i - 1], bytes[size_t((state >> 33) % i)]);
+    }
+    bytes.insert(bytes.end(), bytes.begin(), bytes.end());
+    size_t tables = 0;
+    for (const edgefl::Kernels* simd : simd_tables()) {
+      if (simd->tern_decode == nullptr) continue;
+      ++tables;
+      CAPTURE(simd->name);
+      for (float a : {0.75f, -1.5f, 0.0f, 1e-40f, 3.0e38f}) {
+        CAPTURE(a);
+        for (size_t first = 0; first < bytes.size(); first += 61) {
+          const uint32_t count = uint32_t(std::min<size_t>(1 + first % 60, bytes.size() - first));
+          std::vector<float> out(5 * count + 8, 7.0f);
+          simd->tern_decode(bytes.data() + first, count, a, out.data());
+          const float values3[3] = {0.0f, a, -a};
+          for (uint32_t i = 0; i < count; ++i) {
+            unsigned v = bytes[first + i];
+            for (unsigned j = 0; j < 5; ++j, v /= 3) {
+              REQUIRE(edgefl::float_bits(out[5 * i + j]) == edgefl::float_bits(values3[v % 3]));
+            }
+          }
+          for (size_t j = 5 * size_t(count); j < out.size(); ++j) REQUIRE(out[j] == 7.0f);
+        }
+      }
+    }
+    MESSAGE("tables with tern_decode: " << tables);
   }
 
   TEST_CASE(

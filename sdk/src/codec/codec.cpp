@@ -351,7 +351,7 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
       values::decode_region(p, value_data, h.nnz, f);
     }
   };
-  sink.begin();
+  sink.begin(h.sparsifier == SparsifierKind::kNone);  // dense: n values, one per coordinate
   switch (h.sparsifier) {
     case SparsifierKind::kNone:
       if (values::has_dense_runs(p) && !p.entropy) {
@@ -475,7 +475,7 @@ Status decode_add_to(Span<const uint8_t> bytes, T weight, Span<T> accumulator, S
   } context{accumulator.data(), weight};
   const DecodeConsumer consumer = {
       &context,
-      [](void*) {},
+      [](void*, bool) {},
       [](void* c, const uint32_t* index, const float* value, uint32_t count) {
         T* acc = static_cast<Context*>(c)->acc;
         const T w = static_cast<Context*>(c)->weight;
@@ -873,9 +873,9 @@ Status decode(Span<const uint8_t> bytes, Span<float> out, Span<uint8_t> workspac
   if (out.size() > 0 && out.data() == nullptr) return Status::kInvalidArgument;
   const DecodeConsumer consumer = {
       &out,
-      [](void* context) {
+      [](void* context, bool every_coordinate) {
         const Span<float>& dense = *static_cast<Span<float>*>(context);
-        if (dense.size() > 0) memset(dense.data(), 0, dense.size() * sizeof(float));
+        if (!every_coordinate && dense.size() > 0) memset(dense.data(), 0, dense.size() * sizeof(float));
       },
       [](void* context, const uint32_t* index, const float* value, uint32_t count) {
         float* dense = static_cast<Span<float>*>(context)->data();
@@ -912,7 +912,7 @@ Status verify(Span<const uint8_t> bytes, Span<uint8_t> workspace, EncodedInfo* i
   // verify (the same instantiation as decode: no flash for a second copy of the decoders).
   const DecodeConsumer discard = {
       nullptr,
-      [](void*) {},
+      [](void*, bool) {},
       [](void*, const uint32_t*, const float*, uint32_t) {},
       [](void*, size_t, const float*, uint32_t) {},
   };

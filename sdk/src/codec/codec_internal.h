@@ -70,7 +70,9 @@ values::Params params_from_header(const EncodedInfo& h);
 // measurable.
 struct DecodeConsumer {
   void* context;
-  void (*begin)(void* context);
+  // every_coordinate: the decode will pass a value for each of the n coordinates (a dense
+  // encoding), so a consumer that writes need not clear its output first.
+  void (*begin)(void* context, bool every_coordinate);
   void (*apply)(void* context, const uint32_t* index, const float* value, uint32_t count);
   // Values of the consecutive indices first .. first + count - 1.
   void (*apply_run)(void* context, size_t first, const float* value, uint32_t count);
@@ -79,7 +81,7 @@ struct DecodeConsumer {
 class BatchSink {
  public:
   explicit BatchSink(const DecodeConsumer& consumer) : consumer_(consumer) {}
-  void begin() { consumer_.begin(consumer_.context); }
+  void begin(bool every_coordinate = false) { consumer_.begin(consumer_.context, every_coordinate); }
   void operator()(size_t i, float v) {
     index_[count_] = uint32_t(i);  // i < n <= EDGEFL_MAX_DIMENSION
     value_[count_] = v;

@@ -50,6 +50,9 @@ struct Kernels {
   // dot[i % 4] += v[i] * levels[codes[i]], in the order of i.
   void (*hadamard_quantize)(const float* v, uint32_t n, float inv_rms, const float* thresholds,
                             const float* levels, unsigned bits, uint8_t* codes, float dot[4]);
+  // Optional (null: the value coder's own loop). TernGrad: the 5 base-3 digits of each of the
+  // `bytes` bytes (each <= 242), least significant first, as 0, a, -a: 5 x bytes floats at out.
+  void (*tern_decode)(const uint8_t* packed, uint32_t bytes, float a, float* out);
 #if EDGEFL_WITH_HADAMARD
 #define EDGEFL_HADAMARD_REF_KERNELS hadamard_signs_ref, hadamard_transform_ref, hadamard_quantize_ref
 #else

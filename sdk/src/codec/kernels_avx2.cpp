@@ -68,15 +68,6 @@ inline __m256i fp16_x16(const float* x, uint8_t* out, __m256i* worst) {
   return packed;
 }
 
-// The CRC register after the 32 bytes of v.
-inline uint64_t crc_of_x32(uint64_t c, __m256i v) {
-  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-  c = _mm_crc32_u64(c, uint64_t(_mm_cvtsi128_si64(lo)));
-  c = _mm_crc32_u64(c, uint64_t(_mm_extract_epi64(lo, 1)));
-  c = _mm_crc32_u64(c, uint64_t(_mm_cvtsi128_si64(hi)));
-  return _mm_crc32_u64(c, uint64_t(_mm_extract_epi64(hi, 1)));
-}
-
 inline uint32_t max_lane(__m256i v) {
   uint32_t lanes[8];
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), v);
@@ -433,6 +424,37 @@ void hadamard_quantize_avx2(const float* v, uint32_t n, float inv_rms, const flo
 }
 #endif
 
+// The 5 base-3 digits of each byte 0..242, least significant first, padded to 8 (bytes above
+// 242 never reach a decoder: validation refuses them).
+struct TritDigits {
+  uint8_t digits[256][8];
+};
+constexpr TritDigits make_trit_digits() {
+  TritDigits t{};
+  for (unsigned byte = 0; byte < 243; ++byte) {
+    unsigned v = byte;
+    for (unsigned j = 0; j < 5; ++j, v /= 3) t.digits[byte][j] = uint8_t(v % 3);
+  }
+  return t;
+}
+constexpr TritDigits kTritDigits = make_trit_digits();
+
+// Each byte's five digits select 0, a or -a from one register (a permute); the eight floats are
+// stored at 5 i, the three past the fifth overwritten by the next byte's. The last byte: five
+// scalar stores, so nothing is written past 5 x bytes.
+void tern_decode_avx2(const uint8_t* packed, uint32_t bytes, float a, float* out) {
+  const float values3[3] = {0.0f, a, -a};
+  const __m256 values = _mm256_setr_ps(values3[0], values3[1], values3[2], 0.0f, 0.0f, 0.0f, 0.0f, 0.0f);
+  uint32_t i = 0;
+  for (; i + 1 < bytes; ++i) {
+    const __m128i digits = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(kTritDigits.digits[packed[i]]));
+    _mm256_storeu_ps(out + 5 * size_t(i), _mm256_permutevar8x32_ps(values, _mm256_cvtepu8_epi32(digits)));
+  }
+  for (; i < bytes; ++i) {
+    for (unsigned j = 0; j < 5; ++j) out[5 * size_t(i) + j] = values3[kTritDigits.digits[packed[i]][j]];
+  }
+}
+
 constexpr Kernels kAvx2 = {
     "avx2",
     max_abs_bits_avx2,
@@ -454,6 +476,7 @@ constexpr Kernels kAvx2 = {
     nullptr,
     nullptr,
 #endif
+    tern_decode_avx2,
 };
 
 }  // namespace

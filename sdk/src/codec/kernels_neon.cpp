@@ -314,6 +314,7 @@ constexpr Kernels kNeon = {
     quantize_shared_neon,
     count_abs_at_least_neon,
     EDGEFL_HADAMARD_REF_KERNELS,
+    nullptr,
 };
 
 }  // namespace

@@ -149,6 +149,7 @@ constexpr Kernels kRef = {
     quantize_shared_ref,
     count_abs_at_least_ref,
     EDGEFL_HADAMARD_REF_KERNELS,
+    nullptr,
 };
 
 }  // namespace

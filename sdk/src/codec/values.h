@@ -301,6 +301,11 @@ void decode_sign_runs(const Params& p, const uint8_t* data, uint64_t total, Runs
         // Five values a byte, always: a run's last byte may hold fewer, and the extra values land
         // in buf below `chunk` (a multiple of 5, at most kFloatChunk) and are never passed on.
         const uint8_t* packed = g + 4 + done / 5;
+        if (const auto tern_decode = kernels().tern_decode) {
+          tern_decode(packed, (m + 4) / 5, a, buf);
+          runs(pos + done, static_cast<const float*>(buf), m);
+          continue;
+        }
         for (uint32_t j = 0; j < m; j += 5) {
           const uint8_t* d = kTrits.digits[packed[j / 5]];
           buf[j] = values3[d[0]];
