@@ -12,6 +12,22 @@
 
 namespace edgefl {
 
+// The 5 base-3 digits of each TernGrad byte 0..242, least significant first, each row padded to
+// 8 (for 8-byte loads; bytes above 242 never reach a decoder: validation refuses them). Used by
+// the TernGrad decoders of builds not for size.
+struct TritDigits {
+  uint8_t digits[256][8];
+};
+constexpr TritDigits make_trit_digits() {
+  TritDigits t{};
+  for (unsigned byte = 0; byte < 243; ++byte) {
+    unsigned v = byte;
+    for (unsigned j = 0; j < 5; ++j, v /= 3) t.digits[byte][j] = uint8_t(v % 3);
+  }
+  return t;
+}
+constexpr TritDigits kTritDigits = make_trit_digits();
+
 struct Kernels {
   const char* name;
   // Largest |x| as IEEE bits (0x7F800000 or above means a NaN or Inf is present).

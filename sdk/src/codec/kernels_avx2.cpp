@@ -424,21 +424,6 @@ void hadamard_quantize_avx2(const float* v, uint32_t n, float inv_rms, const flo
 }
 #endif
 
-// The 5 base-3 digits of each byte 0..242, least significant first, padded to 8 (bytes above
-// 242 never reach a decoder: validation refuses them).
-struct TritDigits {
-  uint8_t digits[256][8];
-};
-constexpr TritDigits make_trit_digits() {
-  TritDigits t{};
-  for (unsigned byte = 0; byte < 243; ++byte) {
-    unsigned v = byte;
-    for (unsigned j = 0; j < 5; ++j, v /= 3) t.digits[byte][j] = uint8_t(v % 3);
-  }
-  return t;
-}
-constexpr TritDigits kTritDigits = make_trit_digits();
-
 // Each byte's five digits select 0, a or -a from one register (a permute); the eight floats are
 // stored at 5 i, the three past the fifth overwritten by the next byte's. The last byte: five
 // scalar stores, so nothing is written past 5 x bytes.

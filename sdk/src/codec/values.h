@@ -241,19 +241,6 @@ inline bool has_dense_runs(const Params& p) {
 }
 
 #if !defined(__OPTIMIZE_SIZE__)
-// The 5 base-3 digits of each TernGrad byte 0..242, least significant first.
-struct TritTable {
-  uint8_t digits[243][5];
-};
-constexpr TritTable make_trit_table() {
-  TritTable t{};
-  for (unsigned byte = 0; byte < 243; ++byte) {
-    unsigned v = byte;
-    for (unsigned j = 0; j < 5; ++j, v /= 3) t.digits[byte][j] = uint8_t(v % 3);
-  }
-  return t;
-}
-constexpr TritTable kTrits = make_trit_table();
 
 // For each sign byte, the eight sign-bit masks its bits flip (bit j of the byte: value j).
 struct SignMaskTable {
@@ -307,7 +294,7 @@ void decode_sign_runs(const Params& p, const uint8_t* data, uint64_t total, Runs
           continue;
         }
         for (uint32_t j = 0; j < m; j += 5) {
-          const uint8_t* d = kTrits.digits[packed[j / 5]];
+          const uint8_t* d = kTritDigits.digits[packed[j / 5]];
           buf[j] = values3[d[0]];
           buf[j + 1] = values3[d[1]];
           buf[j + 2] = values3[d[2]];

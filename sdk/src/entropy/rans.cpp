@@ -211,7 +211,7 @@ constexpr WordPermutations make_word_permutations() {
 constexpr WordPermutations kWordPermutations = make_word_permutations();
 
 // The lanes set in an 8-bit mask (the words a round of eight lanes reads or writes).
-inline unsigned lanes_set(unsigned mask) {
+constexpr unsigned lanes_set(unsigned mask) {
   return kWordPermutations.lane_word[mask][7] + (mask >> 7);
 }
 
@@ -223,8 +223,7 @@ struct EmitShuffles {
 constexpr EmitShuffles make_emit_shuffles() {
   EmitShuffles t{};
   for (unsigned m = 0; m < 256; ++m) {
-    unsigned count = 0;
-    for (unsigned j = 0; j < 8; ++j) count += (m >> j) & 1u;
+    const unsigned count = lanes_set(m);
     for (unsigned b = 0; b < 16; ++b) t.control[m][b] = 0x80;
     unsigned slot = 8 - count;
     for (unsigned j = 0; j < 8; ++j) {
