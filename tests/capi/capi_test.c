@@ -162,7 +162,14 @@ static void test_status_names(void) {
                                       EDGEFL_STATUS_UPDATE_NOT_ACCEPTED,
                                       EDGEFL_STATUS_UNSUPPORTED,
                                       EDGEFL_STATUS_OUT_OF_MEMORY,
-                                      EDGEFL_STATUS_INTERNAL};
+                                      EDGEFL_STATUS_INTERNAL,
+                                      EDGEFL_STATUS_AUTHENTICATION_FAILED,
+                                      EDGEFL_STATUS_BAD_SHARE,
+                                      EDGEFL_STATUS_TOO_FEW_SURVIVORS,
+                                      EDGEFL_STATUS_SECAGG_REFUSED,
+                                      EDGEFL_STATUS_KEY_REUSE,
+                                      EDGEFL_STATUS_UNSAFE_CONFIGURATION,
+                                      EDGEFL_STATUS_CRYPTO_ERROR};
   const size_t count = sizeof all / sizeof all[0];
   size_t i, j;
   CHECK(strcmp(edgefl_status_name(EDGEFL_STATUS_OK), "ok") == 0);

@@ -110,6 +110,14 @@ typedef enum edgefl_status {
   EDGEFL_STATUS_UNSUPPORTED = 100,    /* a feature this build does not provide */
   EDGEFL_STATUS_OUT_OF_MEMORY = 101,  /* std::bad_alloc, or the caller's allocator returned NULL */
   EDGEFL_STATUS_INTERNAL = 102,       /* an unexpected C++ exception, stopped at this boundary */
+  /* Secure aggregation (SecAgg+) and its cryptography. */
+  EDGEFL_STATUS_AUTHENTICATION_FAILED = 110,
+  EDGEFL_STATUS_BAD_SHARE = 111,
+  EDGEFL_STATUS_TOO_FEW_SURVIVORS = 112,
+  EDGEFL_STATUS_SECAGG_REFUSED = 113,
+  EDGEFL_STATUS_KEY_REUSE = 114,
+  EDGEFL_STATUS_UNSAFE_CONFIGURATION = 115,
+  EDGEFL_STATUS_CRYPTO_ERROR = 116,
   EDGEFL_STATUS_MAX_ENUM = 0x7FFFFFFF /* not a status: keeps the type 32 bits wide in C and C++ */
 } edgefl_status;
 

@@ -55,6 +55,14 @@ enum class Status : int32_t {
   kMemoryBudgetExceeded = 88,  // a round needs more memory than the device's budget allows
   kCancelled = 89,             // stopped by the caller
   kUpdateNotAccepted = 90,     // the server did not count the update (straggler, late, rejected)
+  // Secure aggregation (SecAgg+) and its cryptography. (100-102 are the C API's own codes.)
+  kAuthenticationFailed = 110,  // an AEAD ciphertext or its associated data was altered, or misaddressed
+  kBadShare = 111,              // secret shares out of the field, duplicated, or not on one polynomial
+  kTooFewSurvivors = 112,       // fewer devices than the threshold remain: nothing can be unmasked
+  kSecAggRefused = 113,         // a request that would reveal both secrets of a device, or break the protocol
+  kKeyReuse = 114,              // a device advertised public keys another device already holds
+  kUnsafeConfiguration = 115,   // parameters that could let the masked sum wrap or leak a device's input
+  kCryptoError = 116,           // a cryptographic primitive failed or is missing from the linked mbedTLS
 };
 
 // A stable, human-readable name for `s` ("ok", "checksum_mismatch", ...). Never null.

@@ -76,6 +76,19 @@ constexpr StatusText kStatusTexts[] = {
     {Status::kCancelled, "cancelled", EDGEFL_MSG("stopped by the caller")},
     {Status::kUpdateNotAccepted, "update_not_accepted",
      EDGEFL_MSG("the server did not count the update (straggler, late or rejected)")},
+    {Status::kAuthenticationFailed, "authentication_failed",
+     EDGEFL_MSG("a ciphertext or its associated data was altered, or it was meant for someone else")},
+    {Status::kBadShare, "bad_share",
+     EDGEFL_MSG("secret shares are out of range, duplicated or do not lie on one polynomial")},
+    {Status::kTooFewSurvivors, "too_few_survivors",
+     EDGEFL_MSG("fewer devices than the threshold remain: the sum cannot be unmasked")},
+    {Status::kSecAggRefused, "secagg_refused",
+     EDGEFL_MSG("the request would reveal both secrets of one device, or breaks the protocol")},
+    {Status::kKeyReuse, "key_reuse", EDGEFL_MSG("a device advertised public keys another device holds")},
+    {Status::kUnsafeConfiguration, "unsafe_configuration",
+     EDGEFL_MSG("the parameters could let the masked sum wrap or reveal a device's input")},
+    {Status::kCryptoError, "crypto_error",
+     EDGEFL_MSG("a cryptographic primitive failed or is missing from the linked mbedTLS")},
 };
 }  // namespace
 

@@ -1,0 +1,213 @@
+#include "secagg/shamir.h"
+
+#include <string.h>
+
+namespace edgefl {
+namespace secagg {
+namespace {
+
+constexpr uint32_t kSubsecretBits[kSubsecrets] = {31, 31, 31, 31, 31, 31, 31, 31, 8};
+
+uint32_t mul(uint32_t a, uint32_t b) {
+  return uint32_t(uint64_t(a) * b % kFieldPrime);
+}
+uint32_t add(uint32_t a, uint32_t b) {
+  const uint64_t s = uint64_t(a) + b;
+  return uint32_t(s >= kFieldPrime ? s - kFieldPrime : s);
+}
+uint32_t sub(uint32_t a, uint32_t b) {
+  return a >= b ? a - b : uint32_t(uint64_t(a) + kFieldPrime - b);
+}
+uint32_t power(uint32_t base, uint32_t exponent) {
+  uint32_t result = 1;
+  while (exponent != 0) {
+    if (exponent & 1) result = mul(result, base);
+    base = mul(base, base);
+    exponent >>= 1;
+  }
+  return result;
+}
+uint32_t inverse(uint32_t a) {  // a != 0 (Fermat: a^(p-2))
+  return power(a, kFieldPrime - 2);
+}
+
+void wipe(void* p, size_t n) {
+  volatile uint8_t* bytes = static_cast<volatile uint8_t*>(p);
+  while (n--) *bytes++ = 0;
+}
+
+// Bit `i` of the secret read as a 256-bit little-endian number.
+uint32_t subsecret(const Secret& secret, size_t j) {
+  uint32_t value = 0;
+  for (uint32_t b = 0; b < kSubsecretBits[j]; ++b) {
+    const size_t bit = 31 * j + b;
+    value |= uint32_t((secret[bit / 8] >> (bit % 8)) & 1u) << b;
+  }
+  return value;
+}
+
+bool set_subsecret(Secret* secret, size_t j, uint32_t value) {
+  if (value >> kSubsecretBits[j] != 0) return false;
+  for (uint32_t b = 0; b < kSubsecretBits[j]; ++b) {
+    const size_t bit = 31 * j + b;
+    (*secret)[bit / 8] = uint8_t((*secret)[bit / 8] | (((value >> b) & 1u) << (bit % 8)));
+  }
+  return true;
+}
+
+bool valid_x(uint32_t x) {
+  return x >= 1 && x <= kMaxHolders;
+}
+
+// Draws `count` field elements uniformly (rejection sampling of 32-bit words).
+Status uniform_elements(RandomSource random, uint32_t* out, size_t count) {
+  uint8_t block[256];
+  size_t have = 0, used = sizeof block;
+  Status status = Status::kOk;
+  while (have < count) {
+    if (used == sizeof block) {
+      status = random.fill(random.context, block, sizeof block);
+      if (status != Status::kOk) break;
+      used = 0;
+    }
+    uint32_t word;
+    memcpy(&word, block + used, 4);
+    used += 4;
+    if (word < kFieldPrime) out[have++] = word;
+  }
+  wipe(block, sizeof block);
+  return status;
+}
+
+// Lagrange weights w[i] of the points xs[0..t) at `at`: P(at) = sum of w[i] * P(xs[i]).
+// Denominators are inverted together (Montgomery's trick: one field inversion). `scratch`
+// holds t words.
+void lagrange_weights(const uint32_t* xs, uint32_t t, uint32_t at, uint32_t* w, uint32_t* scratch) {
+  for (uint32_t i = 0; i < t; ++i) {
+    uint32_t den = 1;
+    for (uint32_t j = 0; j < t; ++j) {
+      if (j != i) den = mul(den, sub(xs[i], xs[j]));
+    }
+    w[i] = den;
+  }
+  // prefix products, one inversion, then back
+  uint32_t running = 1;
+  for (uint32_t i = 0; i < t; ++i) {
+    scratch[i] = running;
+    running = mul(running, w[i]);
+  }
+  uint32_t inv = inverse(running);
+  for (uint32_t i = t; i-- > 0;) {
+    const uint32_t den_inverse = mul(inv, scratch[i]);
+    inv = mul(inv, w[i]);
+    w[i] = den_inverse;
+  }
+  for (uint32_t i = 0; i < t; ++i) {
+    uint32_t num = 1;
+    for (uint32_t j = 0; j < t; ++j) {
+      if (j != i) num = mul(num, sub(at % kFieldPrime, xs[j]));
+    }
+    w[i] = mul(w[i], num);
+  }
+}
+
+}  // namespace
+
+Status shamir_split(const Secret& secret, uint32_t threshold, Span<const uint32_t> holders,
+                    RandomSource random, Span<Share> out) {
+  if (random.fill == nullptr || out.size() != holders.size() || threshold < 2 || threshold > kMaxThreshold ||
+      threshold > holders.size()) {
+    return Status::kInvalidArgument;
+  }
+  for (size_t i = 0; i < holders.size(); ++i) {
+    if (!valid_x(holders[i])) return Status::kBadShare;
+    for (size_t j = 0; j < i; ++j) {
+      if (holders[j] == holders[i]) return Status::kBadShare;
+    }
+  }
+  uint32_t coefficients[kMaxThreshold];  // c[1..t-1] of one sub-secret's polynomial
+  for (size_t s = 0; s < kSubsecrets; ++s) {
+    const Status status = uniform_elements(random, coefficients + 1, threshold - 1);
+    if (status != Status::kOk) {
+      wipe(coefficients, sizeof coefficients);
+      wipe(out.data(), out.size() * sizeof(Share));
+      return status;
+    }
+    coefficients[0] = subsecret(secret, s);
+    for (size_t h = 0; h < holders.size(); ++h) {
+      uint32_t y = 0;  // Horner
+      for (uint32_t k = threshold; k-- > 0;) y = add(mul(y, holders[h]), coefficients[k]);
+      out[h].x = holders[h];
+      out[h].y[s] = y;
+    }
+  }
+  wipe(coefficients, sizeof coefficients);
+  return Status::kOk;
+}
+
+Status shamir_reconstruct(Span<const Share> shares, uint32_t threshold, Secret* secret) {
+  if (secret == nullptr || threshold < 2 || threshold > kMaxThreshold) return Status::kInvalidArgument;
+  secret->fill(0);
+  if (shares.size() < threshold) return Status::kTooFewSurvivors;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    if (!valid_x(shares[i].x)) return Status::kBadShare;
+    for (size_t s = 0; s < kSubsecrets; ++s) {
+      if (shares[i].y[s] >= kFieldPrime) return Status::kBadShare;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (shares[j].x == shares[i].x) return Status::kBadShare;
+    }
+  }
+  uint32_t xs[kMaxThreshold], weights[kMaxThreshold], scratch[kMaxThreshold];
+  for (uint32_t i = 0; i < threshold; ++i) xs[i] = shares[i].x;
+  lagrange_weights(xs, threshold, 0, weights, scratch);
+  uint32_t values[kSubsecrets];
+  for (size_t s = 0; s < kSubsecrets; ++s) {
+    uint32_t v = 0;
+    for (uint32_t i = 0; i < threshold; ++i) v = add(v, mul(weights[i], shares[i].y[s]));
+    values[s] = v;
+  }
+  Status status = Status::kOk;
+  for (size_t e = threshold; e < shares.size() && status == Status::kOk; ++e) {
+    lagrange_weights(xs, threshold, shares[e].x, weights, scratch);
+    for (size_t s = 0; s < kSubsecrets; ++s) {
+      uint32_t v = 0;
+      for (uint32_t i = 0; i < threshold; ++i) v = add(v, mul(weights[i], shares[i].y[s]));
+      if (v != shares[e].y[s]) status = Status::kBadShare;
+    }
+  }
+  for (size_t s = 0; s < kSubsecrets && status == Status::kOk; ++s) {
+    if (!set_subsecret(secret, s, values[s])) status = Status::kBadShare;
+  }
+  wipe(values, sizeof values);
+  wipe(weights, sizeof weights);
+  if (status != Status::kOk) secret->fill(0);
+  return status;
+}
+
+void shamir_share_to_bytes(const Share& share, uint8_t out[kShareBytes]) {
+  const auto put = [&](size_t at, uint32_t v) {
+    for (size_t k = 0; k < 4; ++k) out[at + k] = uint8_t(v >> (8 * k));
+  };
+  put(0, share.x);
+  for (size_t s = 0; s < kSubsecrets; ++s) put(4 + 4 * s, share.y[s]);
+}
+
+Status shamir_share_from_bytes(const uint8_t in[kShareBytes], Share* share) {
+  const auto get = [&](size_t at) {
+    return uint32_t(in[at]) | uint32_t(in[at + 1]) << 8 | uint32_t(in[at + 2]) << 16 |
+           uint32_t(in[at + 3]) << 24;
+  };
+  Share s;
+  s.x = get(0);
+  if (!valid_x(s.x)) return Status::kBadShare;
+  for (size_t k = 0; k < kSubsecrets; ++k) {
+    s.y[k] = get(4 + 4 * k);
+    if (s.y[k] >= kFieldPrime) return Status::kBadShare;
+  }
+  *share = s;
+  return Status::kOk;
+}
+
+}  // namespace secagg
+}  // namespace edgefl
