@@ -10,7 +10,8 @@ if(TARGET edgefl_data AND TARGET edgefl_aggregate)
   add_executable(edgefl_data_tests
     ${CMAKE_CURRENT_LIST_DIR}/main.cpp
     ${CMAKE_CURRENT_LIST_DIR}/sdk/data_test.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/sdk/aggregate_test.cpp)
+    ${CMAKE_CURRENT_LIST_DIR}/sdk/aggregate_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/sdk/robust_aggregation_test.cpp)
   target_compile_features(edgefl_data_tests PRIVATE cxx_std_17)
   target_include_directories(edgefl_data_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR})
   # ZLIB: the data suite writes its own gzip fixtures.

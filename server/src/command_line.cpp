@@ -47,6 +47,9 @@ const char kUsage[] =
     "  --downlink-codec SPEC   codec of the patches that bring devices to the new model; the whole\n"
     "                          model goes as bf16 when that is smaller (sparq:0.02)\n"
     "  --optimizer SPEC        fedavg | fedavgm | fedadam[:lr=...] (fedavg)\n"
+    "  --aggregation RULE      mean (weighted by samples, streaming) | median | trimmed-mean[:beta=B]\n"
+    "                          (unweighted, coordinate-wise, robust to crafted updates; they hold\n"
+    "                          the round's K decoded updates in memory at commit: 4 K n bytes) (mean)\n"
     "  --rounds R              rounds to run, then exit (0 = until stopped) (0)\n"
     "  --cohort K              accepted updates that complete a round (4)\n"
     "  --over-selection F      offers per round = ceil(K x F) (1.3)\n"
@@ -150,6 +153,8 @@ bool set_round_option(const std::string& a, const std::string& v, edgefl::server
     r->downlink_codec = v;
   } else if (a == "--optimizer") {
     r->optimizer = v;
+  } else if (a == "--aggregation") {
+    r->aggregation = v;
   } else if (a == "--rounds") {
     *ok = to_u32(v, &r->rounds);
   } else if (a == "--cohort") {

@@ -171,6 +171,10 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
     *error = "invalid server optimizer '" + options_.optimizer + "'";
     return Status::kInvalidSpec;
   }
+  if (parse_robust_spec(options_.aggregation.c_str(), &robust_spec_) != Status::kOk) {
+    *error = "invalid aggregation rule '" + options_.aggregation + "' (mean, median, trimmed-mean[:beta=B])";
+    return Status::kInvalidSpec;
+  }
   wire::DecodeDetail detail;
   if (wire::validate(wire::Message{wire::RetryLater{options_.retry_after_ms, options_.retry_window_ms,
                                                     wire::RetryReason::kNoRound}},
@@ -543,10 +547,40 @@ Status RoundManager::close_round(bool commit, int64_t now_ms, std::string* error
   return try_close(now_ms, error);
 }
 
-Status RoundManager::compute_candidate(std::string* error) {
-  Status s = aggregate_.mean({mean_.data(), n_});
+Status RoundManager::robust_combination(std::string* error) {
+  // Every accepted update of the round, decoded as commit() decoded it, one row each.
+  std::vector<float> rows;
+  rows.reserve(size_t(open_->accepted) * n_);
+  Status s = storage_->for_each_update(
+      open_->record.round_id,
+      [&](const UpdateRecord& u) -> Status {
+        const UpdateCheck check = check_upload({u.payload.data(), u.payload.size()}, nullptr, HUGE_VAL);
+        if (check.status != Status::kOk) return check.status;
+        if (check.verdict != UpdateVerdict::kAccepted) return Status::kCorruptPayload;
+        rows.insert(rows.end(), scratch_.begin(), scratch_.begin() + long(n_));
+        return Status::kOk;
+      },
+      error);
   if (s != Status::kOk) {
-    *error = std::string("the mean of the round's updates: ") + status_name(s);
+    if (error->empty()) *error = std::string("reading the round's updates: ") + status_name(s);
+    return s;
+  }
+  const size_t count = n_ == 0 ? 0 : rows.size() / n_;
+  std::vector<uint8_t> workspace(robust_workspace_bytes(count) + 4);
+  const size_t skew = (4 - reinterpret_cast<uintptr_t>(workspace.data()) % 4) % 4;
+  s = robust_combine(robust_spec_, {rows.data(), rows.size()}, count, {mean_.data(), n_},
+                     {workspace.data() + skew, workspace.size() - skew});
+  if (s != Status::kOk)
+    *error = std::string("the ") + robust_rule_name(robust_spec_.rule) + " of " + std::to_string(count) +
+             " updates: " + status_name(s);
+  return s;
+}
+
+Status RoundManager::compute_candidate(std::string* error) {
+  Status s = robust_spec_.rule == RobustRule::kMean ? aggregate_.mean({mean_.data(), n_})
+                                                    : robust_combination(error);
+  if (s != Status::kOk) {
+    if (error->empty()) *error = std::string("the mean of the round's updates: ") + status_name(s);
     return s;
   }
   std::copy(global_.begin(), global_.end(), candidate_.begin());
@@ -567,16 +601,21 @@ Status RoundManager::compute_candidate(std::string* error) {
 
 Status RoundManager::try_close(int64_t now_ms, std::string* error) {
   OpenRound& round = *open_;
+  Status s = Status::kOk;
   if (round.closing_commit && !candidate_ready_) {
     std::string why;
-    if (compute_candidate(&why) != Status::kOk) {
+    s = compute_candidate(&why);
+    if (s == Status::kIoError) {
+      *error = why;  // the updates could not be read back (robust rules): a storage fault, retried
+    } else if (s != Status::kOk) {
       // Deterministic: retrying gives the same answer. The round ends without a model.
       log_error("round_commit_impossible").kv("round", round.record.round_id).kv("reason", why);
       round.closing_commit = false;
       abandon_reason_ = why;
+      s = Status::kOk;
     }
   }
-  const Status s = finish_close(now_ms, error);
+  if (s == Status::kOk) s = finish_close(now_ms, error);
   if (s == Status::kOk) return Status::kOk;
   if (!open_) return s;  // closed, but the next round could not be opened: tick() retries
   // An I/O failure: nothing in memory changed; the same close is tried again later.

@@ -83,7 +83,11 @@ struct RoundOptions {
   // The codec of the patches that move the devices' public model (sdk/src/round/downlink.h,
   // server/src/public_model.h); the whole model always travels as bf16.
   std::string downlink_codec = "sparq:0.02";
-  std::string optimizer = "fedavg";           // edgefl/aggregate.h grammar
+  std::string optimizer = "fedavg";  // edgefl/aggregate.h grammar
+  // How a round's updates are combined (edgefl/aggregate.h, parse_robust_spec): "mean" is the
+  // streaming weighted FedAvg mean; "median" and "trimmed-mean[:beta=B]" re-read the round's
+  // accepted updates from storage at commit and combine them coordinate-wise, unweighted.
+  std::string aggregation = "mean";
   wire::TrainingConfig training;              // sent to devices in every offer
   uint32_t cohort = 4;                        // accepted updates that complete a round
   double over_selection = 1.3;                // offers per round = ceil(cohort x over_selection)
@@ -210,6 +214,9 @@ class RoundManager {
   // tick(). A commit that cannot succeed (the new model would not be finite) abandons the round.
   Status close_round(bool commit, int64_t now_ms, std::string* error);
   Status try_close(int64_t now_ms, std::string* error);
+  // mean_ = the round's updates combined by robust_spec_ (median or trimmed mean), re-read from
+  // storage. Fails with the storage's or robust_combine()'s status.
+  Status robust_combination(std::string* error);
   // Computes the next model and optimizer state into candidate_ / candidate_optimizer_memory_
   // from global_, the optimizer state and the aggregate, none of which it changes.
   Status compute_candidate(std::string* error);
@@ -257,6 +264,7 @@ class RoundManager {
   std::vector<std::pair<std::string, std::string>> user_metadata_;  // carried into every model file
   CodecSpec codec_{};
   ServerOptimizerSpec optimizer_spec_{};
+  RobustSpec robust_spec_{};
   size_t n_ = 0;
   uint32_t offers_per_round_ = 0;
   uint32_t min_quorum_ = 0;

@@ -98,6 +98,7 @@ class FaultyStorage final : public Storage {
   }
   Status for_each_update(uint64_t id, const std::function<Status(const UpdateRecord&)>& fn,
                          std::string* e) override {
+    if (fail("for_each_update", e)) return Status::kIoError;
     return inner_->for_each_update(id, fn, e);
   }
   Status record_model(const ModelRecord& m, std::string* e) override {
@@ -315,6 +316,57 @@ void run_round(Server& s, const std::vector<Update>& updates) {
 }  // namespace
 
 TEST_SUITE("server.rounds.influence") {
+  TEST_CASE(
+      "--aggregation median and trimmed-mean: a crafted update is outvoted; a failing read is retried") {
+    for (const char* rule : {"median", "trimmed-mean:beta=0.2", "mean"}) {
+      CAPTURE(rule);
+      const std::string dir = make_temp_dir();
+      RoundOptions o;
+      o.cohort = 5;
+      o.aggregation = rule;
+      o.max_update_norm = 1e30;  // let the crafted update in: the rule alone must hold it off
+      Server s(dir, o);
+      REQUIRE(s.open() == Status::kOk);
+      const std::vector<float> v1 = s.model();
+      std::vector<Update> ups = {honest("a", 1, 1), honest("b", 2, 50), honest("c", 3, 1), honest("d", 4, 1)};
+      Update crafted = honest("e", 5, 1000);  // claims many samples too
+      for (float& v : crafted.values) v = 1e4f;
+      ups.push_back(crafted);
+      s.faults->failing["for_each_update"] = 2;  // the rule's read of the round fails twice first
+      run_round(s, ups);
+      for (int i = 0; i < 100 && s.rounds->model_version() == 1; ++i) {
+        s.now += 1000;
+        s.rounds->tick(s.now);
+      }
+      REQUIRE(s.rounds->model_version() == 2);
+      const std::vector<float> model = s.model();
+      if (std::string(rule) == "mean") {
+        CHECK(s.faults->failing["for_each_update"] == 2);  // the streaming mean never reads back
+        CHECK(model == fedavg(v1, ups));
+        fs::remove_all(dir);
+        continue;
+      }
+      CHECK(s.faults->failing["for_each_update"] == 0);
+      // the expected combination of the five, unweighted, per coordinate
+      for (size_t i = 0; i < model.size(); ++i) {
+        std::vector<float> column;
+        for (const Update& u : ups) column.push_back(u.values[i]);
+        std::sort(column.begin(), column.end());
+        const float expect = std::string(rule) == "median"
+                                 ? column[2]
+                                 : float((double(column[1]) + double(column[2]) + double(column[3])) / 3);
+        REQUIRE(model[i] == v1[i] + expect);
+        CHECK(std::fabs(model[i] - v1[i]) <= 0.011f);  // honest values are within +-0.01
+      }
+      fs::remove_all(dir);
+    }
+    RoundOptions bad;
+    bad.aggregation = "trimmed-mean:beta=0.5";
+    Server s(make_temp_dir(), bad);
+    CHECK(s.open() == Status::kInvalidSpec);
+    fs::remove_all(s.dir);
+  }
+
   TEST_CASE("an fp32 update of 3e38 per coordinate is rejected before its ack; rounds go on; restarts work") {
     const std::string dir = make_temp_dir();
     RoundOptions o;

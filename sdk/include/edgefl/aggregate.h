@@ -125,6 +125,41 @@ class StreamingAggregator {
   double total_weight_ = 0.0;
 };
 
+// Robust aggregation for rounds without secure aggregation (Yin, Chen, Ramchandran, Bartlett,
+// ICML 2018, "Byzantine-Robust Distributed Learning"): per coordinate, the median or the
+// beta-trimmed mean of K dense updates, unweighted (a weight is a device's own claim). Unlike the
+// streaming mean they need every update at once: K x n floats, update-major (rows[k * n + i]).
+//
+//   kMean         the plain mean of the K rows (the reference the others are compared with)
+//   kMedian       the coordinate-wise median (the mean of the two middle values when K is even):
+//                 with f < K/2 crafted rows, each coordinate stays between the honest values
+//                 ranked K/2 - f and K/2 + f
+//   kTrimmedMean  drop the floor(beta K) smallest and largest values of each coordinate, average
+//                 the rest: with f <= floor(beta K) crafted rows, each coordinate stays within the
+//                 honest values' range
+enum class RobustRule : uint8_t { kMean = 0, kMedian = 1, kTrimmedMean = 2 };
+
+struct RobustSpec {
+  RobustRule rule = RobustRule::kMean;
+  double trim_fraction = 0.2;  // beta, kTrimmedMean only: 0 <= beta < 0.5
+};
+
+// Parses "mean" | "median" | "trimmed-mean" [ ':' 'beta=' NUM ] (beta in [0, 0.5); default
+// 0.2, Flower's FedTrimmedAvg). kInvalidSpec on anything else; kInvalidArgument on nulls.
+[[nodiscard]] Status parse_robust_spec(const char* text, RobustSpec* spec);
+// "mean", "median", "trimmed-mean". Never null.
+const char* robust_rule_name(RobustRule rule);
+
+// Bytes of workspace robust_combine() needs for K rows: 4 K (one coordinate's values).
+size_t robust_workspace_bytes(size_t count);
+
+// out[i] = the rule applied to rows[k * n + i], k = 0 .. count - 1. Fails: kInvalidArgument
+// (count == 0, rows.size() != count * n, a trim that leaves no value, workspace too small or
+// misaligned for float), kDimensionMismatch (out.size() != n), kNonFiniteInput (a NaN or Inf
+// in rows). `out` is unchanged on failure.
+[[nodiscard]] Status robust_combine(const RobustSpec& spec, Span<const float> rows, size_t count,
+                                    Span<float> out, Span<uint8_t> workspace);
+
 // Server optimizers of the FedOpt family (Reddi et al., ICLR 2021, "Adaptive Federated
 // Optimization", Algorithm 2). Ids are stable (they may appear in checkpoints and logs).
 enum class ServerOptimizerKind : uint8_t {

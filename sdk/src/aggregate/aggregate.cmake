@@ -4,6 +4,7 @@
 add_library(edgefl_aggregate STATIC
   ${CMAKE_CURRENT_LIST_DIR}/aggregator.cpp
   ${CMAKE_CURRENT_LIST_DIR}/server_optimizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/robust.cpp
 )
 add_library(edgefl::aggregate ALIAS edgefl_aggregate)
 set_target_properties(edgefl_aggregate PROPERTIES EXPORT_NAME aggregate OUTPUT_NAME edgefl_aggregate
