@@ -1,6 +1,9 @@
 // tests/sdk/codec_add_test.cpp: summing encodings without decoding (add_encoded).
 #include <math.h>
 
+#include <stdint.h>
+
+#include <string>
 #include <vector>
 
 #include "edgefl/codec.h"
@@ -266,4 +269,74 @@ TEST_SUITE("codec.add") {
     }
   }
 
+  TEST_CASE(
+      "integer codes out and back: the sum of many devices' codes decodes to the sum of their updates") {
+    const size_t n = 3001;
+    for (const char* spec : {"q4:shared=0.05,clip", "q8:shared=0.0078125", "randk:0.1+q8:shared=0.1",
+                             "randk:0.05,unscaled+q4:shared=0.02,clip"}) {
+      CAPTURE(std::string(spec));
+      const uint64_t shared_seed = 99;  // random-k: one round seed for every device
+      std::vector<std::vector<uint8_t>> enc;
+      for (uint64_t d = 0; d < 7; ++d) {
+        enc.push_back(encode_ok(spec, edgefl_test::uniform_vector(n, 10 + d, -0.9, 0.9),
+                                std::string(spec).rfind("randk", 0) == 0 ? shared_seed : 1000 + d));
+      }
+      const EncodedInfo first = inspect_ok(enc[0]);
+      std::vector<int64_t> total(first.nnz, 0);
+      std::vector<float> decoded_sum(n, 0.0f);
+      for (const std::vector<uint8_t>& e : enc) {
+        std::vector<int32_t> codes(first.nnz);
+        REQUIRE(edgefl::read_integer_codes({e.data(), e.size()}, {codes.data(), codes.size()}) ==
+                Status::kOk);
+        for (size_t j = 0; j < codes.size(); ++j) total[j] += codes[j];
+        decoded_sum = plus(decoded_sum, decode_ok(e, n));
+      }
+      std::vector<int32_t> summed(total.begin(), total.end());
+      std::vector<uint8_t> out(edgefl::kEncodedHeaderBytes + 4 * first.nnz);
+      size_t written = 0;
+      REQUIRE(edgefl::write_integer_codes(first, {summed.data(), summed.size()}, 7, {out.data(), out.size()},
+                                          &written) == Status::kOk);
+      out.resize(written);
+      CHECK(inspect_ok(out).contributions == 7);
+      // the same as adding the encodings pairwise, bit for bit
+      std::vector<uint8_t> pairwise = enc[0];
+      for (size_t d = 1; d < enc.size(); ++d) pairwise = add_ok(pairwise, enc[d]);
+      CHECK(edgefl_test::same_bits(decode_ok(out, n), decode_ok(pairwise, n)));
+      const std::vector<float> got = decode_ok(out, n);
+      for (size_t i = 0; i < n; ++i) CHECK(got[i] == doctest::Approx(decoded_sum[i]).epsilon(1e-5));
+    }
+  }
+
+  TEST_CASE("integer codes: what has none is refused, and sizes are checked") {
+    const size_t n = 500;
+    const std::vector<float> x = edgefl_test::uniform_vector(n, 1, -0.9, 0.9);
+    std::vector<int32_t> codes(n);
+    for (const char* spec :
+         {"fp32", "bf16", "q8", "sparq:0.1", "topk:0.1+q8:shared=0.01", "q8:shared=0.01,ans"}) {
+      CAPTURE(std::string(spec));
+      // (rANS-coded codes are a stream; a peaked update keeps the encoder on the rANS form)
+      const bool ans = std::string(spec).find("ans") != std::string::npos;
+      const std::vector<uint8_t> e = encode_ok(spec, ans ? edgefl_test::gaussian_vector(n, 1, 0.02) : x, 3);
+      if (ans) REQUIRE(inspect_ok(e).entropy_coded);
+      CHECK(edgefl::read_integer_codes({e.data(), e.size()}, {codes.data(), codes.size()}) ==
+            Status::kNotSummable);
+    }
+    const std::vector<uint8_t> e = encode_ok("q8:shared=0.01", x, 3);
+    CHECK(edgefl::read_integer_codes({e.data(), e.size()}, {codes.data(), n - 1}) == Status::kBufferTooSmall);
+    std::vector<uint8_t> bad = e;
+    bad[bad.size() - 1] ^= 1;
+    CHECK(edgefl::read_integer_codes({bad.data(), bad.size()}, {codes.data(), n}) ==
+          Status::kChecksumMismatch);
+    const EncodedInfo info = inspect_ok(e);
+    std::vector<uint8_t> out(edgefl::kEncodedHeaderBytes + 4 * n);
+    size_t written = 0;
+    CHECK(edgefl::write_integer_codes(info, {codes.data(), n - 1}, 1, {out.data(), out.size()}, &written) ==
+          Status::kSizeMismatch);
+    CHECK(edgefl::write_integer_codes(info, {codes.data(), n}, 0, {out.data(), out.size()}, &written) ==
+          Status::kOverflow);
+    codes[5] = INT32_MIN;
+    CHECK(edgefl::write_integer_codes(info, {codes.data(), n}, 1, {out.data(), out.size()}, &written) ==
+          Status::kOverflow);
+    CHECK(written == 0);
+  }
 }  // TEST_SUITE

@@ -103,4 +103,53 @@ Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> o
   return Status::kOk;
 }
 
+namespace {
+bool integer_coded(const EncodedInfo& info) {
+  return is_summable(info) && info.values == ValueCoderKind::kUniform && info.shared_scale;
+}
+}  // namespace
+
+Status read_integer_codes(Span<const uint8_t> bytes, Span<int32_t> codes) {
+  EncodedInfo h;
+  EDGEFL_RETURN_IF_ERROR(inspect(bytes, &h));
+  if (!integer_coded(h)) return Status::kNotSummable;
+  if (codes.size() < h.nnz) return Status::kBufferTooSmall;
+  const uint8_t* v = bytes.data() + h.header_bytes;
+  EDGEFL_RETURN_IF_ERROR(values::validate_region(params_from_header(h), v, h.nnz));
+  BitReader r(v, h.value_bytes);
+  const unsigned shift = 64 - h.bits;
+  for (uint32_t i = 0; i < h.nnz; ++i) codes[i] = int32_t(int64_t(r.get(h.bits) << shift) >> shift);
+  return Status::kOk;
+}
+
+Status write_integer_codes(const EncodedInfo& like, Span<const int32_t> codes, uint32_t contributions,
+                           Span<uint8_t> out, size_t* written) {
+  if (written == nullptr) return Status::kInvalidArgument;
+  *written = 0;
+  if (!integer_coded(like)) return Status::kNotSummable;
+  if (codes.size() != like.nnz) return Status::kSizeMismatch;
+  if (contributions == 0) return Status::kOverflow;
+  int64_t max_abs = 0;
+  for (uint32_t i = 0; i < like.nnz; ++i) {
+    const int64_t m = codes[i] < 0 ? -int64_t(codes[i]) : int64_t(codes[i]);
+    max_abs = m > max_abs ? m : max_abs;
+  }
+  if (max_abs > 2147483647) return Status::kOverflow;
+  unsigned width = 2;
+  while (width < 32 && max_abs > (int64_t(1) << (width - 1)) - 1) ++width;
+  EncodedInfo h = like;
+  h.bits = uint8_t(width);
+  h.contributions = contributions;
+  h.value_bytes = (size_t(like.nnz) * width + 7) / 8;
+  h.index_bytes = 0;
+  h.total_bytes = kEncodedHeaderBytes + h.value_bytes;
+  if (out.size() < h.total_bytes) return Status::kBufferTooSmall;
+  BitWriter w(out.data() + kEncodedHeaderBytes, h.value_bytes);
+  for (uint32_t i = 0; i < like.nnz; ++i) w.put(uint64_t(int64_t(codes[i])), width);
+  w.finish();
+  format::seal(h, out.data());
+  *written = h.total_bytes;
+  return Status::kOk;
+}
+
 }  // namespace edgefl
