@@ -31,6 +31,9 @@
 #include "round/seeds.h"
 #include "round/update_steps.h"
 #include "timing.h"
+#if defined(EDGEFL_CLI_HAVE_SECAGG)
+#include "secure_round.h"
+#endif
 
 namespace edgefl {
 namespace cli {
@@ -76,6 +79,7 @@ struct ClientOutcome {
   size_t bytes = 0;           // upload
   size_t download_bytes = 0;  // the download stream (round/downlink.h), length prefixes included
   double train_s = 0, encode_s = 0, decode_s = 0;
+  std::vector<int32_t> codes;  // --secure-aggregation: the update's integer codes
   Status status = Status::kOk;
   const char* stage = "";
 };
@@ -136,6 +140,21 @@ class Simulation {
     if (!parse_partition_spec(c_.partition, &partition_spec_, &error)) return "--partition: " + error;
     if (c_.clients == 0 || c_.per_round == 0 || c_.per_round > c_.clients)
       return "need 1 <= --per-round <= --clients";
+    if (c_.secure_aggregation) {
+#if !defined(EDGEFL_CLI_HAVE_SECAGG)
+      return "--secure-aggregation needs a build with mbedTLS (EDGEFL_BUILD_NET)";
+#endif
+      const bool integer =
+          codec_.values == ValueCoderKind::kUniform && codec_.shared_step > 0 && !codec_.entropy_coded &&
+          (codec_.sparsifier == SparsifierKind::kNone || codec_.sparsifier == SparsifierKind::kRandomK);
+      if (!integer) {
+        return "--secure-aggregation needs a codec with integer codes that sum: q<b>:shared=STEP[,clip], "
+               "optionally after randk:F (not '" +
+               c_.codec + "')";
+      }
+      if (c_.per_round < 3) return "--secure-aggregation needs --per-round >= 3";
+      if (!(c_.secagg_dropout >= 0 && c_.secagg_dropout < 0.5)) return "--secagg-dropout must be in [0, 0.5)";
+    }
     if (c_.error_feedback == "auto") {
       use_ef_ = needs_error_feedback(codec_);
     } else if (c_.error_feedback == "fp32" || c_.error_feedback == "bf16") {
@@ -243,7 +262,13 @@ class Simulation {
     if (!error.empty()) return error;
     // Server: mean delta, then the server optimizer.
     const Clock::time_point t_server = Clock::now();
-    Status s = aggregator_.mean({mean_delta_.data(), n_});
+    Status s = Status::kOk;
+    if (c_.secure_aggregation) {
+      error = secure_mean(round, &outcomes, &rec);
+      if (!error.empty()) return error;
+    } else {
+      s = aggregator_.mean({mean_delta_.data(), n_});
+    }
     if (s == Status::kOk) s = optimizer_.apply({global_.data(), n_}, {mean_delta_.data(), n_});
     if (s != Status::kOk) return std::string("server update: ") + status_name(s);
     error = publish(round);
@@ -410,11 +435,68 @@ class Simulation {
     const UpdateCheck check =
         check_update({w.encoded.data(), o->bytes}, &codec_seed, {global_.data(), n_}, HUGE_VAL,
                      {server_decoded_.data(), n_}, {decode_scratch_.data(), decode_scratch_.size()});
-    o->status = check.verdict == UpdateVerdict::kAccepted
-                    ? aggregator_.add_dense({server_decoded_.data(), n_}, double(o->fit.samples))
-                    : (check.status != Status::kOk ? check.status : Status::kNonFiniteInput);
+    if (check.verdict == UpdateVerdict::kAccepted && c_.secure_aggregation) {
+      // The server never sees this encoding under SecAgg: the device masks its integer codes.
+      if (read_header({w.encoded.data(), o->bytes}, &secure_like_) == Status::kOk) {
+        o->codes.resize(secure_like_.nnz);
+        o->status = read_integer_codes({w.encoded.data(), o->bytes}, {o->codes.data(), o->codes.size()});
+      } else {
+        o->status = Status::kCorruptPayload;
+      }
+    } else {
+      o->status = check.verdict == UpdateVerdict::kAccepted
+                      ? aggregator_.add_dense({server_decoded_.data(), n_}, double(o->fit.samples))
+                      : (check.status != Status::kOk ? check.status : Status::kNonFiniteInput);
+    }
     o->decode_s = seconds_since(t1);
     o->stage = "aggregate";
+  }
+
+  // --secure-aggregation: SecAgg+ over the round's integer codes (secure_round.h); the mean is the
+  // unmasked sum decoded (write_integer_codes, then decode) over the number of contributors. The
+  // devices' bytes and times become the secure protocol's.
+  std::string secure_mean(size_t round, std::vector<ClientOutcome>* outcomes, RoundRecord* rec) {
+#if defined(EDGEFL_CLI_HAVE_SECAGG)
+    const size_t k = outcomes->size();
+    std::vector<std::vector<int32_t>> codes(k);
+    for (size_t i = 0; i < k; ++i) codes[i] = std::move((*outcomes)[i].codes);
+    std::vector<bool> dropped(k, false);
+    uint64_t pick = derive_seed(c_.seed, round, 0, 7);
+    const size_t drops = size_t(c_.secagg_dropout * double(k) + 0.5);
+    for (size_t d = 0; d < drops;) {
+      pick = mix64(pick);
+      const size_t slot = size_t(pick % k);
+      if (!dropped[slot]) dropped[slot] = true, ++d;
+    }
+    const uint32_t max_code = (1u << (secure_like_.bits - 1)) - 1;
+    const SecureRoundResult r = run_secure_round(round, derive_seed(c_.seed, round, 0, 8), codes, max_code,
+                                                 dropped, std::max(0.1, c_.secagg_dropout));
+    if (!r.error.empty()) return r.error;
+    for (size_t i = 0; i < k; ++i) {
+      ClientOutcome& o = (*outcomes)[i];
+      o.bytes = r.uplink_bytes[i];
+      o.download_bytes += r.downlink_bytes[i];
+      o.encode_s += r.client_s[i];
+      rec->secagg_client_s += r.client_s[i];
+      rec->secagg_protocol_bytes += r.uplink_bytes[i] + r.downlink_bytes[i];
+      if (dropped[i]) o.fit.samples = 0;  // its update is not in the model
+    }
+    rec->secagg_server_s = r.server_s;
+    rec->secagg_modulus_bits = r.modulus_bits;
+    rec->contributors = r.contributors.size();
+    std::vector<uint8_t> summed(kEncodedHeaderBytes + 4 * size_t(secure_like_.nnz));
+    size_t size = 0;
+    Status s = write_integer_codes(secure_like_, {r.summed_codes.data(), r.summed_codes.size()},
+                                   uint32_t(r.contributors.size()), {summed.data(), summed.size()}, &size);
+    if (s == Status::kOk) s = decode({summed.data(), size}, {mean_delta_.data(), n_});
+    if (s != Status::kOk) return std::string("secure aggregation: the unmasked sum: ") + status_name(s);
+    const float scale = 1.0f / float(r.contributors.size());
+    for (float& v : mean_delta_) v *= scale;
+    return "";
+#else
+    (void)round, (void)outcomes, (void)rec;
+    return "--secure-aggregation needs a build with mbedTLS";
+#endif
   }
 
   // Round accounting and the link model: the round lasts as long as its slowest client, then
@@ -432,7 +514,9 @@ class Simulation {
       rec->samples += o.fit.samples;
       loss_sum += double(o.fit.loss) * o.fit.samples;
       acc_sum += double(o.fit.accuracy) * o.fit.samples;
-      const double client_s = c_.rtt_ms / 1e3 + double(o.download_bytes) * 8 / down_bps +
+      // SecAgg+ adds three exchanges with the server (keys, shares, unmasking) to the upload.
+      const double round_trips = c_.secure_aggregation ? 4 : 1;
+      const double client_s = round_trips * c_.rtt_ms / 1e3 + double(o.download_bytes) * 8 / down_bps +
                               (o.train_s + o.encode_s) * c_.compute_scale + double(o.bytes) * 8 / up_bps;
       slowest = std::max(slowest, client_s);
     }
@@ -508,6 +592,14 @@ class Simulation {
         .add_number("round_sim_s", rec.round_sim_s, 6)
         .add_number("sim_time_s", rec.sim_time_s, 6)
         .add_uint("samples", rec.samples);
+    if (c_.secure_aggregation) {
+      j.add_bool("secure_aggregation", true)
+          .add_uint("contributors", rec.contributors)
+          .add_uint("secagg_modulus_bits", rec.secagg_modulus_bits)
+          .add_uint("secagg_protocol_bytes", rec.secagg_protocol_bytes)
+          .add_number("secagg_client_s", rec.secagg_client_s, 6)
+          .add_number("secagg_server_s", rec.secagg_server_s, 6);
+    }
     json_ << j.str() << "\n";
   }
 
@@ -552,6 +644,7 @@ class Simulation {
   size_t whole_bytes_ = 0;
   std::vector<uint8_t> patch_decode_workspace_;
   std::vector<float> server_decoded_;    // the update being checked and added
+  EncodedInfo secure_like_{};            // --secure-aggregation: a header of the round's encodings
   std::vector<uint8_t> decode_scratch_;  // decode workspace of the sketch codecs, grown once
   std::vector<uint8_t> aggregator_memory_;
   StreamingAggregator aggregator_;
@@ -712,6 +805,11 @@ const char kSimUsage[] =
     "                       edgefl-server; --compare's first entry: full unless it says '@')\n"
     "  --ef MODE            error feedback: none | fp32 | bf16 | auto (auto: fp32 for biased codecs)\n"
     "  --server-opt SPEC    fedavg[:lr=X] | fedavgm:lr=X,momentum=M | fedadam:lr=X,b1=,b2=,tau= (fedavg)\n"
+    "  --secure-aggregation on|off  SecAgg+ over the codec's integer codes (q<b>:shared=STEP[,clip],\n"
+    "                       optionally after randk:F): the server sees only each round's sum and\n"
+    "                       averages uniformly (off)\n"
+    "  --secagg-dropout F   --secure-aggregation: this fraction of each round's devices drops after\n"
+    "                       sharing its keys, before masking (0)\n"
     "  --lr X --momentum M --weight-decay W --prox-mu MU --batch B --epochs E   local SGD (0.05 0.9 0 0 32 "
     "1)\n"
     "  --uplink-mbps X --downlink-mbps Y --rtt-ms Z   link model (1 10 50)\n"
@@ -767,6 +865,10 @@ int set_sim_option(const std::string& arg, const std::string& v, SimConfig* c) {
     c->error_feedback = v;
   else if (arg == "--server-opt")
     c->server_optimizer = v;
+  else if (arg == "--secure-aggregation")
+    ok = (v == "on" || v == "off") && (c->secure_aggregation = v == "on", true);
+  else if (arg == "--secagg-dropout")
+    ok = to_double(v, &c->secagg_dropout) && c->secagg_dropout >= 0 && c->secagg_dropout < 0.5;
   else if (arg == "--lr")
     ok = to_double(v, &d) && d > 0 && (c->train.learning_rate = float(d), true);
   else if (arg == "--momentum")

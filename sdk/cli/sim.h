@@ -45,6 +45,10 @@ struct SimConfig {
   std::vector<float>* capture_update = nullptr;  // or keep it here
   size_t capture_round = 1;
   bool quiet = false;  // no progress lines
+  // SecAgg+ over the codec's integer codes (a summable shared-scale codec: q<b>:shared=STEP, dense
+  // or after randk): the server sees only the sum of each round's codes and averages uniformly.
+  bool secure_aggregation = false;
+  double secagg_dropout = 0.0;  // fraction of each round's devices that drop before masking
 };
 
 // One round, as written to the JSON lines. Times in seconds; bytes all-in (headers included).
@@ -58,6 +62,12 @@ struct RoundRecord {
   double wall_s = 0;                               // real time of the round on this machine
   double round_sim_s = 0, sim_time_s = 0;          // simulated: this round, and since the start
   uint64_t samples = 0;
+  // --secure-aggregation: the SecAgg messages' bytes (both ways, in uplink/downlink_bytes too),
+  // CPU seconds of the devices' (summed) and the server's SecAgg steps, the modulus bits.
+  uint64_t secagg_protocol_bytes = 0;
+  double secagg_client_s = 0, secagg_server_s = 0;
+  uint32_t secagg_modulus_bits = 0;
+  size_t contributors = 0;
 };
 
 // A real model update for `edgefl bench`: the raw (uncompressed) update of the first client in

@@ -14,6 +14,9 @@
 #include "report.h"
 #include "round/downlink.h"
 #include "sim.h"
+#if defined(EDGEFL_CLI_HAVE_SECAGG)
+#include "secure_round.h"
+#endif
 
 namespace {
 
@@ -240,3 +243,66 @@ TEST_SUITE("sim") {
     CHECK(sq > 0);  // a real, non-zero update
   }
 }
+
+#if defined(EDGEFL_CLI_HAVE_SECAGG)
+TEST_SUITE("sim") {
+  TEST_CASE("secure rounds: the unmasked sum is the sum of the codes of the devices that stayed") {
+    const size_t k = 12, words = 777;
+    std::vector<std::vector<int32_t>> codes(k, std::vector<int32_t>(words));
+    uint32_t x = 1;
+    for (auto& c : codes) {
+      for (int32_t& v : c) {
+        x = x * 1664525u + 1013904223u;
+        v = int32_t(x >> 24) - 128;  // [-128, 127]
+      }
+    }
+    std::vector<bool> dropped(k, false);
+    dropped[3] = dropped[8] = true;
+    const edgefl::cli::SecureRoundResult r = edgefl::cli::run_secure_round(5, 42, codes, 128, dropped, 0.2);
+    REQUIRE(r.error.empty());
+    CHECK(r.contributors == std::vector<size_t>{0, 1, 2, 4, 5, 6, 7, 9, 10, 11});
+    CHECK(r.modulus_bits == 12);  // 2 x 12 x 128 + 1 values
+    for (size_t i = 0; i < words; ++i) {
+      int64_t sum = 0;
+      for (size_t d = 0; d < k; ++d) sum += dropped[d] ? 0 : codes[d][i];
+      REQUIRE(r.summed_codes[i] == sum);
+    }
+    // the masked vector at m bits per word dominates a device's upload; the protocol adds little
+    for (size_t d = 0; d < k; ++d) {
+      if (dropped[d]) continue;
+      CHECK(r.uplink_bytes[d] >= (words * 12 + 7) / 8);
+      CHECK(r.uplink_bytes[d] < (words * 12 + 7) / 8 + 200 * r.degree);
+    }
+  }
+
+  TEST_CASE("--secure-aggregation: a federation learns, the server sees only sums, bytes follow m") {
+    edgefl::cli::SimConfig c = tiny_config();
+    c.rounds = 5;
+    c.per_round = 6;
+    c.downlink = "full";
+    c.codec = "q4:shared=0.002,clip";
+    c.secure_aggregation = true;
+    c.secagg_dropout = 0.17;  // one of six drops before masking, every round
+    const auto records = run(c);
+    edgefl::ModelSpec model;
+    REQUIRE(edgefl::parse_model_spec(c.model.c_str(), &model) == edgefl::Status::kOk);
+    const size_t n = edgefl::parameter_count(model);
+    for (const auto& r : records) {
+      CHECK(r.contributors == 5);
+      CHECK(r.secagg_modulus_bits == 7);  // q4 codes in [-7, 7], 6 devices: 2 x 6 x 7 + 1 = 85 values
+      // five masked vectors of n words at 7 bits, plus keys, shares and unmasking
+      CHECK(r.uplink_bytes >= 5 * (n * 7 / 8));
+      CHECK(r.uplink_bytes < 5 * (n * 7 / 8) + 6 * 2000);
+      CHECK(r.secagg_client_s > 0);
+      CHECK(r.secagg_server_s > 0);
+    }
+    CHECK(records.back().test_acc > 0.4);  // chance is 0.1
+    // a codec without integer codes is refused up front
+    c.codec = "q4";
+    std::vector<edgefl::cli::RoundRecord> none;
+    std::ostringstream log;
+    CHECK(edgefl::cli::run_sim(c, &none, log) == 1);
+    CHECK(log.str().find("integer codes") != std::string::npos);
+  }
+}
+#endif
