@@ -4,15 +4,16 @@
 #   ctest -R secagg.graph      the parameter finder against FCP's table, the Harary graph
 #   ctest -R secagg.protocol   exact sums for n = 10 and 100 with 0/10/30% dropouts at each phase;
 #                              masked vectors uniform; every refusal with its specific status
+#   ctest -R secagg.dp         the exact discrete Gaussian sampler, code clipping, the accountant
 #
 # Built when EDGEFL_BUILD_NET is ON (edgefl::secagg needs mbedTLS).
 if(TARGET edgefl::secagg)
-  add_executable(edgefl_secagg_tests main.cpp secagg/shamir_test.cpp secagg/graph_test.cpp secagg/protocol_test.cpp)
+  add_executable(edgefl_secagg_tests main.cpp secagg/shamir_test.cpp secagg/graph_test.cpp secagg/protocol_test.cpp secagg/dp_test.cpp)
   target_compile_features(edgefl_secagg_tests PRIVATE cxx_std_17)
   target_include_directories(edgefl_secagg_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/sdk/src)
   target_link_libraries(edgefl_secagg_tests PRIVATE edgefl::secagg doctest::doctest)
   edgefl_target_options(edgefl_secagg_tests)
-  foreach(suite shamir graph protocol)
+  foreach(suite shamir graph protocol dp)
     add_test(NAME secagg.${suite} COMMAND edgefl_secagg_tests --test-suite=secagg.${suite} --no-intro=true)
     set_tests_properties(secagg.${suite} PROPERTIES LABELS unit TIMEOUT 900)
   endforeach()

@@ -4,6 +4,7 @@
 
 #include "edgefl/status.h"
 #include "edgefl/wire.h"
+#include "secagg/dp.h"
 #include "secagg/protocol.h"
 
 namespace edgefl {
@@ -32,7 +33,8 @@ constexpr uint64_t kRevealedBytes = 4 + 1 + secagg::kShareBytes;   // RevealedSh
 
 SecureRoundResult run_secure_round(uint64_t round_id, uint64_t seed,
                                    const std::vector<std::vector<int32_t>>& codes, uint32_t max_code,
-                                   const std::vector<bool>& dropped, double dropout_rate) {
+                                   const std::vector<bool>& dropped, double dropout_rate,
+                                   uint64_t noise_variance) {
   using namespace secagg;
   SecureRoundResult r;
   const uint32_t n = uint32_t(codes.size());
@@ -47,7 +49,8 @@ SecureRoundResult run_secure_round(uint64_t round_id, uint64_t seed,
   for (auto& b : p.graph_seed) b = uint8_t(splitmix(&seed));
   Status s = find_graph_parameters(n, 0.05, dropout_rate, ThreatModel::kCuriousServer, &p.graph);
   if (s != Status::kOk) return fail("graph parameters", s);
-  s = modulus_bits_for(n, max_code, /*is_signed=*/true, &p.modulus_bits);
+  s = noise_variance > 0 ? noisy_modulus_bits(n, max_code, noise_variance, &p.modulus_bits)
+                         : modulus_bits_for(n, max_code, /*is_signed=*/true, &p.modulus_bits);
   if (s != Status::kOk) return fail("modulus", s);
   p.words = uint32_t(codes[0].size());
   r.modulus_bits = p.modulus_bits;

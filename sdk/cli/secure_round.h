@@ -32,10 +32,13 @@ struct SecureRoundResult {
 // `codes[slot]`: each device's codes (the same length for all), |code| <= max_code. Devices with
 // dropped[slot] leave after sharing their keys, before sending their masked vector (the costly
 // case: the server recovers their pair masks). The graph tolerates `dropout_rate` (>= the
-// fraction that drops) and 5% adversarial devices against a curious server.
+// fraction that drops) and 5% adversarial devices against a curious server. noise_variance > 0:
+// the codes carry discrete Gaussian noise of that variance (secagg/dp.h) and the modulus leaves
+// room for the sum of the noises.
 SecureRoundResult run_secure_round(uint64_t round_id, uint64_t seed,
                                    const std::vector<std::vector<int32_t>>& codes, uint32_t max_code,
-                                   const std::vector<bool>& dropped, double dropout_rate);
+                                   const std::vector<bool>& dropped, double dropout_rate,
+                                   uint64_t noise_variance = 0);
 
 }  // namespace cli
 }  // namespace edgefl

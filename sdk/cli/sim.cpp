@@ -32,6 +32,8 @@
 #include "round/update_steps.h"
 #include "timing.h"
 #if defined(EDGEFL_CLI_HAVE_SECAGG)
+#include "secagg/crypto.h"
+#include "secagg/dp.h"
 #include "secure_round.h"
 #endif
 
@@ -155,6 +157,12 @@ class Simulation {
       if (c_.per_round < 3) return "--secure-aggregation needs --per-round >= 3";
       if (!(c_.secagg_dropout >= 0 && c_.secagg_dropout < 0.5)) return "--secagg-dropout must be in [0, 0.5)";
     }
+#if defined(EDGEFL_CLI_HAVE_SECAGG)
+    if (c_.secure_aggregation && secagg::crypto_init() != Status::kOk) return "PSA crypto does not start";
+#endif
+    if ((c_.dp_clip > 0) != (c_.dp_noise > 0)) return "--dp-clip and --dp-noise go together";
+    if (c_.dp_clip > 0 && !c_.secure_aggregation) return "--dp-clip needs --secure-aggregation on";
+    if (c_.dp_clip > 0 && !(c_.dp_delta > 0 && c_.dp_delta < 1)) return "--dp-delta must be in (0, 1)";
     if (c_.error_feedback == "auto") {
       use_ef_ = needs_error_feedback(codec_);
     } else if (c_.error_feedback == "fp32" || c_.error_feedback == "bf16") {
@@ -397,6 +405,14 @@ class Simulation {
     o->stage = "train";
     if (o->status != Status::kOk) return;
     t0 = Clock::now();
+    if (c_.dp_clip > 0) {  // DP: every device bounds its contribution (the codes are bounded again)
+      double sq = 0;
+      for (float v : w.delta) sq += double(v) * v;
+      if (sq > c_.dp_clip * c_.dp_clip) {
+        const float scale = float(c_.dp_clip / sqrt(sq));
+        for (float& v : w.delta) v *= scale;
+      }
+    }
     const Span<uint8_t> ws{w.codec_workspace.data(), w.codec_workspace.size()};
     o->status = encode_update(codec_, use_ef_ ? &feedback_[client] : nullptr, {w.delta.data(), n_},
                               seeds.codec, ws, {w.encoded.data(), w.encoded.size()}, &o->bytes);
@@ -469,15 +485,45 @@ class Simulation {
       if (!dropped[slot]) dropped[slot] = true, ++d;
     }
     const uint32_t max_code = (1u << (secure_like_.bits - 1)) - 1;
+    uint64_t variance = 0;
+    double sensitivity = 0;
+    std::vector<double> noise_s(k, 0.0);
+    if (c_.dp_clip > 0) {
+      // Code units: x / step, times n / k for scaled random-k.
+      const bool scaled = secure_like_.sparsifier == SparsifierKind::kRandomK && !secure_like_.randk_unscaled;
+      const double scale = scaled ? double(secure_like_.n) / double(secure_like_.nnz) : 1.0;
+      sensitivity =
+          secagg::code_sensitivity(c_.dp_clip * scale, double(secure_like_.param), secure_like_.nnz);
+      const double v = ceil(c_.dp_noise * sensitivity * c_.dp_noise * sensitivity / double(k));
+      if (v > double(secagg::kMaxNoiseVariance)) {
+        return "--dp-noise: a device's noise variance " + std::to_string(v) + " (code units) is above " +
+               std::to_string(secagg::kMaxNoiseVariance) + ": raise the codec's step or lower --dp-clip";
+      }
+      variance = uint64_t(std::max(1.0, v));
+      for (size_t i = 0; i < k; ++i) {  // on each device, before masking
+        if (dropped[i]) continue;
+        const Clock::time_point t0 = Clock::now();
+        secagg::clip_codes_l2({codes[i].data(), codes[i].size()}, sensitivity, nullptr);
+        const Status s = secagg::add_discrete_gaussian_noise(variance, secagg::crypto_random(),
+                                                             {codes[i].data(), codes[i].size()});
+        if (s != Status::kOk) return std::string("--dp-noise: ") + status_name(s);
+        noise_s[i] = seconds_since(t0);
+      }
+    }
     const SecureRoundResult r = run_secure_round(round, derive_seed(c_.seed, round, 0, 8), codes, max_code,
-                                                 dropped, std::max(0.1, c_.secagg_dropout));
+                                                 dropped, std::max(0.1, c_.secagg_dropout), variance);
     if (!r.error.empty()) return r.error;
+    if (variance > 0) {
+      accountant_.add_round(sensitivity, secure_like_.nnz, uint32_t(r.contributors.size()), variance);
+      rec->dp_epsilon = accountant_.epsilon(c_.dp_delta);
+      rec->dp_noise_variance = variance;
+    }
     for (size_t i = 0; i < k; ++i) {
       ClientOutcome& o = (*outcomes)[i];
       o.bytes = r.uplink_bytes[i];
       o.download_bytes += r.downlink_bytes[i];
-      o.encode_s += r.client_s[i];
-      rec->secagg_client_s += r.client_s[i];
+      o.encode_s += r.client_s[i] + noise_s[i];
+      rec->secagg_client_s += r.client_s[i] + noise_s[i];
       rec->secagg_protocol_bytes += r.uplink_bytes[i] + r.downlink_bytes[i];
       if (dropped[i]) o.fit.samples = 0;  // its update is not in the model
     }
@@ -599,6 +645,11 @@ class Simulation {
           .add_uint("secagg_protocol_bytes", rec.secagg_protocol_bytes)
           .add_number("secagg_client_s", rec.secagg_client_s, 6)
           .add_number("secagg_server_s", rec.secagg_server_s, 6);
+      if (c_.dp_clip > 0) {
+        j.add_number("dp_epsilon", rec.dp_epsilon, 6)
+            .add_number("dp_delta", c_.dp_delta, 9)
+            .add_uint("dp_noise_variance", rec.dp_noise_variance);
+      }
     }
     json_ << j.str() << "\n";
   }
@@ -643,8 +694,11 @@ class Simulation {
   std::vector<size_t> patch_bytes_;
   size_t whole_bytes_ = 0;
   std::vector<uint8_t> patch_decode_workspace_;
-  std::vector<float> server_decoded_;    // the update being checked and added
-  EncodedInfo secure_like_{};            // --secure-aggregation: a header of the round's encodings
+  std::vector<float> server_decoded_;  // the update being checked and added
+  EncodedInfo secure_like_{};          // --secure-aggregation: a header of the round's encodings
+#if defined(EDGEFL_CLI_HAVE_SECAGG)
+  secagg::PrivacyAccountant accountant_;  // --dp-noise: every round so far
+#endif
   std::vector<uint8_t> decode_scratch_;  // decode workspace of the sketch codecs, grown once
   std::vector<uint8_t> aggregator_memory_;
   StreamingAggregator aggregator_;
@@ -810,6 +864,9 @@ const char kSimUsage[] =
     "                       averages uniformly (off)\n"
     "  --secagg-dropout F   --secure-aggregation: this fraction of each round's devices drops after\n"
     "                       sharing its keys, before masking (0)\n"
+    "  --dp-clip C --dp-noise Z [--dp-delta D]   distributed DP under --secure-aggregation: devices clip\n"
+    "                       updates to L2 <= C and add discrete Gaussian noise so that the sum carries\n"
+    "                       Z x the sensitivity; epsilon at D (1e-5) over the rounds in the JSON\n"
     "  --lr X --momentum M --weight-decay W --prox-mu MU --batch B --epochs E   local SGD (0.05 0.9 0 0 32 "
     "1)\n"
     "  --uplink-mbps X --downlink-mbps Y --rtt-ms Z   link model (1 10 50)\n"
@@ -867,6 +924,12 @@ int set_sim_option(const std::string& arg, const std::string& v, SimConfig* c) {
     c->server_optimizer = v;
   else if (arg == "--secure-aggregation")
     ok = (v == "on" || v == "off") && (c->secure_aggregation = v == "on", true);
+  else if (arg == "--dp-clip")
+    ok = to_double(v, &c->dp_clip) && c->dp_clip > 0;
+  else if (arg == "--dp-noise")
+    ok = to_double(v, &c->dp_noise) && c->dp_noise > 0;
+  else if (arg == "--dp-delta")
+    ok = to_double(v, &c->dp_delta) && c->dp_delta > 0 && c->dp_delta < 1;
   else if (arg == "--secagg-dropout")
     ok = to_double(v, &c->secagg_dropout) && c->secagg_dropout >= 0 && c->secagg_dropout < 0.5;
   else if (arg == "--lr")

@@ -49,6 +49,10 @@ struct SimConfig {
   // or after randk): the server sees only the sum of each round's codes and averages uniformly.
   bool secure_aggregation = false;
   double secagg_dropout = 0.0;  // fraction of each round's devices that drop before masking
+  // Distributed DP (secure aggregation only; secagg/dp.h): each device clips its update to L2 <=
+  // dp_clip and adds discrete Gaussian noise to its codes, of variance (dp_noise x sensitivity)^2
+  // / per_round in code units, so that the sum carries dp_noise x sensitivity; 0 = off.
+  double dp_clip = 0.0, dp_noise = 0.0, dp_delta = 1e-5;
 };
 
 // One round, as written to the JSON lines. Times in seconds; bytes all-in (headers included).
@@ -67,6 +71,8 @@ struct RoundRecord {
   uint64_t secagg_protocol_bytes = 0;
   double secagg_client_s = 0, secagg_server_s = 0;
   uint32_t secagg_modulus_bits = 0;
+  double dp_epsilon = 0;           // at dp_delta, all rounds so far (RDP composition)
+  uint64_t dp_noise_variance = 0;  // per device, in code units
   size_t contributors = 0;
 };
 

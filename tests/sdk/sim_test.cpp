@@ -297,6 +297,20 @@ TEST_SUITE("sim") {
       CHECK(r.secagg_server_s > 0);
     }
     CHECK(records.back().test_acc > 0.4);  // chance is 0.1
+    // distributed DP on top: epsilon grows with every round, the modulus makes room for the noise
+    c.dp_clip = 0.5;
+    c.dp_noise = 1.0;
+    c.rounds = 3;
+    const auto noisy = run(c);
+    double previous = 0;
+    for (const auto& r : noisy) {
+      CHECK(r.dp_epsilon > previous);
+      previous = r.dp_epsilon;
+      CHECK(r.dp_noise_variance > 0);
+      CHECK(r.secagg_modulus_bits > 7);
+    }
+    c.dp_clip = c.dp_noise = 0;
+    c.rounds = 5;
     // a codec without integer codes is refused up front
     c.codec = "q4";
     std::vector<edgefl::cli::RoundRecord> none;

@@ -15,6 +15,7 @@ add_library(edgefl_secagg STATIC
   ${CMAKE_CURRENT_LIST_DIR}/crypto.cpp
   ${CMAKE_CURRENT_LIST_DIR}/graph.cpp
   ${CMAKE_CURRENT_LIST_DIR}/protocol.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/dp.cpp
 )
 add_library(edgefl::secagg ALIAS edgefl_secagg)
 set_target_properties(edgefl_secagg PROPERTIES EXPORT_NAME secagg OUTPUT_NAME edgefl_secagg CXX_EXTENSIONS OFF)
