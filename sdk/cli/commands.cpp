@@ -1,5 +1,8 @@
 #include "commands.h"
 #include "sim.h"
+#if defined(EDGEFL_CLI_HAVE_SECAGG)
+#include "secure_round.h"
+#endif
 #if defined(EDGEFL_CLI_HAVE_NET)
 #include "client_command.h"
 #endif
@@ -55,6 +58,7 @@ const char kUsage[] =
     "  certs    --out DIR --devices N [...]             write a development PKI (CA, server, devices)\n"
     "  client   --server HOST:PORT --ca --cert --key ... one device in rounds against edgefl-server (mTLS)\n"
     "  swarm    --pki DIR --devices N ...               N devices as threads: a load test of edgefl-server\n"
+    "  secagg-bench [--devices 10,100,1000] ...         SecAgg+ rounds in process: CPU and bytes per device\n"
     "\n"
     "options:\n"
     "  -h, --help      show help (also `edgefl <command> --help`)\n"
@@ -890,6 +894,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
 #if defined(EDGEFL_CLI_HAVE_NET)
   if (command == "client") return run_client_command(argc, argv, out, err);
   if (command == "swarm") return run_swarm_command(argc, argv, out, err);
+#endif
+#if defined(EDGEFL_CLI_HAVE_SECAGG)
+  if (command == "secagg-bench") return run_secagg_bench_command(argc, argv, out, err);
 #endif
   if (command == "bench") {
     const std::vector<OptionDef> defs = {{"--input", true, true},     {"--codecs", true, false},

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ SecureRoundResult run_secure_round(uint64_t round_id, uint64_t seed,
                                    const std::vector<std::vector<int32_t>>& codes, uint32_t max_code,
                                    const std::vector<bool>& dropped, double dropout_rate,
                                    uint64_t noise_variance = 0);
+
+// `edgefl secagg-bench`: whole rounds at several cohort sizes, CPU and bytes per device.
+extern const char kSecaggBenchUsage[];
+int run_secagg_bench_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 
 }  // namespace cli
 }  // namespace edgefl
