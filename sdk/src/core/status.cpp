@@ -76,6 +76,10 @@ constexpr StatusText kStatusTexts[] = {
     {Status::kCancelled, "cancelled", EDGEFL_MSG("stopped by the caller")},
     {Status::kUpdateNotAccepted, "update_not_accepted",
      EDGEFL_MSG("the server did not count the update (straggler, late or rejected)")},
+// Secure aggregation is hosted-only (sdk/src/secagg needs mbedTLS): bare-metal builds, which
+// cannot return these codes, leave their texts out (EDGEFL_FREESTANDING_STATUS_TABLE, set by the
+// build for freestanding targets) and name them "unknown_status".
+#if !defined(EDGEFL_FREESTANDING_STATUS_TABLE)
     {Status::kAuthenticationFailed, "authentication_failed",
      EDGEFL_MSG("a ciphertext or its associated data was altered, or it was meant for someone else")},
     {Status::kBadShare, "bad_share",
@@ -89,6 +93,7 @@ constexpr StatusText kStatusTexts[] = {
      EDGEFL_MSG("the parameters could let the masked sum wrap or reveal a device's input")},
     {Status::kCryptoError, "crypto_error",
      EDGEFL_MSG("a cryptographic primitive failed or is missing from the linked mbedTLS")},
+#endif
 };
 }  // namespace
 
