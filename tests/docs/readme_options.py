@@ -11,7 +11,7 @@ import re
 import subprocess
 import sys
 
-COMMANDS = "encode|decode|inspect|add|bench|sim|certs|client|swarm"
+COMMANDS = "encode|decode|inspect|add|bench|sim|certs|client|swarm|secagg-bench"
 
 
 def main():
