@@ -94,13 +94,17 @@ SecureRoundResult run_secure_round(uint64_t round_id, uint64_t seed,
     const std::vector<AdvertisedKeys> keys = server.keys_for(d);
     r.downlink_bytes[d] += kFrame + kKeysBytes * keys.size();
     std::vector<SealedShares> sealed;
+    Key32 commitment;
     t = Clock::now();
-    if ((s = devices[d].share({keys.data(), keys.size()}, &sealed)) != Status::kOk) return fail("share", s);
+    if ((s = devices[d].share({keys.data(), keys.size()}, &sealed, &commitment)) != Status::kOk) {
+      return fail("share", s);
+    }
     r.client_s[d] += seconds_since(t);
     t = Clock::now();
-    if ((s = server.add_shares(d, {sealed.data(), sealed.size()})) != Status::kOk) return fail("shares", s);
+    if ((s = server.add_shares(d, commitment, {sealed.data(), sealed.size()})) != Status::kOk)
+      return fail("shares", s);
     r.server_s += seconds_since(t);
-    r.uplink_bytes[d] += kFrame + kSealedBytes * sealed.size();
+    r.uplink_bytes[d] += kFrame + commitment.size() + kSealedBytes * sealed.size();
   }
   if ((s = server.end_shares()) != Status::kOk) return fail("end of sharing", s);
   std::vector<uint32_t> words(p.words), masked(p.words);

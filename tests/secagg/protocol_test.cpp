@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 #include <set>
+#include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -103,8 +104,9 @@ Outcome run_round(const RoundParameters& p, const std::vector<std::vector<uint32
     if (!active(d, Phase::kShare)) continue;
     const std::vector<AdvertisedKeys> keys = server.keys_for(d);
     std::vector<SealedShares> sealed;
-    REQUIRE(devices[d].share({keys.data(), keys.size()}, &sealed) == Status::kOk);
-    REQUIRE(server.add_shares(d, {sealed.data(), sealed.size()}) == Status::kOk);
+    Key32 commitment;
+    REQUIRE(devices[d].share({keys.data(), keys.size()}, &sealed, &commitment) == Status::kOk);
+    REQUIRE(server.add_shares(d, commitment, {sealed.data(), sealed.size()}) == Status::kOk);
   }
   out.status = server.end_shares();
   if (out.status != Status::kOk) return out;
@@ -156,10 +158,11 @@ struct Setup {
   SecAggServer server;
   std::vector<AdvertisedKeys> keys;
   std::vector<std::vector<SealedShares>> sealed;
+  std::vector<Key32> commitments;
   std::vector<std::vector<uint32_t>> inputs;
 
   explicit Setup(uint32_t n, uint32_t words = 64)
-      : p(parameters(n, 127, words, 77)), devices(n), keys(n), sealed(n) {
+      : p(parameters(n, 127, words, 77)), devices(n), keys(n), sealed(n), commitments(n) {
     inputs = inputs_for(p, 127, 5);
     REQUIRE(server.start(p) == Status::kOk);
     for (uint32_t d = 0; d < n; ++d) REQUIRE(devices[d].start(p, d, &keys[d]) == Status::kOk);
@@ -171,8 +174,8 @@ struct Setup {
   void share_all() {
     for (uint32_t d = 0; d < p.graph.clients; ++d) {
       const std::vector<AdvertisedKeys> k = server.keys_for(d);
-      REQUIRE(devices[d].share({k.data(), k.size()}, &sealed[d]) == Status::kOk);
-      REQUIRE(server.add_shares(d, {sealed[d].data(), sealed[d].size()}) == Status::kOk);
+      REQUIRE(devices[d].share({k.data(), k.size()}, &sealed[d], &commitments[d]) == Status::kOk);
+      REQUIRE(server.add_shares(d, commitments[d], {sealed[d].data(), sealed[d].size()}) == Status::kOk);
     }
     REQUIRE(server.end_shares() == Status::kOk);
   }
@@ -372,19 +375,22 @@ TEST_SUITE("secagg.protocol") {
     // a (malicious) relay that gives device 2 someone's keys twice, or its own
     std::vector<AdvertisedKeys> k = s.server.keys_for(2);
     std::vector<SealedShares> sealed;
+    Key32 commitment;
     std::vector<AdvertisedKeys> dup = k;
     dup[1].cipher_public = dup[0].cipher_public;
     dup[1].mask_public = dup[0].mask_public;
-    CHECK(s.devices[2].share({dup.data(), dup.size()}, &sealed) == Status::kKeyReuse);
+    CHECK(s.devices[2].share({dup.data(), dup.size()}, &sealed, &commitment) == Status::kKeyReuse);
     std::vector<AdvertisedKeys> own = k;
     own[0].cipher_public = s.keys[2].cipher_public;
-    CHECK(s.devices[2].share({own.data(), own.size()}, &sealed) == Status::kKeyReuse);
+    CHECK(s.devices[2].share({own.data(), own.size()}, &sealed, &commitment) == Status::kKeyReuse);
     std::vector<AdvertisedKeys> stranger = k;
     stranger[0].device = 2;  // itself, not a neighbour
-    CHECK(s.devices[2].share({stranger.data(), stranger.size()}, &sealed) == Status::kProtocolError);
+    CHECK(s.devices[2].share({stranger.data(), stranger.size()}, &sealed, &commitment) ==
+          Status::kProtocolError);
     std::vector<AdvertisedKeys> few(k.begin(), k.begin() + (s.p.graph.threshold - 1));
-    CHECK(s.devices[2].share({few.data(), few.size()}, &sealed) == Status::kTooFewSurvivors);
-    CHECK(s.devices[2].share({k.data(), k.size()}, &sealed) == Status::kOk);  // unchanged by the refusals
+    CHECK(s.devices[2].share({few.data(), few.size()}, &sealed, &commitment) == Status::kTooFewSurvivors);
+    CHECK(s.devices[2].share({k.data(), k.size()}, &sealed, &commitment) ==
+          Status::kOk);  // unchanged by the refusals
   }
 
   TEST_CASE("the device never reveals both secrets of one neighbour, and answers once") {
@@ -425,18 +431,22 @@ TEST_SUITE("secagg.protocol") {
     // shares: one missing, one misaddressed
     std::vector<AdvertisedKeys> k = s.server.keys_for(0);
     std::vector<SealedShares> sealed;
-    REQUIRE(s.devices[0].share({k.data(), k.size()}, &sealed) == Status::kOk);
+    Key32 commitment;
+    REQUIRE(s.devices[0].share({k.data(), k.size()}, &sealed, &commitment) == Status::kOk);
     std::vector<SealedShares> missing(sealed.begin(), sealed.end() - 1);
-    CHECK(s.server.add_shares(0, {missing.data(), missing.size()}) == Status::kInvalidMessage);
+    CHECK(s.server.add_shares(0, commitment, {missing.data(), missing.size()}) == Status::kInvalidMessage);
     std::vector<SealedShares> wrong_from = sealed;
     wrong_from[0].from = 1;
-    CHECK(s.server.add_shares(0, {wrong_from.data(), wrong_from.size()}) == Status::kInvalidMessage);
-    REQUIRE(s.server.add_shares(0, {sealed.data(), sealed.size()}) == Status::kOk);
-    CHECK(s.server.add_shares(0, {sealed.data(), sealed.size()}) == Status::kProtocolError);  // twice
+    CHECK(s.server.add_shares(0, commitment, {wrong_from.data(), wrong_from.size()}) ==
+          Status::kInvalidMessage);
+    REQUIRE(s.server.add_shares(0, commitment, {sealed.data(), sealed.size()}) == Status::kOk);
+    CHECK(s.server.add_shares(0, commitment, {sealed.data(), sealed.size()}) ==
+          Status::kProtocolError);  // twice
     for (uint32_t d = 1; d < 10; ++d) {
       std::vector<AdvertisedKeys> kd = s.server.keys_for(d);
-      REQUIRE(s.devices[d].share({kd.data(), kd.size()}, &s.sealed[d]) == Status::kOk);
-      REQUIRE(s.server.add_shares(d, {s.sealed[d].data(), s.sealed[d].size()}) == Status::kOk);
+      REQUIRE(s.devices[d].share({kd.data(), kd.size()}, &s.sealed[d], &s.commitments[d]) == Status::kOk);
+      REQUIRE(s.server.add_shares(d, s.commitments[d], {s.sealed[d].data(), s.sealed[d].size()}) ==
+              Status::kOk);
     }
     REQUIRE(s.server.end_shares() == Status::kOk);
     // masked vectors: a word >= 2^m, a wrong length, an input word >= 2^m on the device
@@ -474,6 +484,44 @@ TEST_SUITE("secagg.protocol") {
     }
     std::vector<uint32_t> sum(s.p.words), contributors;
     CHECK(s.server.finish({sum.data(), sum.size()}, &contributors) == Status::kBadShare);
+  }
+
+  TEST_CASE("a wrong share among exactly t is caught by the seed commitment, not summed") {
+    // n = 3: the complete graph, k = 2 = t: every seed has exactly t shares, so no further share
+    // can expose a wrong one; the commitment does.
+    for (const char* variant : {"wrong share", "wrong commitment"}) {
+      CAPTURE(variant);
+      Setup s(3);
+      REQUIRE(s.p.graph.degree == 2);
+      REQUIRE(s.p.graph.threshold == 2);
+      s.advertise_all();
+      for (uint32_t d = 0; d < 3; ++d) {
+        const std::vector<AdvertisedKeys> k = s.server.keys_for(d);
+        REQUIRE(s.devices[d].share({k.data(), k.size()}, &s.sealed[d], &s.commitments[d]) == Status::kOk);
+        Key32 commitment = s.commitments[d];
+        if (d == 2 && std::string(variant) == "wrong commitment") commitment[0] ^= 1;
+        REQUIRE(s.server.add_shares(d, commitment, {s.sealed[d].data(), s.sealed[d].size()}) == Status::kOk);
+      }
+      REQUIRE(s.server.end_shares() == Status::kOk);
+      std::vector<uint32_t> masked;
+      for (uint32_t d = 0; d < 3; ++d) {
+        REQUIRE(s.mask(d, s.server.shares_for(d), &masked) == Status::kOk);
+        REQUIRE(s.server.add_masked(d, {masked.data(), masked.size()}) == Status::kOk);
+      }
+      REQUIRE(s.server.end_masked() == Status::kOk);
+      for (uint32_t d = 0; d < 3; ++d) {
+        std::vector<RevealedShare> revealed;
+        REQUIRE(s.devices[d].unmask(s.server.unmask_request_for(d), &revealed) == Status::kOk);
+        if (d == 1 && std::string(variant) == "wrong share") {
+          for (RevealedShare& r : revealed) {
+            if (r.owner == 0) r.share.y[0] = (r.share.y[0] + 1) % kFieldPrime;  // still in the field
+          }
+        }
+        REQUIRE(s.server.add_unmask(d, {revealed.data(), revealed.size()}) == Status::kOk);
+      }
+      std::vector<uint32_t> sum(s.p.words), contributors;
+      CHECK(s.server.finish({sum.data(), sum.size()}, &contributors) == Status::kBadShare);
+    }
   }
 
   TEST_CASE("round parameters a device must refuse") {

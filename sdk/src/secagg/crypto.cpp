@@ -107,6 +107,18 @@ Status x25519_agree(const Key32& secret, const Key32& peer_public, Key32* shared
   return Status::kOk;
 }
 
+Status sha256_of(std::initializer_list<Span<const uint8_t>> parts, Key32* digest) {
+  psa_hash_operation_t op = PSA_HASH_OPERATION_INIT;
+  psa_status_t status = psa_hash_setup(&op, PSA_ALG_SHA_256);
+  for (const Span<const uint8_t>& part : parts) {
+    if (status == PSA_SUCCESS && part.size() != 0) status = psa_hash_update(&op, part.data(), part.size());
+  }
+  size_t length = 0;
+  if (status == PSA_SUCCESS) status = psa_hash_finish(&op, digest->data(), digest->size(), &length);
+  if (status != PSA_SUCCESS) psa_hash_abort(&op);
+  return from_psa(status == PSA_SUCCESS && length != 32 ? PSA_ERROR_GENERIC_ERROR : status);
+}
+
 Status hkdf_sha256(Span<const uint8_t> salt, Span<const uint8_t> secret, Span<const uint8_t> info,
                    uint8_t* out, size_t size) {
   psa_key_derivation_operation_t op = PSA_KEY_DERIVATION_OPERATION_INIT;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include <array>
+#include <initializer_list>
 
 #include <psa/crypto.h>
 
@@ -50,6 +51,9 @@ struct KeyPair {
 // The raw shared secret. kInvalidMessage if the peer's key is a low-order point (all-zero
 // result) or malformed.
 [[nodiscard]] Status x25519_agree(const Key32& secret, const Key32& peer_public, Key32* shared);
+
+// SHA-256 of the concatenation of `parts`.
+[[nodiscard]] Status sha256_of(std::initializer_list<Span<const uint8_t>> parts, Key32* digest);
 
 // HKDF-SHA256 (extract with `salt`, expand with `info`) into out[0..size), size <= 255 * 32.
 [[nodiscard]] Status hkdf_sha256(Span<const uint8_t> salt, Span<const uint8_t> secret,

@@ -13,6 +13,7 @@ namespace {
 constexpr char kShareKeyLabel[] = "edgefl secagg v1 share key";
 constexpr char kPairMaskLabel[] = "edgefl secagg v1 pair mask";
 constexpr char kAadLabel[] = "edgefl secagg v1 shares";
+constexpr char kCommitmentLabel[] = "edgefl secagg v1 seed commitment";
 constexpr uint8_t kSelfMaskNonce[kAeadNonceBytes] = {'e', 'd', 'g', 'e', 'f', 'l',
                                                      ' ', 's', 'e', 'l', 'f', 0};
 constexpr uint8_t kPairMaskNonce[kAeadNonceBytes] = {'e', 'd', 'g', 'e', 'f', 'l',
@@ -78,6 +79,18 @@ void share_aad(const RoundParameters& p, uint32_t from, uint32_t to, uint8_t aad
   memcpy(at + 8, p.round_nonce.data(), 32);
   put32(at + 40, from);
   put32(at + 44, to);
+}
+
+// SHA-256(label | round id | round nonce | device | seed): binds the seed to its round and owner.
+Status seed_commitment_of(const RoundParameters& p, uint32_t device, const Secret& seed, Key32* out) {
+  uint8_t ids[12];
+  put64(ids, p.round_id);
+  put32(ids + 8, device);
+  return sha256_of({{reinterpret_cast<const uint8_t*>(kCommitmentLabel), sizeof kCommitmentLabel - 1},
+                    {ids, sizeof ids},
+                    {p.round_nonce.data(), p.round_nonce.size()},
+                    {seed.data(), seed.size()}},
+                   out);
 }
 
 // acc[i] = acc[i] +- PRG(seed, nonce)[i] mod 2^bits, in blocks.
@@ -178,8 +191,10 @@ Status SecAggClient::start(const RoundParameters& p, uint32_t self, AdvertisedKe
   return Status::kOk;
 }
 
-Status SecAggClient::share(Span<const AdvertisedKeys> keys, std::vector<SealedShares>* out) {
-  if (phase_ != Phase::kAdvertised || out == nullptr) return Status::kProtocolError;
+Status SecAggClient::share(Span<const AdvertisedKeys> keys, std::vector<SealedShares>* out,
+                           Key32* seed_commitment) {
+  if (phase_ != Phase::kAdvertised || out == nullptr || seed_commitment == nullptr)
+    return Status::kProtocolError;
   std::vector<Neighbour> neighbours;
   neighbours.reserve(keys.size());
   for (const AdvertisedKeys& k : keys) {
@@ -217,6 +232,8 @@ Status SecAggClient::share(Span<const AdvertisedKeys> keys, std::vector<SealedSh
   Secret seed{}, mask_secret{};
   memcpy(mask_secret.data(), mask_keys_.secret.data(), 32);
   Status status = crypto_random_bytes(seed.data(), seed.size());
+  Key32 commitment{};
+  if (status == Status::kOk) status = seed_commitment_of(params_, self_, seed, &commitment);
   if (status == Status::kOk) {
     status = shamir_split(seed, params_.graph.threshold, {holders.data(), holders.size()}, crypto_random(),
                           {seed_shares.data(), seed_shares.size()});
@@ -256,6 +273,7 @@ Status SecAggClient::share(Span<const AdvertisedKeys> keys, std::vector<SealedSh
   mbedtls_platform_zeroize(seed.data(), seed.size());
   neighbours_ = std::move(neighbours);
   *out = std::move(sealed);
+  *seed_commitment = commitment;
   phase_ = Phase::kShared;
   return Status::kOk;
 }
@@ -385,6 +403,7 @@ Status SecAggServer::start(const RoundParameters& p) {
   inbox_.assign(p.graph.clients, {});
   seed_shares_.assign(p.graph.clients, {});
   key_shares_.assign(p.graph.clients, {});
+  commitments_.assign(p.graph.clients, Key32{});
   sum_.assign(p.words, 0);
   phase_ = Phase::kKeys;
   return Status::kOk;
@@ -427,7 +446,8 @@ std::vector<AdvertisedKeys> SecAggServer::keys_for(uint32_t device) const {
   return out;
 }
 
-Status SecAggServer::add_shares(uint32_t device, Span<const SealedShares> shares) {
+Status SecAggServer::add_shares(uint32_t device, const Key32& seed_commitment,
+                                Span<const SealedShares> shares) {
   if (phase_ != Phase::kShares || device >= params_.graph.clients || !has(device, kAdvertised) ||
       has(device, kShared)) {
     return Status::kProtocolError;
@@ -446,6 +466,7 @@ Status SecAggServer::add_shares(uint32_t device, Span<const SealedShares> shares
   std::sort(to.begin(), to.end());
   if (to != expected) return Status::kInvalidMessage;  // missing, extra, repeated or misaddressed
   for (const SealedShares& s : shares) inbox_[s.to].push_back(s);
+  commitments_[device] = seed_commitment;
   flags_[device] |= kShared;
   return Status::kOk;
 }
@@ -542,6 +563,9 @@ Status SecAggServer::finish(Span<uint32_t> sum, std::vector<uint32_t>* contribut
     if (!has(u, kMasked)) continue;
     Secret seed;
     Status status = shamir_reconstruct({seed_shares_[u].data(), seed_shares_[u].size()}, t, &seed);
+    Key32 commitment{};
+    if (status == Status::kOk) status = seed_commitment_of(params_, u, seed, &commitment);
+    if (status == Status::kOk && commitment != commitments_[u]) status = Status::kBadShare;
     if (status == Status::kOk) status = apply_stream(acc_span, seed, kSelfMaskNonce, bits, /*subtract=*/true);
     mbedtls_platform_zeroize(seed.data(), seed.size());
     EDGEFL_RETURN_IF_ERROR(status);

@@ -109,8 +109,11 @@ class SecAggClient {
   // R1: the keys the server relayed. Fails: kProtocolError (not after start(), or a device that is
   // not a neighbour, or one listed twice), kKeyReuse (a key equal to this device's or to another
   // neighbour's), kTooFewSurvivors (fewer than t neighbours), kInvalidMessage (a low-order key),
-  // kCryptoError. One SealedShares per neighbour in `out`.
-  [[nodiscard]] Status share(Span<const AdvertisedKeys> neighbours, std::vector<SealedShares>* out);
+  // kCryptoError. One SealedShares per neighbour in `out`, and the commitment to the self-mask
+  // seed (SHA-256 of a label, the round id and nonce, the device and the seed), with which the
+  // server checks the seed it reconstructs.
+  [[nodiscard]] Status share(Span<const AdvertisedKeys> neighbours, std::vector<SealedShares>* out,
+                             Key32* seed_commitment);
 
   // R2: opens the shares the server relayed and masks `input` (L words, each < 2^m) into
   // `masked` (L words). Fails: kProtocolError (phase, a sender that did not advertise to this
@@ -162,10 +165,11 @@ class SecAggServer {
   [[nodiscard]] Status end_keys();
   std::vector<AdvertisedKeys> keys_for(uint32_t device) const;
 
-  // R1: all of a device's sealed shares at once, one for each neighbour it was sent keys of.
-  // Fails: kProtocolError (phase, a device that did not advertise or already shared),
-  // kInvalidMessage (a missing, extra, repeated or misaddressed share).
-  [[nodiscard]] Status add_shares(uint32_t device, Span<const SealedShares> shares);
+  // R1: all of a device's sealed shares at once, one for each neighbour it was sent keys of, and
+  // its seed commitment. Fails: kProtocolError (phase, a device that did not advertise or already
+  // shared), kInvalidMessage (a missing, extra, repeated or misaddressed share).
+  [[nodiscard]] Status add_shares(uint32_t device, const Key32& seed_commitment,
+                                  Span<const SealedShares> shares);
   [[nodiscard]] Status end_shares();
   std::vector<SealedShares> shares_for(uint32_t device) const;
 
@@ -183,7 +187,8 @@ class SecAggServer {
 
   // Unmasks the sum of the survivors' vectors into `sum` (L words) and lists them in
   // `contributors`. Fails: kTooFewSurvivors (a secret with fewer than t shares), kBadShare
-  // (shares not on one polynomial, or a mask key that does not match its public key),
+  // (shares not on one polynomial, a seed that does not match its commitment, or a mask key that
+  // does not match its public key: a wrong share is caught even when only t shares are at hand),
   // kProtocolError (phase), kDimensionMismatch, kCryptoError. The server is then done.
   [[nodiscard]] Status finish(Span<uint32_t> sum, std::vector<uint32_t>* contributors);
 
@@ -206,6 +211,7 @@ class SecAggServer {
   std::vector<AdvertisedKeys> keys_;
   std::vector<std::vector<SealedShares>> inbox_;              // by receiver
   std::vector<std::vector<Share>> seed_shares_, key_shares_;  // by owner
+  std::vector<Key32> commitments_;                            // by owner
   std::vector<uint32_t> sum_;
 };
 
