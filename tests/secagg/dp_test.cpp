@@ -10,26 +10,14 @@
 #include <doctest/doctest.h>
 
 #include "secagg/dp.h"
+#include "secagg/seeded_random.h"
 
 namespace {
 
 using edgefl::Status;
 using namespace edgefl::secagg;
 
-struct SplitMix {
-  uint64_t state;
-  static Status fill(void* context, uint8_t* out, size_t size) {
-    auto* self = static_cast<SplitMix*>(context);
-    for (size_t i = 0; i < size; ++i) {
-      uint64_t z = (self->state += 0x9e3779b97f4a7c15ull);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      out[i] = uint8_t(z ^ (z >> 31));
-    }
-    return Status::kOk;
-  }
-  RandomSource source() { return RandomSource{&SplitMix::fill, this}; }
-};
+using SplitMix = edgefl_test::SeededRandom;
 
 }  // namespace
 

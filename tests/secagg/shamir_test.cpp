@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include "secagg/crypto.h"
+#include "secagg/seeded_random.h"
 #include "secagg/shamir.h"
 
 namespace {
@@ -17,21 +18,7 @@ namespace {
 using edgefl::Status;
 using namespace edgefl::secagg;
 
-// A deterministic source (SplitMix64), so that failures reproduce.
-struct TestRandom {
-  uint64_t state;
-  static Status fill(void* context, uint8_t* out, size_t size) {
-    auto* self = static_cast<TestRandom*>(context);
-    for (size_t i = 0; i < size; ++i) {
-      uint64_t z = (self->state += 0x9e3779b97f4a7c15ull);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      out[i] = uint8_t(z ^ (z >> 31));
-    }
-    return Status::kOk;
-  }
-  RandomSource source() { return RandomSource{&TestRandom::fill, this}; }
-};
+using TestRandom = edgefl_test::SeededRandom;
 
 Secret secret_from(uint64_t seed) {
   TestRandom r{seed};
