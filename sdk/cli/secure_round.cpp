@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/rng.h"
 #include "edgefl/status.h"
 #include "edgefl/wire.h"
 #include "secagg/dp.h"
@@ -18,13 +19,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-uint64_t splitmix(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 // Message bodies (protocol.h) and one frame header each.
@@ -59,8 +53,8 @@ SecureRoundResult run_secure_round(uint64_t round_id, uint64_t seed,
   if (n < 3) return fail("a round needs at least 3 devices", Status::kInvalidArgument);
   RoundParameters p;
   p.round_id = round_id;
-  for (auto& b : p.round_nonce) b = uint8_t(splitmix(&seed));
-  for (auto& b : p.graph_seed) b = uint8_t(splitmix(&seed));
+  for (auto& b : p.round_nonce) b = uint8_t(splitmix64_next(&seed));
+  for (auto& b : p.graph_seed) b = uint8_t(splitmix64_next(&seed));
   Status s = find_graph_parameters(n, 0.05, dropout_rate, ThreatModel::kCuriousServer, &p.graph);
   if (s != Status::kOk) return fail("graph parameters", s);
   s = noise_variance > 0 ? noisy_modulus_bits(n, max_code, noise_variance, &p.modulus_bits)
@@ -215,11 +209,11 @@ int run_secagg_bench_command(int argc, const char* const* argv, std::ostream& ou
       std::vector<std::vector<int32_t>> codes(n, std::vector<int32_t>(words));
       uint64_t state = 1000 * n + rep;
       for (auto& c : codes) {
-        for (int32_t& v : c) v = int32_t(splitmix(&state) % (2 * max_code + 1)) - int32_t(max_code);
+        for (int32_t& v : c) v = int32_t(splitmix64_next(&state) % (2 * max_code + 1)) - int32_t(max_code);
       }
       std::vector<bool> dropped(n, false);
       for (uint32_t d = 0; d < uint32_t(dropout * n + 0.5);) {
-        const uint32_t slot = uint32_t(splitmix(&state) % n);
+        const uint32_t slot = uint32_t(splitmix64_next(&state) % n);
         if (!dropped[slot]) dropped[slot] = true, ++d;
       }
       last = run_secure_round(rep + 1, state, codes, max_code, dropped, std::max(0.1, dropout));

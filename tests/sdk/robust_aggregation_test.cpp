@@ -143,7 +143,8 @@ TEST_SUITE("aggregate") {
           const long f = long(crafted), half = long(count) / 2;
           CHECK(median[i] >= honest_rank(r, i, half - 1 - f));
           CHECK(median[i] <= honest_rank(r, i, half + f));
-          CHECK(trimmed[i] >= r.honest_sorted[i].front() - 1e-5f * (1 + std::fabs(r.honest_sorted[i].front())));
+          CHECK(trimmed[i] >=
+                r.honest_sorted[i].front() - 1e-5f * (1 + std::fabs(r.honest_sorted[i].front())));
           CHECK(trimmed[i] <= r.honest_sorted[i].back() + 1e-5f * (1 + std::fabs(r.honest_sorted[i].back())));
           median_error = std::max(median_error, std::fabs(median[i] - r.honest_mean[i]));
           trimmed_error = std::max(trimmed_error, std::fabs(trimmed[i] - r.honest_mean[i]));

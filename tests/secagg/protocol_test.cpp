@@ -21,7 +21,7 @@ namespace {
 using edgefl::Status;
 using namespace edgefl::secagg;
 
-using edgefl_test::splitmix64;
+using edgefl::splitmix64_next;
 
 enum class Phase { kAdvertise = 0, kShare = 1, kMask = 2, kUnmask = 3 };
 const char* phase_name(Phase p) {
@@ -33,8 +33,8 @@ RoundParameters parameters(uint32_t n, uint32_t max_magnitude, uint32_t words, u
   RoundParameters p;
   p.round_id = seed;
   uint64_t s = seed;
-  for (auto& b : p.round_nonce) b = uint8_t(splitmix64(&s));
-  for (auto& b : p.graph_seed) b = uint8_t(splitmix64(&s));
+  for (auto& b : p.round_nonce) b = uint8_t(splitmix64_next(&s));
+  for (auto& b : p.graph_seed) b = uint8_t(splitmix64_next(&s));
   REQUIRE(find_graph_parameters(n, 0.05, 0.33, ThreatModel::kCuriousServer, &p.graph) == Status::kOk);
   REQUIRE(modulus_bits_for(n, max_magnitude, /*is_signed=*/true, &p.modulus_bits) == Status::kOk);
   p.words = words;
@@ -47,7 +47,7 @@ std::vector<std::vector<uint32_t>> inputs_for(const RoundParameters& p, uint32_t
   std::vector<std::vector<uint32_t>> inputs(p.graph.clients, std::vector<uint32_t>(p.words));
   for (auto& x : inputs) {
     for (auto& w : x) {
-      const int64_t v = int64_t(splitmix64(&seed) % (2 * max_magnitude + 1)) - int64_t(max_magnitude);
+      const int64_t v = int64_t(splitmix64_next(&seed) % (2 * max_magnitude + 1)) - int64_t(max_magnitude);
       w = to_word(v, p.modulus_bits);
     }
   }
@@ -62,7 +62,7 @@ struct Dropouts {
 Dropouts drop_fraction(uint32_t n, Phase phase, double fraction, uint64_t seed) {
   std::vector<uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
-  for (uint32_t i = n - 1; i > 0; --i) std::swap(order[i], order[splitmix64(&seed) % (i + 1)]);
+  for (uint32_t i = n - 1; i > 0; --i) std::swap(order[i], order[splitmix64_next(&seed) % (i + 1)]);
   Dropouts d;
   const uint32_t count = uint32_t(std::lround(fraction * n));
   d.at[int(phase)].insert(order.begin(), order.begin() + count);
@@ -242,7 +242,7 @@ TEST_SUITE("secagg.protocol") {
     uint64_t s = 3;
     std::vector<uint32_t> order(100);
     std::iota(order.begin(), order.end(), 0u);
-    for (uint32_t i = 99; i > 0; --i) std::swap(order[i], order[splitmix64(&s) % (i + 1)]);
+    for (uint32_t i = 99; i > 0; --i) std::swap(order[i], order[splitmix64_next(&s) % (i + 1)]);
     for (int k = 0; k < 4; ++k) drops.at[k].insert(order.begin() + 10 * k, order.begin() + 10 * k + 10);
     const Outcome out = run_round(p, inputs, drops);
     REQUIRE(out.status == Status::kOk);

@@ -107,9 +107,9 @@ typedef enum edgefl_status {
   EDGEFL_STATUS_CANCELLED = 89,              /* edgefl_client_cancel() */
   EDGEFL_STATUS_UPDATE_NOT_ACCEPTED = 90,
   /* Added by the C layer. */
-  EDGEFL_STATUS_UNSUPPORTED = 100,    /* a feature this build does not provide */
-  EDGEFL_STATUS_OUT_OF_MEMORY = 101,  /* std::bad_alloc, or the caller's allocator returned NULL */
-  EDGEFL_STATUS_INTERNAL = 102,       /* an unexpected C++ exception, stopped at this boundary */
+  EDGEFL_STATUS_UNSUPPORTED = 100,   /* a feature this build does not provide */
+  EDGEFL_STATUS_OUT_OF_MEMORY = 101, /* std::bad_alloc, or the caller's allocator returned NULL */
+  EDGEFL_STATUS_INTERNAL = 102,      /* an unexpected C++ exception, stopped at this boundary */
   /* Secure aggregation (SecAgg+) and its cryptography. */
   EDGEFL_STATUS_AUTHENTICATION_FAILED = 110,
   EDGEFL_STATUS_BAD_SHARE = 111,

@@ -9,11 +9,6 @@
 namespace edgefl {
 namespace {
 
-bool same(const char* begin, const char* end, const char* word) {
-  const size_t n = strlen(word);
-  return size_t(end - begin) == n && memcmp(begin, word, n) == 0;
-}
-
 bool finite(float v) {
   uint32_t bits;
   memcpy(&bits, &v, 4);
@@ -32,11 +27,11 @@ Status parse_robust_spec(const char* text, RobustSpec* spec) {
   const char* colon = text;
   while (colon < end && *colon != ':') ++colon;
   RobustSpec s;
-  if (same(text, colon, "mean")) {
+  if (text::equals(text, colon, "mean")) {
     s.rule = RobustRule::kMean;
-  } else if (same(text, colon, "median")) {
+  } else if (text::equals(text, colon, "median")) {
     s.rule = RobustRule::kMedian;
-  } else if (same(text, colon, "trimmed-mean")) {
+  } else if (text::equals(text, colon, "trimmed-mean")) {
     s.rule = RobustRule::kTrimmedMean;
   } else {
     return Status::kInvalidSpec;

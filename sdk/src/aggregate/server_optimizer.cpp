@@ -12,11 +12,6 @@ namespace edgefl {
 
 namespace {
 
-bool equals(const char* begin, const char* end, const char* word) {
-  const size_t len = strlen(word);
-  return size_t(end - begin) == len && memcmp(begin, word, len) == 0;
-}
-
 bool in_range(float v, float lo_exclusive, float hi_inclusive) {
   return v > lo_exclusive && v <= hi_inclusive;  // false for NaN
 }
@@ -63,11 +58,11 @@ Status parse_server_optimizer_spec(const char* text, ServerOptimizerSpec* spec) 
   while (colon < end && *colon != ':') ++colon;
 
   ServerOptimizerSpec s;
-  if (equals(text, colon, "fedavg")) {
+  if (text::equals(text, colon, "fedavg")) {
     s.kind = ServerOptimizerKind::kFedAvg;
-  } else if (equals(text, colon, "fedavgm")) {
+  } else if (text::equals(text, colon, "fedavgm")) {
     s.kind = ServerOptimizerKind::kFedAvgM;
-  } else if (equals(text, colon, "fedadam")) {
+  } else if (text::equals(text, colon, "fedadam")) {
     s.kind = ServerOptimizerKind::kFedAdam;
     s.lr = 0.01f;
   } else {
@@ -102,7 +97,7 @@ Status parse_server_optimizer_spec(const char* text, ServerOptimizerSpec* spec) 
       unsigned key = 0;
       float* field = nullptr;
       for (unsigned k = 0; k < sizeof(keys) / sizeof(keys[0]); ++k) {
-        if (keys[k].allowed && equals(p, eq, keys[k].name)) {
+        if (keys[k].allowed && text::equals(p, eq, keys[k].name)) {
           key = 1u << k;
           field = keys[k].field;
         }

@@ -12,6 +12,28 @@ namespace edgefl {
 
 using namespace codec_internal;
 
+namespace {
+
+// The two's-complement code of `bits` bits at the reader's position.
+int64_t read_code(BitReader& r, unsigned bits) {
+  const unsigned shift = 64 - bits;
+  return int64_t(r.get(bits) << shift) >> shift;
+}
+
+// The narrowest code width (2..32) that holds every code of magnitude <= max_abs.
+unsigned code_width(int64_t max_abs) {
+  unsigned width = 2;
+  while (width < 32 && max_abs > (int64_t(1) << (width - 1)) - 1) ++width;
+  return width;
+}
+
+// Summable encodings whose values are shared-scale integer codes (read_integer_codes()).
+bool integer_coded(const EncodedInfo& info) {
+  return is_summable(info) && info.values == ValueCoderKind::kUniform && info.shared_scale;
+}
+
+}  // namespace
+
 bool is_summable(const EncodedInfo& info) {
   if (info.values == ValueCoderKind::kCountSketch) return true;
   if (info.values == ValueCoderKind::kSkCompress) return false;
@@ -75,24 +97,21 @@ Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> o
   } else {
     // Integer codes: find the width of the largest |sum|, then write the sums at that width.
     BitReader ra(va, ha.value_bytes), rb(vb, hb.value_bytes);
-    const unsigned sa = 64 - ha.bits, sb = 64 - hb.bits;
     int64_t max_abs = 0;
     for (uint32_t i = 0; i < ha.nnz; ++i) {
-      const int64_t s = (int64_t(ra.get(ha.bits) << sa) >> sa) + (int64_t(rb.get(hb.bits) << sb) >> sb);
+      const int64_t s = read_code(ra, ha.bits) + read_code(rb, hb.bits);
       const int64_t m = s < 0 ? -s : s;
       max_abs = m > max_abs ? m : max_abs;
     }
     if (max_abs > 2147483647) return Status::kOverflow;
-    unsigned width = 2;
-    while (width < 32 && max_abs > (int64_t(1) << (width - 1)) - 1) ++width;
+    const unsigned width = code_width(max_abs);
     h.bits = uint8_t(width);
     h.value_bytes = (size_t(ha.nnz) * width + 7) / 8;
     if (out.size() < kEncodedHeaderBytes + h.value_bytes) return Status::kBufferTooSmall;
     BitReader ra2(va, ha.value_bytes), rb2(vb, hb.value_bytes);
     BitWriter w(payload, h.value_bytes);
     for (uint32_t i = 0; i < ha.nnz; ++i) {
-      const int64_t s = (int64_t(ra2.get(ha.bits) << sa) >> sa) + (int64_t(rb2.get(hb.bits) << sb) >> sb);
-      w.put(uint64_t(s), width);
+      w.put(uint64_t(read_code(ra2, ha.bits) + read_code(rb2, hb.bits)), width);
     }
     w.finish();
   }
@@ -103,12 +122,6 @@ Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> o
   return Status::kOk;
 }
 
-namespace {
-bool integer_coded(const EncodedInfo& info) {
-  return is_summable(info) && info.values == ValueCoderKind::kUniform && info.shared_scale;
-}
-}  // namespace
-
 Status read_integer_codes(Span<const uint8_t> bytes, Span<int32_t> codes) {
   EncodedInfo h;
   EDGEFL_RETURN_IF_ERROR(inspect(bytes, &h));
@@ -117,8 +130,7 @@ Status read_integer_codes(Span<const uint8_t> bytes, Span<int32_t> codes) {
   const uint8_t* v = bytes.data() + h.header_bytes;
   EDGEFL_RETURN_IF_ERROR(values::validate_region(params_from_header(h), v, h.nnz));
   BitReader r(v, h.value_bytes);
-  const unsigned shift = 64 - h.bits;
-  for (uint32_t i = 0; i < h.nnz; ++i) codes[i] = int32_t(int64_t(r.get(h.bits) << shift) >> shift);
+  for (uint32_t i = 0; i < h.nnz; ++i) codes[i] = int32_t(read_code(r, h.bits));
   return Status::kOk;
 }
 
@@ -135,8 +147,7 @@ Status write_integer_codes(const EncodedInfo& like, Span<const int32_t> codes, u
     max_abs = m > max_abs ? m : max_abs;
   }
   if (max_abs > 2147483647) return Status::kOverflow;
-  unsigned width = 2;
-  while (width < 32 && max_abs > (int64_t(1) << (width - 1)) - 1) ++width;
+  const unsigned width = code_width(max_abs);
   EncodedInfo h = like;
   h.bits = uint8_t(width);
   h.contributions = contributions;

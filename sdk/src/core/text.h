@@ -6,12 +6,19 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 namespace edgefl {
 namespace text {
 
 // 1e0 .. 1e22, exact in binary64.
 extern const double kPow10[23];
+
+// [begin, end) is exactly the NUL-terminated `word`: a spec's keyword.
+inline bool equals(const char* begin, const char* end, const char* word) {
+  const size_t n = strlen(word);
+  return size_t(end - begin) == n && memcmp(begin, word, n) == 0;
+}
 
 // Decimal number: digits [ '.' digits ] [ ('e'|'E') [+-] digits ], or '.' digits; no sign, inf or
 // nan. Exact to one rounding for up to 19 significant digits and |exponent| <= 22; exponents

@@ -4,6 +4,8 @@
 
 #include <mbedtls/platform_util.h>
 
+#include "core/bitio.h"
+
 namespace edgefl {
 namespace secagg {
 namespace {
@@ -142,14 +144,14 @@ Status hkdf_sha256(Span<const uint8_t> salt, Span<const uint8_t> secret, Span<co
 Status aead_seal(const Key32& key, const uint8_t nonce[kAeadNonceBytes], Span<const uint8_t> aad,
                  Span<const uint8_t> plaintext, Span<uint8_t> sealed) {
   if (sealed.size() != plaintext.size() + kAeadTagBytes) return Status::kInvalidArgument;
-  psa_key_id_t id = 0;
-  psa_status_t status = import_chacha20(key, PSA_KEY_USAGE_ENCRYPT, PSA_ALG_CHACHA20_POLY1305, &id);
+  ScopedKey slot;
+  psa_status_t status = import_chacha20(key, PSA_KEY_USAGE_ENCRYPT, PSA_ALG_CHACHA20_POLY1305, &slot.id);
   size_t length = 0;
   if (status == PSA_SUCCESS) {
-    status = psa_aead_encrypt(id, PSA_ALG_CHACHA20_POLY1305, nonce, kAeadNonceBytes, aad.data(), aad.size(),
-                              plaintext.data(), plaintext.size(), sealed.data(), sealed.size(), &length);
+    status =
+        psa_aead_encrypt(slot.id, PSA_ALG_CHACHA20_POLY1305, nonce, kAeadNonceBytes, aad.data(), aad.size(),
+                         plaintext.data(), plaintext.size(), sealed.data(), sealed.size(), &length);
   }
-  if (id != 0) psa_destroy_key(id);
   if (status == PSA_SUCCESS && length != sealed.size()) status = PSA_ERROR_GENERIC_ERROR;
   return from_psa(status);
 }
@@ -157,14 +159,14 @@ Status aead_seal(const Key32& key, const uint8_t nonce[kAeadNonceBytes], Span<co
 Status aead_open(const Key32& key, const uint8_t nonce[kAeadNonceBytes], Span<const uint8_t> aad,
                  Span<const uint8_t> sealed, Span<uint8_t> plaintext) {
   if (sealed.size() != plaintext.size() + kAeadTagBytes) return Status::kInvalidArgument;
-  psa_key_id_t id = 0;
-  psa_status_t status = import_chacha20(key, PSA_KEY_USAGE_DECRYPT, PSA_ALG_CHACHA20_POLY1305, &id);
+  ScopedKey slot;
+  psa_status_t status = import_chacha20(key, PSA_KEY_USAGE_DECRYPT, PSA_ALG_CHACHA20_POLY1305, &slot.id);
   size_t length = 0;
   if (status == PSA_SUCCESS) {
-    status = psa_aead_decrypt(id, PSA_ALG_CHACHA20_POLY1305, nonce, kAeadNonceBytes, aad.data(), aad.size(),
-                              sealed.data(), sealed.size(), plaintext.data(), plaintext.size(), &length);
+    status =
+        psa_aead_decrypt(slot.id, PSA_ALG_CHACHA20_POLY1305, nonce, kAeadNonceBytes, aad.data(), aad.size(),
+                         sealed.data(), sealed.size(), plaintext.data(), plaintext.size(), &length);
   }
-  if (id != 0) psa_destroy_key(id);
   if (status == PSA_ERROR_INVALID_SIGNATURE) {
     mbedtls_platform_zeroize(plaintext.data(), plaintext.size());
     return Status::kAuthenticationFailed;
@@ -217,9 +219,7 @@ Status MaskStream::next(uint32_t* words, size_t count) {
     at += chunk;
   }
   for (size_t i = 0; i < count; ++i) {
-    const uint8_t* b = bytes + 4 * i;
-    const uint32_t word = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
-    words[i] = word & mask_;
+    words[i] = load_le32(bytes + 4 * i) & mask_;
   }
   return Status::kOk;
 }

@@ -6,6 +6,8 @@
 
 #include <mbedtls/platform_util.h>
 
+#include "core/bitio.h"
+
 namespace edgefl {
 namespace secagg {
 namespace {
@@ -19,55 +21,33 @@ constexpr uint8_t kSelfMaskNonce[kAeadNonceBytes] = {'e', 'd', 'g', 'e', 'f', 'l
 constexpr uint8_t kPairMaskNonce[kAeadNonceBytes] = {'e', 'd', 'g', 'e', 'f', 'l',
                                                      ' ', 'p', 'a', 'i', 'r', 0};
 
-void put32(uint8_t* out, uint32_t v) {
-  for (int k = 0; k < 4; ++k) out[k] = uint8_t(v >> (8 * k));
-}
-void put64(uint8_t* out, uint64_t v) {
-  for (int k = 0; k < 8; ++k) out[k] = uint8_t(v >> (8 * k));
-}
-uint32_t get32(const uint8_t* in) {
-  return uint32_t(in[0]) | uint32_t(in[1]) << 8 | uint32_t(in[2]) << 16 | uint32_t(in[3]) << 24;
-}
-
 uint32_t word_mask(uint32_t bits) {
   return bits == 32 ? 0xffffffffu : (1u << bits) - 1;
 }
 
-// HKDF(salt = round nonce, secret, info = label | round id | lower index | higher index).
+// HKDF(salt = round nonce, X25519(own_secret, peer_public), info = label | round id | lower
+// index | higher index): the same key on both sides of the pair (a nonce tells directions apart).
 template <size_t N>
-Status derive_pair_key(const RoundParameters& p, const char (&label)[N], const Key32& shared, uint32_t a,
-                       uint32_t b, Key32* out) {
+Status pair_key(const RoundParameters& p, const char (&label)[N], const Key32& own_secret,
+                const Key32& peer_public, uint32_t a, uint32_t b, Key32* out) {
+  Key32 shared;
+  Status status = x25519_agree(own_secret, peer_public, &shared);
   uint8_t info[N - 1 + 16];
   memcpy(info, label, N - 1);
-  put64(info + N - 1, p.round_id);
-  put32(info + N - 1 + 8, std::min(a, b));
-  put32(info + N - 1 + 12, std::max(a, b));
-  return hkdf_sha256({p.round_nonce.data(), p.round_nonce.size()}, {shared.data(), shared.size()},
-                     {info, sizeof info}, out->data(), out->size());
-}
-
-// The key that seals shares between a and b (the same both ways; the nonce tells directions apart).
-Status share_key(const RoundParameters& p, const Key32& own_secret, const Key32& peer_public, uint32_t a,
-                 uint32_t b, Key32* out) {
-  Key32 shared;
-  Status status = x25519_agree(own_secret, peer_public, &shared);
-  if (status == Status::kOk) status = derive_pair_key(p, kShareKeyLabel, shared, a, b, out);
-  mbedtls_platform_zeroize(shared.data(), shared.size());
-  return status;
-}
-
-Status pair_mask_seed(const RoundParameters& p, const Key32& own_secret, const Key32& peer_public, uint32_t a,
-                      uint32_t b, Key32* out) {
-  Key32 shared;
-  Status status = x25519_agree(own_secret, peer_public, &shared);
-  if (status == Status::kOk) status = derive_pair_key(p, kPairMaskLabel, shared, a, b, out);
+  store_le64(info + N - 1, p.round_id);
+  store_le32(info + N - 1 + 8, std::min(a, b));
+  store_le32(info + N - 1 + 12, std::max(a, b));
+  if (status == Status::kOk) {
+    status = hkdf_sha256({p.round_nonce.data(), p.round_nonce.size()}, {shared.data(), shared.size()},
+                         {info, sizeof info}, out->data(), out->size());
+  }
   mbedtls_platform_zeroize(shared.data(), shared.size());
   return status;
 }
 
 void share_nonce(uint32_t from, uint32_t to, uint8_t nonce[kAeadNonceBytes]) {
-  put32(nonce, from);
-  put32(nonce + 4, to);
+  store_le32(nonce, from);
+  store_le32(nonce + 4, to);
   memcpy(nonce + 8, "shr1", 4);
 }
 
@@ -75,17 +55,17 @@ constexpr size_t kAadBytes = sizeof kAadLabel - 1 + 8 + 32 + 8;
 void share_aad(const RoundParameters& p, uint32_t from, uint32_t to, uint8_t aad[kAadBytes]) {
   memcpy(aad, kAadLabel, sizeof kAadLabel - 1);
   uint8_t* at = aad + sizeof kAadLabel - 1;
-  put64(at, p.round_id);
+  store_le64(at, p.round_id);
   memcpy(at + 8, p.round_nonce.data(), 32);
-  put32(at + 40, from);
-  put32(at + 44, to);
+  store_le32(at + 40, from);
+  store_le32(at + 44, to);
 }
 
 // SHA-256(label | round id | round nonce | device | seed): binds the seed to its round and owner.
 Status seed_commitment_of(const RoundParameters& p, uint32_t device, const Secret& seed, Key32* out) {
   uint8_t ids[12];
-  put64(ids, p.round_id);
-  put32(ids + 8, device);
+  store_le64(ids, p.round_id);
+  store_le32(ids + 8, device);
   return sha256_of({{reinterpret_cast<const uint8_t*>(kCommitmentLabel), sizeof kCommitmentLabel - 1},
                     {ids, sizeof ids},
                     {p.round_nonce.data(), p.round_nonce.size()},
@@ -246,11 +226,12 @@ Status SecAggClient::share(Span<const AdvertisedKeys> keys, std::vector<SealedSh
   for (size_t i = 0; i < neighbours.size() && status == Status::kOk; ++i) {
     const uint32_t to = neighbours[i].device;
     Key32& key = neighbours[i].share_key;
-    status = share_key(params_, cipher_keys_.secret, neighbours[i].cipher_public, self_, to, &key);
+    status =
+        pair_key(params_, kShareKeyLabel, cipher_keys_.secret, neighbours[i].cipher_public, self_, to, &key);
     if (status != Status::kOk) break;
     uint8_t plain[kSharesPlaintextBytes], nonce[kAeadNonceBytes], aad[kAadBytes];
-    put32(plain, self_);
-    put32(plain + 4, to);
+    store_le32(plain, self_);
+    store_le32(plain + 4, to);
     shamir_share_to_bytes(seed_shares[i], plain + 8);
     shamir_share_to_bytes(key_shares[i], plain + 8 + kShareBytes);
     share_nonce(self_, to, nonce);
@@ -310,7 +291,7 @@ Status SecAggClient::mask(Span<const SealedShares> received, Span<const uint32_t
     status = aead_open(n->share_key, nonce, {aad, sizeof aad}, {s.sealed.data(), s.sealed.size()},
                        {plain, sizeof plain});
     Opened o{n, {}, {}};
-    if (status == Status::kOk && (get32(plain) != s.from || get32(plain + 4) != self_)) {
+    if (status == Status::kOk && (load_le32(plain) != s.from || load_le32(plain + 4) != self_)) {
       status = Status::kAuthenticationFailed;
     }
     if (status == Status::kOk) status = shamir_share_from_bytes(plain + 8, &o.seed_share);
@@ -334,8 +315,8 @@ Status SecAggClient::mask(Span<const SealedShares> received, Span<const uint32_t
   for (const Opened& o : opened) {
     if (status != Status::kOk) break;
     Key32 seed;
-    status = pair_mask_seed(params_, mask_keys_.secret, o.neighbour->mask_public, self_, o.neighbour->device,
-                            &seed);
+    status = pair_key(params_, kPairMaskLabel, mask_keys_.secret, o.neighbour->mask_public, self_,
+                      o.neighbour->device, &seed);
     if (status == Status::kOk) {
       status = apply_stream(masked, seed, kPairMaskNonce, bits, /*subtract=*/self_ > o.neighbour->device);
     }
@@ -588,7 +569,7 @@ Status SecAggServer::finish(Span<uint32_t> sum, std::vector<uint32_t>* contribut
     for (uint32_t u : holders) {
       if (status != Status::kOk) break;
       Key32 seed;
-      status = pair_mask_seed(params_, key, keys_[u].mask_public, v, u, &seed);
+      status = pair_key(params_, kPairMaskLabel, key, keys_[u].mask_public, v, u, &seed);
       // u added +PRG when u < v and -PRG otherwise: take back what it added.
       if (status == Status::kOk)
         status = apply_stream(acc_span, seed, kPairMaskNonce, bits, /*subtract=*/u < v);

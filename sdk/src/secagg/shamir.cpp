@@ -2,6 +2,10 @@
 
 #include <string.h>
 
+#include <mbedtls/platform_util.h>
+
+#include "core/bitio.h"
+
 namespace edgefl {
 namespace secagg {
 namespace {
@@ -29,11 +33,6 @@ uint32_t power(uint32_t base, uint32_t exponent) {
 }
 uint32_t inverse(uint32_t a) {  // a != 0 (Fermat: a^(p-2))
   return power(a, kFieldPrime - 2);
-}
-
-void wipe(void* p, size_t n) {
-  volatile uint8_t* bytes = static_cast<volatile uint8_t*>(p);
-  while (n--) *bytes++ = 0;
 }
 
 // Bit `i` of the secret read as a 256-bit little-endian number.
@@ -75,7 +74,7 @@ Status uniform_elements(RandomSource random, uint32_t* out, size_t count) {
     used += 4;
     if (word < kFieldPrime) out[have++] = word;
   }
-  wipe(block, sizeof block);
+  mbedtls_platform_zeroize(block, sizeof block);
   return status;
 }
 
@@ -129,8 +128,8 @@ Status shamir_split(const Secret& secret, uint32_t threshold, Span<const uint32_
   for (size_t s = 0; s < kSubsecrets; ++s) {
     const Status status = uniform_elements(random, coefficients + 1, threshold - 1);
     if (status != Status::kOk) {
-      wipe(coefficients, sizeof coefficients);
-      wipe(out.data(), out.size() * sizeof(Share));
+      mbedtls_platform_zeroize(coefficients, sizeof coefficients);
+      mbedtls_platform_zeroize(out.data(), out.size() * sizeof(Share));
       return status;
     }
     coefficients[0] = subsecret(secret, s);
@@ -141,7 +140,7 @@ Status shamir_split(const Secret& secret, uint32_t threshold, Span<const uint32_
       out[h].y[s] = y;
     }
   }
-  wipe(coefficients, sizeof coefficients);
+  mbedtls_platform_zeroize(coefficients, sizeof coefficients);
   return Status::kOk;
 }
 
@@ -179,30 +178,23 @@ Status shamir_reconstruct(Span<const Share> shares, uint32_t threshold, Secret* 
   for (size_t s = 0; s < kSubsecrets && status == Status::kOk; ++s) {
     if (!set_subsecret(secret, s, values[s])) status = Status::kBadShare;
   }
-  wipe(values, sizeof values);
-  wipe(weights, sizeof weights);
+  mbedtls_platform_zeroize(values, sizeof values);
+  mbedtls_platform_zeroize(weights, sizeof weights);
   if (status != Status::kOk) secret->fill(0);
   return status;
 }
 
 void shamir_share_to_bytes(const Share& share, uint8_t out[kShareBytes]) {
-  const auto put = [&](size_t at, uint32_t v) {
-    for (size_t k = 0; k < 4; ++k) out[at + k] = uint8_t(v >> (8 * k));
-  };
-  put(0, share.x);
-  for (size_t s = 0; s < kSubsecrets; ++s) put(4 + 4 * s, share.y[s]);
+  store_le32(out, share.x);
+  for (size_t s = 0; s < kSubsecrets; ++s) store_le32(out + 4 + 4 * s, share.y[s]);
 }
 
 Status shamir_share_from_bytes(const uint8_t in[kShareBytes], Share* share) {
-  const auto get = [&](size_t at) {
-    return uint32_t(in[at]) | uint32_t(in[at + 1]) << 8 | uint32_t(in[at + 2]) << 16 |
-           uint32_t(in[at + 3]) << 24;
-  };
   Share s;
-  s.x = get(0);
+  s.x = load_le32(in);
   if (!valid_x(s.x)) return Status::kBadShare;
   for (size_t k = 0; k < kSubsecrets; ++k) {
-    s.y[k] = get(4 + 4 * k);
+    s.y[k] = load_le32(in + 4 + 4 * k);
     if (s.y[k] >= kFieldPrime) return Status::kBadShare;
   }
   *share = s;
