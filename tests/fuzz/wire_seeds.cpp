@@ -34,6 +34,13 @@ int main(int argc, char** argv) {
   w::ModelChunk chunk = samples::model_chunk();
   chunk.offset = chunk.total_bytes - chunk.data.size();
   seeds.push_back(chunk);
+  seeds.push_back(samples::secure_task_offer());
+  w::SecAggKeys keys = samples::secagg_keys();
+  keys.keys.clear();
+  seeds.push_back(keys);
+  w::SecAggUnmaskRequest request = samples::secagg_unmask_request();
+  request.dropped.clear();
+  seeds.push_back(request);
 
   int written = 0;
   for (size_t i = 0; i < seeds.size(); ++i) {

@@ -47,11 +47,25 @@ using edgefl::Status;
 using w::MessageType;
 using w::Violation;
 
-constexpr MessageType kAllTypes[] = {
-    MessageType::kHello,        MessageType::kTaskOffer,   MessageType::kRetryLater,
-    MessageType::kModelRequest, MessageType::kModelChunk,  MessageType::kUploadStart,
-    MessageType::kUploadStatus, MessageType::kUploadChunk, MessageType::kCommit,
-    MessageType::kAck,          MessageType::kError};
+constexpr MessageType kAllTypes[] = {MessageType::kHello,
+                                     MessageType::kTaskOffer,
+                                     MessageType::kRetryLater,
+                                     MessageType::kModelRequest,
+                                     MessageType::kModelChunk,
+                                     MessageType::kUploadStart,
+                                     MessageType::kUploadStatus,
+                                     MessageType::kUploadChunk,
+                                     MessageType::kCommit,
+                                     MessageType::kAck,
+                                     MessageType::kError,
+                                     MessageType::kSecAggAdvertise,
+                                     MessageType::kSecAggKeys,
+                                     MessageType::kSecAggShares,
+                                     MessageType::kSecAggInbox,
+                                     MessageType::kSecAggPoll,
+                                     MessageType::kSecAggStatus,
+                                     MessageType::kSecAggUnmaskRequest,
+                                     MessageType::kSecAggUnmaskResponse};
 
 uint64_t next_random(uint64_t* state) {  // SplitMix64
   uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -194,6 +208,21 @@ void check_fields(const w::TaskOffer& a, const w::TaskOffer& b) {
   CHECK(a.base_model_version == b.base_model_version);
   CHECK(a.public_model_digest == b.public_model_digest);
   CHECK(a.initial_model_seed == b.initial_model_seed);
+  REQUIRE(a.secure_aggregation.has_value() == b.secure_aggregation.has_value());
+  if (a.secure_aggregation) {
+    const w::SecAggConfig &x = *a.secure_aggregation, &y = *b.secure_aggregation;
+    CHECK(x.device_index == y.device_index);
+    CHECK(x.cohort == y.cohort);
+    CHECK(x.degree == y.degree);
+    CHECK(x.threshold == y.threshold);
+    CHECK(x.modulus_bits == y.modulus_bits);
+    CHECK(x.words == y.words);
+    CHECK(x.graph_seed == y.graph_seed);
+    CHECK(x.max_code == y.max_code);
+    CHECK(x.noise_variance == y.noise_variance);
+    CHECK(x.clip_l2_codes == y.clip_l2_codes);
+    CHECK(x.phase_ms == y.phase_ms);
+  }
 }
 void check_fields(const w::RetryLater& a, const w::RetryLater& b) {
   CHECK(a.retry_after_ms == b.retry_after_ms);
@@ -255,6 +284,66 @@ void check_fields(const w::Ack& a, const w::Ack& b) {
 void check_fields(const w::Error& a, const w::Error& b) {
   CHECK(a.code == b.code);
   CHECK(a.message == b.message);
+}
+void check_fields(const w::SecAggDeviceKeys& a, const w::SecAggDeviceKeys& b) {
+  CHECK(a.device == b.device);
+  CHECK(a.cipher_public == b.cipher_public);
+  CHECK(a.mask_public == b.mask_public);
+}
+void check_fields(const w::SecAggSealedShare& a, const w::SecAggSealedShare& b) {
+  CHECK(a.from == b.from);
+  CHECK(a.to == b.to);
+  CHECK(a.sealed == b.sealed);
+}
+void check_fields(const w::SecAggRevealedShare& a, const w::SecAggRevealedShare& b) {
+  CHECK(a.owner == b.owner);
+  CHECK(a.kind == b.kind);
+  CHECK(a.x == b.x);
+  CHECK(a.y == b.y);
+}
+template <typename T>
+void check_fields(const std::vector<T>& a, const std::vector<T>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) check_fields(a[i], b[i]);
+}
+void check_fields(const w::SecAggAdvertise& a, const w::SecAggAdvertise& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.round_nonce == b.round_nonce);
+  check_fields(a.keys, b.keys);
+}
+void check_fields(const w::SecAggKeys& a, const w::SecAggKeys& b) {
+  CHECK(a.round_id == b.round_id);
+  check_fields(a.keys, b.keys);
+}
+void check_fields(const w::SecAggShares& a, const w::SecAggShares& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.round_nonce == b.round_nonce);
+  CHECK(a.seed_commitment == b.seed_commitment);
+  check_fields(a.shares, b.shares);
+}
+void check_fields(const w::SecAggInbox& a, const w::SecAggInbox& b) {
+  CHECK(a.round_id == b.round_id);
+  check_fields(a.shares, b.shares);
+}
+void check_fields(const w::SecAggPoll& a, const w::SecAggPoll& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.round_nonce == b.round_nonce);
+  CHECK(a.phase == b.phase);
+}
+void check_fields(const w::SecAggStatus& a, const w::SecAggStatus& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.phase == b.phase);
+  CHECK(a.retry_after_ms == b.retry_after_ms);
+}
+void check_fields(const w::SecAggUnmaskRequest& a, const w::SecAggUnmaskRequest& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.survivors == b.survivors);
+  CHECK(a.dropped == b.dropped);
+}
+void check_fields(const w::SecAggUnmaskResponse& a, const w::SecAggUnmaskResponse& b) {
+  CHECK(a.round_id == b.round_id);
+  CHECK(a.round_nonce == b.round_nonce);
+  check_fields(a.shares, b.shares);
 }
 
 // Encodes, decodes and compares field by field; also checks operator== and the message type.
@@ -353,6 +442,45 @@ std::vector<w::Message> largest_messages() {
   while (error.message.size() + 3 <= w::kMaxErrorMessageBytes) error.message += "\xE2\x9C\x93";  // U+2713
   while (error.message.size() < w::kMaxErrorMessageBytes) error.message += '.';
   out.push_back(error);
+
+  // Secure aggregation: kMaxSecAggEntries entries where a message has a list.
+  const uint32_t n = static_cast<uint32_t>(w::kMaxSecAggEntries);
+  w::TaskOffer secure = offer;
+  secure.secure_aggregation = samples::secagg_config();
+  secure.secure_aggregation->cohort = w::kMaxSecAggCohort;
+  secure.secure_aggregation->device_index = w::kMaxSecAggCohort - 1;
+  secure.secure_aggregation->degree = w::kMaxSecAggDegree;
+  out.push_back(secure);
+  w::SecAggAdvertise advertise = samples::secagg_advertise();
+  advertise.round_id = std::numeric_limits<uint64_t>::max();
+  out.push_back(advertise);
+  w::SecAggKeys keys = samples::secagg_keys();
+  keys.keys.clear();
+  for (uint32_t d = 0; d < n; ++d) keys.keys.push_back(samples::device_keys(d));
+  out.push_back(keys);
+  w::SecAggShares shares = samples::secagg_shares();
+  w::SecAggInbox inbox = samples::secagg_inbox();
+  shares.shares.clear();
+  inbox.shares.clear();
+  for (uint32_t d = 1; d <= n; ++d) {
+    shares.shares.push_back(samples::sealed_share(0, d));
+    inbox.shares.push_back(samples::sealed_share(d, 0));
+  }
+  out.push_back(shares);
+  out.push_back(inbox);
+  out.push_back(samples::secagg_poll());
+  w::SecAggStatus status_message = samples::secagg_status();
+  status_message.retry_after_ms = w::kMaxRetryMs;
+  out.push_back(status_message);
+  w::SecAggUnmaskRequest unmask;
+  unmask.round_id = 1;
+  for (uint32_t d = 0; d < n; ++d) unmask.survivors.push_back(d);
+  for (uint32_t d = n; d < 2 * n; ++d) unmask.dropped.push_back(d);
+  out.push_back(unmask);
+  w::SecAggUnmaskResponse response = samples::secagg_unmask_response();
+  response.shares.resize(n, response.shares[0]);
+  for (uint32_t d = 0; d < n; ++d) response.shares[d].owner = d;
+  out.push_back(response);
   return out;
 }
 
@@ -389,9 +517,17 @@ TEST_SUITE("wire.frame") {
     CHECK(w::max_payload_bytes(MessageType::kCommit) == 8192);
     CHECK(w::max_payload_bytes(MessageType::kAck) == 1024);
     CHECK(w::max_payload_bytes(MessageType::kError) == 4096);
+    CHECK(w::max_payload_bytes(MessageType::kSecAggAdvertise) == 1024);
+    CHECK(w::max_payload_bytes(MessageType::kSecAggKeys) == 320 * 1024);
+    CHECK(w::max_payload_bytes(MessageType::kSecAggShares) == 512 * 1024);
+    CHECK(w::max_payload_bytes(MessageType::kSecAggInbox) == 512 * 1024);
+    CHECK(w::max_payload_bytes(MessageType::kSecAggPoll) == 1024);
+    CHECK(w::max_payload_bytes(MessageType::kSecAggStatus) == 1024);
+    CHECK(w::max_payload_bytes(MessageType::kSecAggUnmaskRequest) == 40 * 1024);
+    CHECK(w::max_payload_bytes(MessageType::kSecAggUnmaskResponse) == 256 * 1024);
     for (MessageType type : kAllTypes) CHECK(w::max_payload_bytes(type) <= w::kMaxPayloadBytes);
     CHECK(w::max_payload_bytes(static_cast<MessageType>(0)) == 0);
-    CHECK(w::max_payload_bytes(static_cast<MessageType>(12)) == 0);
+    CHECK(w::max_payload_bytes(static_cast<MessageType>(20)) == 0);
   }
 
   TEST_CASE("a declared length above the type's cap is refused from the 8 header bytes alone") {
@@ -419,7 +555,7 @@ TEST_SUITE("wire.frame") {
   }
 
   TEST_CASE("unknown message types are refused") {
-    for (int type : {0, 12, 13, 0x7F, 0x80, 0xFF}) {
+    for (int type : {0, 20, 21, 0x7F, 0x80, 0xFF}) {
       const auto head = header_bytes(1, static_cast<uint8_t>(type), 64);
       w::FrameHeader h;
       CHECK(w::read_frame_header({head.data(), head.size()}, &h) == Status::kUnknownMessageType);
@@ -492,7 +628,7 @@ TEST_SUITE("wire.frame") {
 TEST_SUITE("wire.roundtrip") {
   TEST_CASE("every message type round-trips field by field") {
     const std::vector<w::Message> all = samples::all();
-    REQUIRE(all.size() == 11);
+    REQUIRE(all.size() == 19);
     for (const w::Message& m : all) {
       CAPTURE(std::string(w::message_type_name(w::message_type(m))));
       check_round_trip(m);
@@ -542,6 +678,21 @@ TEST_SUITE("wire.roundtrip") {
     w::RetryLater retry = samples::retry_later();
     retry.retry_window_ms = 0;
     check_round_trip(retry);
+    w::TaskOffer secure = samples::secure_task_offer();
+    check_round_trip(secure);
+    secure.secure_aggregation->noise_variance = 0;  // no DP
+    secure.secure_aggregation->clip_l2_codes = 0;
+    check_round_trip(secure);
+    w::SecAggKeys keys = samples::secagg_keys();
+    keys.keys.clear();  // no neighbour advertised
+    check_round_trip(keys);
+    w::SecAggInbox inbox = samples::secagg_inbox();
+    inbox.shares.clear();
+    check_round_trip(inbox);
+    w::SecAggUnmaskRequest request = samples::secagg_unmask_request();
+    request.survivors.clear();
+    request.dropped.clear();
+    check_round_trip(request);
   }
 
   TEST_CASE("encoding is deterministic and the variant overload gives the struct overload's bytes") {
@@ -894,7 +1045,7 @@ std::vector<RuleCase> rule_cases() {
       "hello: memory above 2^48", h, [](w::Hello& m) { m.memory_budget_bytes = (1ull << 48) + 1; },
       V::kOutOfRange, "Hello.memory_budget_bytes"));
   c.push_back(rule(
-      "hello: unknown capability bit", h, [](w::Hello& m) { m.capability_flags = 1u << 4; }, V::kOutOfRange,
+      "hello: unknown capability bit", h, [](w::Hello& m) { m.capability_flags = 1u << 5; }, V::kOutOfRange,
       "Hello.capability_flags"));
   c.push_back(rule(
       "hello: 1025 cores", h, [](w::Hello& m) { m.cpu_cores = 1025; }, V::kOutOfRange, "Hello.cpu_cores"));
@@ -1223,6 +1374,135 @@ std::vector<RuleCase> rule_cases() {
   c.push_back(rule(
       "error: embedded NUL", e, [](w::Error& m) { m.message = std::string("a\0b", 3); }, V::kBadText,
       "Error.message"));
+  // Secure aggregation
+  const w::TaskOffer so = samples::secure_task_offer();
+  c.push_back(rule(
+      "secure offer: 16-byte nonce", so, [](w::TaskOffer& m) { m.round_nonce.resize(16); }, V::kInconsistent,
+      "TaskOffer.round_nonce"));
+  c.push_back(rule(
+      "secure offer: cohort 2", so, [](w::TaskOffer& m) { m.secure_aggregation->cohort = 2; }, V::kOutOfRange,
+      "SecAggConfig.cohort"));
+  c.push_back(rule(
+      "secure offer: index = cohort", so,
+      [](w::TaskOffer& m) { m.secure_aggregation->device_index = m.secure_aggregation->cohort; },
+      V::kOutOfRange, "SecAggConfig.device_index"));
+  c.push_back(rule(
+      "secure offer: degree = cohort", so,
+      [](w::TaskOffer& m) { m.secure_aggregation->degree = m.secure_aggregation->cohort; }, V::kOutOfRange,
+      "SecAggConfig.degree"));
+  c.push_back(rule(
+      "secure offer: threshold above degree", so,
+      [](w::TaskOffer& m) { m.secure_aggregation->threshold = m.secure_aggregation->degree + 1; },
+      V::kOutOfRange, "SecAggConfig.threshold"));
+  c.push_back(rule(
+      "secure offer: 33-bit modulus", so, [](w::TaskOffer& m) { m.secure_aggregation->modulus_bits = 33; },
+      V::kOutOfRange, "SecAggConfig.modulus_bits"));
+  c.push_back(rule(
+      "secure offer: more words than parameters", so,
+      [](w::TaskOffer& m) { m.secure_aggregation->words = m.parameter_count + 1; }, V::kOutOfRange,
+      "SecAggConfig.words"));
+  c.push_back(rule(
+      "secure offer: max code 0", so, [](w::TaskOffer& m) { m.secure_aggregation->max_code = 0; },
+      V::kOutOfRange, "SecAggConfig.max_code"));
+  c.push_back(rule(
+      "secure offer: noise without a clip", so,
+      [](w::TaskOffer& m) { m.secure_aggregation->clip_l2_codes = 0; }, V::kInconsistent,
+      "SecAggConfig.clip_l2_codes"));
+  c.push_back(rule(
+      "secure offer: NaN clip", so,
+      [](w::TaskOffer& m) { m.secure_aggregation->clip_l2_codes = std::numeric_limits<double>::quiet_NaN(); },
+      V::kNonFinite, "SecAggConfig.clip_l2_codes"));
+  c.push_back(rule(
+      "secure offer: noise above 2^20", so,
+      [](w::TaskOffer& m) { m.secure_aggregation->noise_variance = w::kMaxSecAggNoiseVariance + 1; },
+      V::kOutOfRange, "SecAggConfig.noise_variance"));
+  c.push_back(rule(
+      "secure offer: phase 0 ms", so, [](w::TaskOffer& m) { m.secure_aggregation->phase_ms = 0; },
+      V::kOutOfRange, "SecAggConfig.phase_ms"));
+  const w::SecAggAdvertise adv = samples::secagg_advertise();
+  c.push_back(rule(
+      "advertise: round 0", adv, [](w::SecAggAdvertise& m) { m.round_id = 0; }, V::kOutOfRange,
+      "SecAggAdvertise.round_id"));
+  c.push_back(rule(
+      "advertise: 16-byte nonce", adv, [](w::SecAggAdvertise& m) { m.round_nonce.resize(16); },
+      V::kWrongLength, "SecAggAdvertise.round_nonce"));
+  c.push_back(rule(
+      "advertise: zero mask key", adv, [](w::SecAggAdvertise& m) { m.keys.mask_public = w::SecAggKey{}; },
+      V::kAllZero, "SecAggAdvertise.keys"));
+  c.push_back(rule(
+      "advertise: device 2^20", adv, [](w::SecAggAdvertise& m) { m.keys.device = w::kMaxSecAggCohort; },
+      V::kOutOfRange, "SecAggAdvertise.keys"));
+  const w::SecAggKeys keys = samples::secagg_keys();
+  c.push_back(rule(
+      "keys: a device twice", keys, [](w::SecAggKeys& m) { m.keys[2].device = m.keys[0].device; },
+      V::kDuplicateEntry, "SecAggKeys.keys.device"));
+  c.push_back(rule(
+      "keys: a zero cipher key", keys, [](w::SecAggKeys& m) { m.keys[1].cipher_public = w::SecAggKey{}; },
+      V::kAllZero, "SecAggKeys.keys"));
+  const w::SecAggShares shares = samples::secagg_shares();
+  c.push_back(rule(
+      "shares: none", shares, [](w::SecAggShares& m) { m.shares.clear(); }, V::kEmpty,
+      "SecAggShares.shares"));
+  c.push_back(rule(
+      "shares: to the sender", shares, [](w::SecAggShares& m) { m.shares[1].to = m.shares[1].from; },
+      V::kOutOfRange, "SecAggShares.shares"));
+  c.push_back(rule(
+      "shares: two senders", shares, [](w::SecAggShares& m) { m.shares[2].from = 11; }, V::kInconsistent,
+      "SecAggShares.shares"));
+  c.push_back(rule(
+      "shares: one receiver twice", shares, [](w::SecAggShares& m) { m.shares[2].to = m.shares[0].to; },
+      V::kDuplicateEntry, "SecAggShares.shares"));
+  c.push_back(rule(
+      "shares: zero commitment", shares, [](w::SecAggShares& m) { m.seed_commitment = w::SecAggKey{}; },
+      V::kAllZero, "SecAggShares.seed_commitment"));
+  c.push_back(rule(
+      "shares: more than 4096", shares,
+      [](w::SecAggShares& m) {
+        m.shares.clear();
+        for (uint32_t d = 1; d <= w::kMaxSecAggEntries + 1; ++d)
+          m.shares.push_back(samples::sealed_share(0, d));
+      },
+      V::kTooLong, "SecAggShares.shares"));
+  const w::SecAggInbox inbox = samples::secagg_inbox();
+  c.push_back(rule(
+      "inbox: two receivers", inbox, [](w::SecAggInbox& m) { m.shares[1].to = 4; }, V::kInconsistent,
+      "SecAggInbox.shares"));
+  c.push_back(rule(
+      "inbox: one sender twice", inbox, [](w::SecAggInbox& m) { m.shares[1].from = m.shares[0].from; },
+      V::kDuplicateEntry, "SecAggInbox.shares"));
+  const w::SecAggPoll poll = samples::secagg_poll();
+  c.push_back(rule(
+      "poll: masked-input phase", poll, [](w::SecAggPoll& m) { m.phase = w::SecAggPhase::kMaskedInput; },
+      V::kOutOfRange, "SecAggPoll.phase"));
+  c.push_back(rule(
+      "poll: phase 0", poll, [](w::SecAggPoll& m) { m.phase = static_cast<w::SecAggPhase>(0); },
+      V::kOutOfRange, "SecAggPoll.phase"));
+  const w::SecAggStatus ss = samples::secagg_status();
+  c.push_back(rule(
+      "status: phase 6", ss, [](w::SecAggStatus& m) { m.phase = static_cast<w::SecAggPhase>(6); },
+      V::kOutOfRange, "SecAggStatus.phase"));
+  c.push_back(rule(
+      "status: retry above 7 days", ss, [](w::SecAggStatus& m) { m.retry_after_ms = w::kMaxRetryMs + 1; },
+      V::kOutOfRange, "SecAggStatus.retry_after_ms"));
+  const w::SecAggUnmaskRequest req = samples::secagg_unmask_request();
+  c.push_back(rule(
+      "unmask request: survivor also dropped", req, [](w::SecAggUnmaskRequest& m) { m.dropped.push_back(3); },
+      V::kDuplicateEntry, "SecAggUnmaskRequest.dropped"));
+  c.push_back(rule(
+      "unmask request: index 2^20", req,
+      [](w::SecAggUnmaskRequest& m) { m.survivors.push_back(w::kMaxSecAggCohort); }, V::kOutOfRange,
+      "SecAggUnmaskRequest.survivors"));
+  const w::SecAggUnmaskResponse resp = samples::secagg_unmask_response();
+  c.push_back(rule(
+      "unmask response: kind 2", resp, [](w::SecAggUnmaskResponse& m) { m.shares[0].kind = 2; },
+      V::kOutOfRange, "SecAggUnmaskResponse.shares.kind"));
+  c.push_back(rule(
+      "unmask response: x 0", resp, [](w::SecAggUnmaskResponse& m) { m.shares[1].x = 0; }, V::kOutOfRange,
+      "SecAggUnmaskResponse.shares.x"));
+  c.push_back(rule(
+      "unmask response: one owner twice", resp,
+      [](w::SecAggUnmaskResponse& m) { m.shares[1].owner = m.shares[0].owner; }, V::kDuplicateEntry,
+      "SecAggUnmaskResponse.shares.owner"));
   return c;
 }
 
@@ -1297,7 +1577,7 @@ TEST_SUITE("wire.corruption") {
     CHECK(again.message == d.message);
   }
 
-  TEST_CASE("random bit flips over valid frames of every type (11 x 3000 seeds)") {
+  TEST_CASE("random bit flips over valid frames of every type (19 x 3000 seeds)") {
     size_t ok = 0, errors = 0;
     const std::vector<w::Message> all = samples::all();
     for (size_t t = 0; t < all.size(); ++t) {

@@ -167,10 +167,143 @@ inline w::Error error() {
   return m;
 }
 
+inline w::SecAggKey key(uint8_t start) {
+  w::SecAggKey k{};
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<uint8_t>(start + 3 * i);
+  return k;
+}
+
+inline w::SecAggConfig secagg_config() {
+  w::SecAggConfig c;
+  c.device_index = 7;
+  c.cohort = 100;
+  c.degree = 40;
+  c.threshold = 21;
+  c.modulus_bits = 11;
+  c.words = 55050;
+  c.graph_seed = key(0x33);
+  c.max_code = 7;
+  c.noise_variance = 9;
+  c.clip_l2_codes = 1234.5;
+  c.phase_ms = 30000;
+  return c;
+}
+
+// A secure round's offer: task_offer() with a SecAggConfig (its nonce is 32 bytes).
+inline w::TaskOffer secure_task_offer() {
+  w::TaskOffer m = task_offer();
+  m.uplink_codec = "q4:shared=0.001";
+  m.secure_aggregation = secagg_config();
+  return m;
+}
+
+inline w::SecAggDeviceKeys device_keys(uint32_t device) {
+  return {device, key(static_cast<uint8_t>(device + 1)), key(static_cast<uint8_t>(device + 101))};
+}
+
+inline w::SecAggSealedShare sealed_share(uint32_t from, uint32_t to) {
+  w::SecAggSealedShare s;
+  s.from = from;
+  s.to = to;
+  for (size_t i = 0; i < s.sealed.size(); ++i) s.sealed[i] = static_cast<uint8_t>(from * 7 + to * 13 + i);
+  return s;
+}
+
+inline w::SecAggAdvertise secagg_advertise() {
+  w::SecAggAdvertise m;
+  m.round_id = 42;
+  m.round_nonce = pattern(32, 0x11);
+  m.keys = device_keys(7);
+  return m;
+}
+
+inline w::SecAggKeys secagg_keys() {
+  w::SecAggKeys m;
+  m.round_id = 42;
+  m.keys = {device_keys(3), device_keys(5), device_keys(9)};
+  return m;
+}
+
+inline w::SecAggShares secagg_shares() {
+  w::SecAggShares m;
+  m.round_id = 42;
+  m.round_nonce = pattern(32, 0x11);
+  m.seed_commitment = key(0x44);
+  m.shares = {sealed_share(7, 3), sealed_share(7, 5), sealed_share(7, 9)};
+  return m;
+}
+
+inline w::SecAggInbox secagg_inbox() {
+  w::SecAggInbox m;
+  m.round_id = 42;
+  m.shares = {sealed_share(3, 7), sealed_share(9, 7)};
+  return m;
+}
+
+inline w::SecAggPoll secagg_poll() {
+  w::SecAggPoll m;
+  m.round_id = 42;
+  m.round_nonce = pattern(32, 0x11);
+  m.phase = w::SecAggPhase::kShares;
+  return m;
+}
+
+inline w::SecAggStatus secagg_status() {
+  w::SecAggStatus m;
+  m.round_id = 42;
+  m.phase = w::SecAggPhase::kUnmask;
+  m.retry_after_ms = 250;
+  return m;
+}
+
+inline w::SecAggUnmaskRequest secagg_unmask_request() {
+  w::SecAggUnmaskRequest m;
+  m.round_id = 42;
+  m.survivors = {3, 9};
+  m.dropped = {5};
+  return m;
+}
+
+inline w::SecAggUnmaskResponse secagg_unmask_response() {
+  w::SecAggUnmaskResponse m;
+  m.round_id = 42;
+  m.round_nonce = pattern(32, 0x11);
+  w::SecAggRevealedShare a, b;
+  a.owner = 3;
+  a.kind = 0;
+  a.x = 8;
+  b.owner = 5;
+  b.kind = 1;
+  b.x = 8;
+  for (uint32_t i = 0; i < w::kSecAggSubshares; ++i) {
+    a.y[i] = 0x7FFFFF00u + i;
+    b.y[i] = 1000u * i;
+  }
+  m.shares = {a, b};
+  return m;
+}
+
 // One of each, in MessageType order.
 inline std::vector<w::Message> all() {
-  return {hello(),         task_offer(),   retry_later(), model_request(), model_chunk(), upload_start(),
-          upload_status(), upload_chunk(), commit(),      ack(),           error()};
+  return {hello(),
+          task_offer(),
+          retry_later(),
+          model_request(),
+          model_chunk(),
+          upload_start(),
+          upload_status(),
+          upload_chunk(),
+          commit(),
+          ack(),
+          error(),
+          secagg_advertise(),
+          secagg_keys(),
+          secagg_shares(),
+          secagg_inbox(),
+          secagg_poll(),
+          secagg_status(),
+          secagg_unmask_request(),
+          secagg_unmask_response()};
 }
 
 }  // namespace wire_samples

@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include <array>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -89,6 +90,15 @@ enum class MessageType : uint8_t {
   kCommit = 9,        // client -> server
   kAck = 10,          // server -> client
   kError = 11,        // either direction
+  // Secure aggregation rounds (SecAgg+; the schema's SecAgg section and sdk/src/secagg/protocol.h).
+  kSecAggAdvertise = 12,       // client -> server
+  kSecAggKeys = 13,            // server -> client
+  kSecAggShares = 14,          // client -> server
+  kSecAggInbox = 15,           // server -> client
+  kSecAggPoll = 16,            // client -> server
+  kSecAggStatus = 17,          // server -> client
+  kSecAggUnmaskRequest = 18,   // server -> client
+  kSecAggUnmaskResponse = 19,  // client -> server
 };
 
 // Who may send a message type. A server refuses server-to-client types from a client (and vice
@@ -105,14 +115,16 @@ constexpr uint32_t kMaxChunkBytes = 1u << 20;
 // Payload caps per message type, in bytes, checked by read_frame_header() before a payload is read:
 //   Hello 4 KiB, TaskOffer 256 KiB (up to 1024 tensors of 128-character names), RetryLater 1 KiB,
 //   ModelRequest 1 KiB, ModelChunk 1 MiB + 1 KiB, UploadStart 1 KiB, UploadStatus 1 KiB, UploadChunk 1 MiB +
-//   1 KiB, Commit 8 KiB, Ack 1 KiB, Error 4 KiB.
+//   1 KiB, Commit 8 KiB, Ack 1 KiB, Error 4 KiB, SecAggAdvertise 1 KiB, SecAggKeys 320 KiB,
+//   SecAggShares 512 KiB, SecAggInbox 512 KiB, SecAggPoll 1 KiB, SecAggStatus 1 KiB,
+//   SecAggUnmaskRequest 40 KiB, SecAggUnmaskResponse 256 KiB (kMaxSecAggEntries entries each).
 // Every valid message fits its cap with room to spare (tests/sdk/wire_test.cpp encodes the largest).
 constexpr size_t kMaxPayloadBytes = kMaxChunkBytes + 1024;  // the largest cap
 
 // The cap of `type`; 0 for an unknown type.
 size_t max_payload_bytes(MessageType type);
 
-// True for the eleven types above.
+// True for the nineteen types above.
 bool is_known_message_type(MessageType type);
 
 // Who sends `type` (kEither for kError and for unknown types).
@@ -174,8 +186,20 @@ constexpr uint32_t kCapabilityUnmetered = 1u << 1;
 constexpr uint32_t kCapabilityIdle = 1u << 2;
 // The device needs the whole model (its last patched model failed the public-model digest).
 constexpr uint32_t kCapabilityNeedsWholeModel = 1u << 3;
-constexpr uint32_t kKnownCapabilityFlags =
-    kCapabilityCharging | kCapabilityUnmetered | kCapabilityIdle | kCapabilityNeedsWholeModel;
+// The device can take part in secure aggregation rounds (TaskOffer.secure_aggregation).
+constexpr uint32_t kCapabilitySecureAggregation = 1u << 4;
+constexpr uint32_t kKnownCapabilityFlags = kCapabilityCharging | kCapabilityUnmetered | kCapabilityIdle |
+                                           kCapabilityNeedsWholeModel | kCapabilitySecureAggregation;
+
+// Secure aggregation limits (the schema's SecAgg section).
+constexpr size_t kSecAggKeyBytes = 32;      // X25519 public keys, the graph seed, the commitment
+constexpr size_t kSecAggSealedBytes = 104;  // a sealed pair of Shamir shares (secagg/protocol.h)
+constexpr size_t kSecAggSubshares = 9;      // sub-shares of one Shamir share (secagg/shamir.h)
+constexpr uint32_t kMaxSecAggCohort = 1u << 20;
+constexpr uint32_t kMaxSecAggDegree = 4096;             // neighbours per device
+constexpr size_t kMaxSecAggEntries = kMaxSecAggDegree;  // keys, shares or indices per message
+constexpr uint32_t kMaxSecAggWords = 1u << 26;
+constexpr uint64_t kMaxSecAggNoiseVariance = uint64_t{1} << 20;
 
 // Hello.supported_* masks: bit i stands for the id i of edgefl::SparsifierKind, ValueCoderKind
 // and IndexCoding (edgefl/codec.h); bits without a kind must be 0.
@@ -233,6 +257,50 @@ enum class ErrorCode : uint8_t {
 
 using UploadId = std::array<uint8_t, kUploadIdBytes>;
 using Digest = std::array<uint8_t, kDigestBytes>;
+using SecAggKey = std::array<uint8_t, kSecAggKeyBytes>;
+
+// The steps of a secure round as the device sees them (SecAggPoll, SecAggStatus).
+enum class SecAggPhase : uint8_t {
+  kKeys = 1,         // waiting for the neighbours' keys
+  kShares = 2,       // waiting for the neighbours' sealed shares
+  kMaskedInput = 3,  // the server takes masked vectors
+  kUnmask = 4,       // waiting for the unmask request
+  kDone = 5,         // nothing more to do in this round
+};
+
+// TaskOffer.secure_aggregation: the round's SecAgg+ parameters.
+struct SecAggConfig {
+  uint32_t device_index = 0;  // < cohort
+  uint32_t cohort = 0;        // n: 3 .. kMaxSecAggCohort
+  uint32_t degree = 0;        // k: 2 .. min(cohort - 1, kMaxSecAggDegree)
+  uint32_t threshold = 0;     // t: 2 .. degree
+  uint32_t modulus_bits = 0;  // m: 1 .. 32
+  uint32_t words = 0;         // L: 1 .. min(kMaxSecAggWords, TaskOffer.parameter_count)
+  SecAggKey graph_seed{};
+  uint32_t max_code = 0;        // largest |integer code| sent: 1 .. 2^31 - 1
+  uint64_t noise_variance = 0;  // discrete Gaussian noise per code: 0 .. kMaxSecAggNoiseVariance
+  double clip_l2_codes = 0;     // 0 without noise; finite > 0 with noise (and only then)
+  uint32_t phase_ms = 0;        // 1 .. kMaxDeadlineMs
+};
+
+struct SecAggDeviceKeys {
+  uint32_t device = 0;
+  SecAggKey cipher_public{};  // not all zero
+  SecAggKey mask_public{};    // not all zero
+};
+
+struct SecAggSealedShare {
+  uint32_t from = 0;
+  uint32_t to = 0;  // != from
+  std::array<uint8_t, kSecAggSealedBytes> sealed{};
+};
+
+struct SecAggRevealedShare {
+  uint32_t owner = 0;
+  uint8_t kind = 0;  // 0: of owner's self-mask seed, 1: of its mask key
+  uint32_t x = 0;    // the revealing device's Shamir x: >= 1
+  std::array<uint32_t, kSecAggSubshares> y{};
+};
 
 // client -> server. Capability hints only: nothing here identifies the device.
 struct Hello {
@@ -285,6 +353,8 @@ struct TaskOffer {
   // The model's tensors (edgefl/tensor_table.h: validate_tensor_table), whose elements add up to
   // parameter_count.
   std::vector<TensorDesc> tensors;
+  // Set: a secure aggregation round; round_nonce is then 32 bytes.
+  std::optional<SecAggConfig> secure_aggregation;
 };
 
 // server -> client: come back at a uniformly random time in [retry_after_ms, + retry_window_ms].
@@ -368,9 +438,66 @@ struct Error {
   std::string message;  // 0..kMaxErrorMessageBytes of UTF-8, no control characters but tab and newline
 };
 
+// client -> server: R0 of a secure round.
+struct SecAggAdvertise {
+  uint64_t round_id = 0;             // > 0
+  std::vector<uint8_t> round_nonce;  // 32 bytes, not all zero
+  SecAggDeviceKeys keys;
+};
+
+// server -> client: the keys of the device's neighbours that advertised.
+struct SecAggKeys {
+  uint64_t round_id = 0;               // > 0
+  std::vector<SecAggDeviceKeys> keys;  // 0 .. kMaxSecAggEntries, devices distinct
+};
+
+// client -> server: R1.
+struct SecAggShares {
+  uint64_t round_id = 0;             // > 0
+  std::vector<uint8_t> round_nonce;  // 32 bytes, not all zero
+  SecAggKey seed_commitment{};
+  std::vector<SecAggSealedShare> shares;  // 1 .. kMaxSecAggEntries, all from one device
+};
+
+// server -> client: the sealed shares addressed to the device.
+struct SecAggInbox {
+  uint64_t round_id = 0;                  // > 0
+  std::vector<SecAggSealedShare> shares;  // 0 .. kMaxSecAggEntries, all to one device
+};
+
+// client -> server: has the phase ended?
+struct SecAggPoll {
+  uint64_t round_id = 0;                   // > 0
+  std::vector<uint8_t> round_nonce;        // 32 bytes, not all zero
+  SecAggPhase phase = SecAggPhase::kKeys;  // kKeys, kShares or kUnmask
+};
+
+// server -> client: not yet (poll again after retry_after_ms), or kDone.
+struct SecAggStatus {
+  uint64_t round_id = 0;  // > 0
+  SecAggPhase phase = SecAggPhase::kKeys;
+  uint32_t retry_after_ms = 0;  // 0 .. kMaxRetryMs
+};
+
+// server -> client: R3's question.
+struct SecAggUnmaskRequest {
+  uint64_t round_id = 0;            // > 0
+  std::vector<uint32_t> survivors;  // 0 .. kMaxSecAggEntries; no index twice in both lists
+  std::vector<uint32_t> dropped;    // 0 .. kMaxSecAggEntries
+};
+
+// client -> server: R3's answer.
+struct SecAggUnmaskResponse {
+  uint64_t round_id = 0;                    // > 0
+  std::vector<uint8_t> round_nonce;         // 32 bytes, not all zero
+  std::vector<SecAggRevealedShare> shares;  // 0 .. kMaxSecAggEntries, owners distinct, kind 0 or 1
+};
+
 // One message of any type. The alternatives are in MessageType order: index() + 1 is the type id.
-using Message = std::variant<Hello, TaskOffer, RetryLater, ModelRequest, ModelChunk, UploadStart,
-                             UploadStatus, UploadChunk, Commit, Ack, Error>;
+using Message =
+    std::variant<Hello, TaskOffer, RetryLater, ModelRequest, ModelChunk, UploadStart, UploadStatus,
+                 UploadChunk, Commit, Ack, Error, SecAggAdvertise, SecAggKeys, SecAggShares, SecAggInbox,
+                 SecAggPoll, SecAggStatus, SecAggUnmaskRequest, SecAggUnmaskResponse>;
 
 inline MessageType message_type(const Message& message) {
   return static_cast<MessageType>(message.index() + 1);
@@ -413,6 +540,7 @@ enum class Violation : uint8_t {
   kChecksumMismatch = 11,  // a chunk's data does not match its CRC32C
   kDuplicateName = 12,     // two metrics, or two tensors, with one name
   kInconsistent = 13,      // fields that contradict each other (model_bytes vs parameter_count)
+  kDuplicateEntry = 14,    // a device index listed twice (SecAgg keys, shares, indices)
 };
 
 // What failed, filled by validate() and decode() when the caller asks (may be null).
@@ -475,6 +603,22 @@ const char* violation_name(Violation violation);
 [[nodiscard]] Status encode(const Ack& message, std::vector<uint8_t>* frame, DecodeDetail* detail = nullptr);
 [[nodiscard]] Status encode(const Error& message, std::vector<uint8_t>* frame,
                             DecodeDetail* detail = nullptr);
+[[nodiscard]] Status encode(const SecAggAdvertise& message, std::vector<uint8_t>* frame,
+                            DecodeDetail* detail = nullptr);
+[[nodiscard]] Status encode(const SecAggKeys& message, std::vector<uint8_t>* frame,
+                            DecodeDetail* detail = nullptr);
+[[nodiscard]] Status encode(const SecAggShares& message, std::vector<uint8_t>* frame,
+                            DecodeDetail* detail = nullptr);
+[[nodiscard]] Status encode(const SecAggInbox& message, std::vector<uint8_t>* frame,
+                            DecodeDetail* detail = nullptr);
+[[nodiscard]] Status encode(const SecAggPoll& message, std::vector<uint8_t>* frame,
+                            DecodeDetail* detail = nullptr);
+[[nodiscard]] Status encode(const SecAggStatus& message, std::vector<uint8_t>* frame,
+                            DecodeDetail* detail = nullptr);
+[[nodiscard]] Status encode(const SecAggUnmaskRequest& message, std::vector<uint8_t>* frame,
+                            DecodeDetail* detail = nullptr);
+[[nodiscard]] Status encode(const SecAggUnmaskResponse& message, std::vector<uint8_t>* frame,
+                            DecodeDetail* detail = nullptr);
 
 // --- Equality (field by field; floats compare with ==) -----------------------------------------
 
@@ -491,6 +635,18 @@ bool operator==(const Metric& a, const Metric& b);
 bool operator==(const Commit& a, const Commit& b);
 bool operator==(const Ack& a, const Ack& b);
 bool operator==(const Error& a, const Error& b);
+bool operator==(const SecAggConfig& a, const SecAggConfig& b);
+bool operator==(const SecAggDeviceKeys& a, const SecAggDeviceKeys& b);
+bool operator==(const SecAggSealedShare& a, const SecAggSealedShare& b);
+bool operator==(const SecAggRevealedShare& a, const SecAggRevealedShare& b);
+bool operator==(const SecAggAdvertise& a, const SecAggAdvertise& b);
+bool operator==(const SecAggKeys& a, const SecAggKeys& b);
+bool operator==(const SecAggShares& a, const SecAggShares& b);
+bool operator==(const SecAggInbox& a, const SecAggInbox& b);
+bool operator==(const SecAggPoll& a, const SecAggPoll& b);
+bool operator==(const SecAggStatus& a, const SecAggStatus& b);
+bool operator==(const SecAggUnmaskRequest& a, const SecAggUnmaskRequest& b);
+bool operator==(const SecAggUnmaskResponse& a, const SecAggUnmaskResponse& b);
 
 }  // namespace wire
 }  // namespace edgefl

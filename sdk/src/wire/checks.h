@@ -34,6 +34,14 @@ Status check_message(const UploadChunk& m, DecodeDetail* detail);
 Status check_message(const Commit& m, DecodeDetail* detail);
 Status check_message(const Ack& m, DecodeDetail* detail);
 Status check_message(const Error& m, DecodeDetail* detail);
+Status check_message(const SecAggAdvertise& m, DecodeDetail* detail);
+Status check_message(const SecAggKeys& m, DecodeDetail* detail);
+Status check_message(const SecAggShares& m, DecodeDetail* detail);
+Status check_message(const SecAggInbox& m, DecodeDetail* detail);
+Status check_message(const SecAggPoll& m, DecodeDetail* detail);
+Status check_message(const SecAggStatus& m, DecodeDetail* detail);
+Status check_message(const SecAggUnmaskRequest& m, DecodeDetail* detail);
+Status check_message(const SecAggUnmaskResponse& m, DecodeDetail* detail);
 
 }  // namespace internal
 }  // namespace wire

@@ -112,6 +112,22 @@ Status convert(const fb::TaskOffer& t, TaskOffer* m, DecodeDetail* detail) {
       m->tensors.push_back(std::move(desc));
     }
   }
+  m->secure_aggregation.reset();
+  if (const fb::SecAggConfig* c = t.secure_aggregation()) {
+    SecAggConfig config;
+    config.device_index = c->device_index();
+    config.cohort = c->cohort();
+    config.degree = c->degree();
+    config.threshold = c->threshold();
+    config.modulus_bits = c->modulus_bits();
+    config.words = c->words();
+    EDGEFL_RETURN_IF_ERROR(to_array(c->graph_seed(), &config.graph_seed, detail, "SecAggConfig.graph_seed"));
+    config.max_code = c->max_code();
+    config.noise_variance = c->noise_variance();
+    config.clip_l2_codes = c->clip_l2_codes();
+    config.phase_ms = c->phase_ms();
+    m->secure_aggregation = config;
+  }
   return Status::kOk;
 }
 
@@ -197,6 +213,104 @@ Status convert(const fb::Error& t, Error* m, DecodeDetail*) {
   return Status::kOk;
 }
 
+SecAggDeviceKeys from_fb(const fb::SecAggDeviceKeys& k) {
+  SecAggDeviceKeys out;
+  out.device = k.device();
+  memcpy(out.cipher_public.data(), k.cipher_public()->Data(), out.cipher_public.size());
+  memcpy(out.mask_public.data(), k.mask_public()->Data(), out.mask_public.size());
+  return out;
+}
+
+SecAggSealedShare from_fb(const fb::SecAggSealedShare& s) {
+  SecAggSealedShare out;
+  out.from = s.from();
+  out.to = s.to();
+  memcpy(out.sealed.data(), s.sealed()->Data(), out.sealed.size());
+  return out;
+}
+
+SecAggRevealedShare from_fb(const fb::SecAggRevealedShare& r) {
+  SecAggRevealedShare out;
+  out.owner = r.owner();
+  out.kind = r.kind();
+  out.x = r.x();
+  for (size_t i = 0; i < out.y.size(); ++i) out.y[i] = r.y()->Get(flatbuffers::uoffset_t(i));
+  return out;
+}
+
+// A vector of structs, counted before anything is copied (the payload cap bounds it too).
+template <typename T, typename Fb>
+Status from_fb_vector(const flatbuffers::Vector<const Fb*>* v, std::vector<T>* out, DecodeDetail* detail,
+                      const char* field) {
+  out->clear();
+  if (v == nullptr) return Status::kOk;
+  if (v->size() > kMaxSecAggEntries) return fail(detail, Violation::kTooLong, field);
+  out->reserve(v->size());
+  for (const Fb* x : *v) out->push_back(from_fb(*x));
+  return Status::kOk;
+}
+
+Status to_indices(const flatbuffers::Vector<uint32_t>* v, std::vector<uint32_t>* out, DecodeDetail* detail,
+                  const char* field) {
+  out->clear();
+  if (v == nullptr) return Status::kOk;
+  if (v->size() > kMaxSecAggEntries) return fail(detail, Violation::kTooLong, field);
+  out->assign(v->begin(), v->end());
+  return Status::kOk;
+}
+
+Status convert(const fb::SecAggAdvertise& t, SecAggAdvertise* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  m->round_nonce = to_bytes(t.round_nonce());
+  if (t.keys() == nullptr) return fail(detail, Violation::kMissing, "SecAggAdvertise.keys");
+  m->keys = from_fb(*t.keys());
+  return Status::kOk;
+}
+
+Status convert(const fb::SecAggKeys& t, SecAggKeys* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  return from_fb_vector(t.keys(), &m->keys, detail, "SecAggKeys.keys");
+}
+
+Status convert(const fb::SecAggShares& t, SecAggShares* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  m->round_nonce = to_bytes(t.round_nonce());
+  EDGEFL_RETURN_IF_ERROR(
+      to_array(t.seed_commitment(), &m->seed_commitment, detail, "SecAggShares.seed_commitment"));
+  return from_fb_vector(t.shares(), &m->shares, detail, "SecAggShares.shares");
+}
+
+Status convert(const fb::SecAggInbox& t, SecAggInbox* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  return from_fb_vector(t.shares(), &m->shares, detail, "SecAggInbox.shares");
+}
+
+Status convert(const fb::SecAggPoll& t, SecAggPoll* m, DecodeDetail*) {
+  m->round_id = t.round_id();
+  m->round_nonce = to_bytes(t.round_nonce());
+  m->phase = static_cast<SecAggPhase>(t.phase());
+  return Status::kOk;
+}
+
+Status convert(const fb::SecAggStatus& t, SecAggStatus* m, DecodeDetail*) {
+  m->round_id = t.round_id();
+  m->phase = static_cast<SecAggPhase>(t.phase());
+  m->retry_after_ms = t.retry_after_ms();
+  return Status::kOk;
+}
+
+Status convert(const fb::SecAggUnmaskRequest& t, SecAggUnmaskRequest* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  EDGEFL_RETURN_IF_ERROR(to_indices(t.survivors(), &m->survivors, detail, "SecAggUnmaskRequest.survivors"));
+  return to_indices(t.dropped(), &m->dropped, detail, "SecAggUnmaskRequest.dropped");
+}
+
+Status convert(const fb::SecAggUnmaskResponse& t, SecAggUnmaskResponse* m, DecodeDetail* detail) {
+  m->round_id = t.round_id();
+  m->round_nonce = to_bytes(t.round_nonce());
+  return from_fb_vector(t.shares(), &m->shares, detail, "SecAggUnmaskResponse.shares");
+}
+
 // The CRC32C of chunk data, checked once the fields are known to be valid.
 Status check_wire_only(const fb::ModelChunk& t, DecodeDetail* detail) {
   return check_crc(t.data(), t.crc32c(), detail, "ModelChunk.crc32c");
@@ -237,6 +351,20 @@ Status decode_envelope(const fb::Envelope& envelope, MessageType type, Message* 
     case MessageType::kCommit: return finish<Commit>(envelope.message_as_Commit(), out, detail);
     case MessageType::kAck: return finish<Ack>(envelope.message_as_Ack(), out, detail);
     case MessageType::kError: return finish<Error>(envelope.message_as_Error(), out, detail);
+    case MessageType::kSecAggAdvertise:
+      return finish<SecAggAdvertise>(envelope.message_as_SecAggAdvertise(), out, detail);
+    case MessageType::kSecAggKeys: return finish<SecAggKeys>(envelope.message_as_SecAggKeys(), out, detail);
+    case MessageType::kSecAggShares:
+      return finish<SecAggShares>(envelope.message_as_SecAggShares(), out, detail);
+    case MessageType::kSecAggInbox:
+      return finish<SecAggInbox>(envelope.message_as_SecAggInbox(), out, detail);
+    case MessageType::kSecAggPoll: return finish<SecAggPoll>(envelope.message_as_SecAggPoll(), out, detail);
+    case MessageType::kSecAggStatus:
+      return finish<SecAggStatus>(envelope.message_as_SecAggStatus(), out, detail);
+    case MessageType::kSecAggUnmaskRequest:
+      return finish<SecAggUnmaskRequest>(envelope.message_as_SecAggUnmaskRequest(), out, detail);
+    case MessageType::kSecAggUnmaskResponse:
+      return finish<SecAggUnmaskResponse>(envelope.message_as_SecAggUnmaskResponse(), out, detail);
   }
   return Status::kUnknownMessageType;
 }

@@ -85,6 +85,24 @@ Offset<fb::TaskOffer> build(FlatBufferBuilder& b, const TaskOffer& m) {
     tensor_offsets.push_back(tb.Finish());
   }
   const auto tensors = b.CreateVector(tensor_offsets);
+  Offset<fb::SecAggConfig> secure;
+  if (m.secure_aggregation) {
+    const SecAggConfig& c = *m.secure_aggregation;
+    const auto graph_seed = bytes(b, c.graph_seed);
+    fb::SecAggConfigBuilder sc(b);
+    sc.add_device_index(c.device_index);
+    sc.add_cohort(c.cohort);
+    sc.add_degree(c.degree);
+    sc.add_threshold(c.threshold);
+    sc.add_modulus_bits(c.modulus_bits);
+    sc.add_words(c.words);
+    sc.add_graph_seed(graph_seed);
+    sc.add_max_code(c.max_code);
+    sc.add_noise_variance(c.noise_variance);
+    sc.add_clip_l2_codes(c.clip_l2_codes);
+    sc.add_phase_ms(c.phase_ms);
+    secure = sc.Finish();
+  }
   fb::TaskOfferBuilder t(b);
   t.add_round_id(m.round_id);
   t.add_round_nonce(nonce);
@@ -104,6 +122,7 @@ Offset<fb::TaskOffer> build(FlatBufferBuilder& b, const TaskOffer& m) {
   t.add_public_model_digest(public_digest);
   t.add_initial_model_seed(m.initial_model_seed);
   t.add_tensors(tensors);
+  if (m.secure_aggregation) t.add_secure_aggregation(secure);
   return t.Finish();
 }
 
@@ -215,12 +234,121 @@ Offset<fb::Error> build(FlatBufferBuilder& b, const Error& m) {
   return t.Finish();
 }
 
+fb::SecAggDeviceKeys to_fb(const SecAggDeviceKeys& k) {
+  return fb::SecAggDeviceKeys(k.device, flatbuffers::make_span(k.cipher_public),
+                              flatbuffers::make_span(k.mask_public));
+}
+
+fb::SecAggSealedShare to_fb(const SecAggSealedShare& s) {
+  return fb::SecAggSealedShare(s.from, s.to, flatbuffers::make_span(s.sealed));
+}
+
+fb::SecAggRevealedShare to_fb(const SecAggRevealedShare& r) {
+  return fb::SecAggRevealedShare(r.owner, r.kind, r.x, flatbuffers::make_span(r.y));
+}
+
+template <typename T>
+auto structs(FlatBufferBuilder& b, const std::vector<T>& v) {
+  using Fb = decltype(to_fb(v[0]));
+  std::vector<Fb> out;
+  out.reserve(v.size());
+  for (const T& x : v) out.push_back(to_fb(x));
+  return b.CreateVectorOfStructs(out.data(), out.size());
+}
+
+Offset<fb::SecAggAdvertise> build(FlatBufferBuilder& b, const SecAggAdvertise& m) {
+  const auto nonce = bytes(b, m.round_nonce);
+  const fb::SecAggDeviceKeys keys = to_fb(m.keys);
+  fb::SecAggAdvertiseBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_round_nonce(nonce);
+  t.add_keys(&keys);
+  return t.Finish();
+}
+
+Offset<fb::SecAggKeys> build(FlatBufferBuilder& b, const SecAggKeys& m) {
+  const auto keys = structs(b, m.keys);
+  fb::SecAggKeysBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_keys(keys);
+  return t.Finish();
+}
+
+Offset<fb::SecAggShares> build(FlatBufferBuilder& b, const SecAggShares& m) {
+  const auto nonce = bytes(b, m.round_nonce);
+  const auto commitment = bytes(b, m.seed_commitment);
+  const auto shares = structs(b, m.shares);
+  fb::SecAggSharesBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_round_nonce(nonce);
+  t.add_seed_commitment(commitment);
+  t.add_shares(shares);
+  return t.Finish();
+}
+
+Offset<fb::SecAggInbox> build(FlatBufferBuilder& b, const SecAggInbox& m) {
+  const auto shares = structs(b, m.shares);
+  fb::SecAggInboxBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_shares(shares);
+  return t.Finish();
+}
+
+Offset<fb::SecAggPoll> build(FlatBufferBuilder& b, const SecAggPoll& m) {
+  const auto nonce = bytes(b, m.round_nonce);
+  fb::SecAggPollBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_round_nonce(nonce);
+  t.add_phase(static_cast<fb::SecAggPhase>(m.phase));
+  return t.Finish();
+}
+
+Offset<fb::SecAggStatus> build(FlatBufferBuilder& b, const SecAggStatus& m) {
+  fb::SecAggStatusBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_phase(static_cast<fb::SecAggPhase>(m.phase));
+  t.add_retry_after_ms(m.retry_after_ms);
+  return t.Finish();
+}
+
+Offset<fb::SecAggUnmaskRequest> build(FlatBufferBuilder& b, const SecAggUnmaskRequest& m) {
+  const auto survivors = b.CreateVector(m.survivors);
+  const auto dropped = b.CreateVector(m.dropped);
+  fb::SecAggUnmaskRequestBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_survivors(survivors);
+  t.add_dropped(dropped);
+  return t.Finish();
+}
+
+Offset<fb::SecAggUnmaskResponse> build(FlatBufferBuilder& b, const SecAggUnmaskResponse& m) {
+  const auto nonce = bytes(b, m.round_nonce);
+  const auto shares = structs(b, m.shares);
+  fb::SecAggUnmaskResponseBuilder t(b);
+  t.add_round_id(m.round_id);
+  t.add_round_nonce(nonce);
+  t.add_shares(shares);
+  return t.Finish();
+}
+
 // Bytes the builder starts with: enough for the whole message, so it never grows by copying.
 size_t initial_size(const ModelChunk& m) {
   return m.data.size() + 256;
 }
 size_t initial_size(const UploadChunk& m) {
   return m.data.size() + 256;
+}
+size_t initial_size(const SecAggKeys& m) {
+  return m.keys.size() * sizeof(fb::SecAggDeviceKeys) + 256;
+}
+size_t initial_size(const SecAggShares& m) {
+  return m.shares.size() * sizeof(fb::SecAggSealedShare) + 256;
+}
+size_t initial_size(const SecAggInbox& m) {
+  return m.shares.size() * sizeof(fb::SecAggSealedShare) + 256;
+}
+size_t initial_size(const SecAggUnmaskResponse& m) {
+  return m.shares.size() * sizeof(fb::SecAggRevealedShare) + 256;
 }
 template <typename T>
 size_t initial_size(const T&) {
@@ -291,6 +419,30 @@ Status encode(const Ack& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
   return encode_message(m, frame, detail);
 }
 Status encode(const Error& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const SecAggAdvertise& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const SecAggKeys& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const SecAggShares& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const SecAggInbox& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const SecAggPoll& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const SecAggStatus& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const SecAggUnmaskRequest& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
+  return encode_message(m, frame, detail);
+}
+Status encode(const SecAggUnmaskResponse& m, std::vector<uint8_t>* frame, DecodeDetail* detail) {
   return encode_message(m, frame, detail);
 }
 

@@ -27,6 +27,14 @@ constexpr TypeInfo kTypes[] = {
     {MessageType::kCommit, "commit", 8192, Direction::kClientToServer},
     {MessageType::kAck, "ack", 1024, Direction::kServerToClient},
     {MessageType::kError, "error", 4096, Direction::kEither},
+    {MessageType::kSecAggAdvertise, "secagg_advertise", 1024, Direction::kClientToServer},
+    {MessageType::kSecAggKeys, "secagg_keys", 320 * 1024, Direction::kServerToClient},
+    {MessageType::kSecAggShares, "secagg_shares", 512 * 1024, Direction::kClientToServer},
+    {MessageType::kSecAggInbox, "secagg_inbox", 512 * 1024, Direction::kServerToClient},
+    {MessageType::kSecAggPoll, "secagg_poll", 1024, Direction::kClientToServer},
+    {MessageType::kSecAggStatus, "secagg_status", 1024, Direction::kServerToClient},
+    {MessageType::kSecAggUnmaskRequest, "secagg_unmask_request", 40 * 1024, Direction::kServerToClient},
+    {MessageType::kSecAggUnmaskResponse, "secagg_unmask_response", 256 * 1024, Direction::kClientToServer},
 };
 
 const TypeInfo* find(MessageType type) {
@@ -121,6 +129,7 @@ const char* violation_name(Violation violation) {
     case Violation::kChecksumMismatch: return "checksum_mismatch";
     case Violation::kDuplicateName: return "duplicate_name";
     case Violation::kInconsistent: return "inconsistent";
+    case Violation::kDuplicateEntry: return "duplicate_entry";
   }
   return "unknown";
 }

@@ -28,7 +28,8 @@ bool operator==(const TaskOffer& a, const TaskOffer& b) {
          a.base_model_version == b.base_model_version && a.public_model_digest == b.public_model_digest &&
          a.initial_model_seed == b.initial_model_seed && a.codec_seed == b.codec_seed &&
          a.deadline_ms == b.deadline_ms && a.max_upload_bytes == b.max_upload_bytes &&
-         a.max_chunk_bytes == b.max_chunk_bytes && a.tensors == b.tensors;
+         a.max_chunk_bytes == b.max_chunk_bytes && a.tensors == b.tensors &&
+         a.secure_aggregation == b.secure_aggregation;
 }
 
 bool operator==(const RetryLater& a, const RetryLater& b) {
@@ -78,6 +79,58 @@ bool operator==(const Ack& a, const Ack& b) {
 
 bool operator==(const Error& a, const Error& b) {
   return a.code == b.code && a.message == b.message;
+}
+
+bool operator==(const SecAggConfig& a, const SecAggConfig& b) {
+  return a.device_index == b.device_index && a.cohort == b.cohort && a.degree == b.degree &&
+         a.threshold == b.threshold && a.modulus_bits == b.modulus_bits && a.words == b.words &&
+         a.graph_seed == b.graph_seed && a.max_code == b.max_code && a.noise_variance == b.noise_variance &&
+         a.clip_l2_codes == b.clip_l2_codes && a.phase_ms == b.phase_ms;
+}
+
+bool operator==(const SecAggDeviceKeys& a, const SecAggDeviceKeys& b) {
+  return a.device == b.device && a.cipher_public == b.cipher_public && a.mask_public == b.mask_public;
+}
+
+bool operator==(const SecAggSealedShare& a, const SecAggSealedShare& b) {
+  return a.from == b.from && a.to == b.to && a.sealed == b.sealed;
+}
+
+bool operator==(const SecAggRevealedShare& a, const SecAggRevealedShare& b) {
+  return a.owner == b.owner && a.kind == b.kind && a.x == b.x && a.y == b.y;
+}
+
+bool operator==(const SecAggAdvertise& a, const SecAggAdvertise& b) {
+  return a.round_id == b.round_id && a.round_nonce == b.round_nonce && a.keys == b.keys;
+}
+
+bool operator==(const SecAggKeys& a, const SecAggKeys& b) {
+  return a.round_id == b.round_id && a.keys == b.keys;
+}
+
+bool operator==(const SecAggShares& a, const SecAggShares& b) {
+  return a.round_id == b.round_id && a.round_nonce == b.round_nonce &&
+         a.seed_commitment == b.seed_commitment && a.shares == b.shares;
+}
+
+bool operator==(const SecAggInbox& a, const SecAggInbox& b) {
+  return a.round_id == b.round_id && a.shares == b.shares;
+}
+
+bool operator==(const SecAggPoll& a, const SecAggPoll& b) {
+  return a.round_id == b.round_id && a.round_nonce == b.round_nonce && a.phase == b.phase;
+}
+
+bool operator==(const SecAggStatus& a, const SecAggStatus& b) {
+  return a.round_id == b.round_id && a.phase == b.phase && a.retry_after_ms == b.retry_after_ms;
+}
+
+bool operator==(const SecAggUnmaskRequest& a, const SecAggUnmaskRequest& b) {
+  return a.round_id == b.round_id && a.survivors == b.survivors && a.dropped == b.dropped;
+}
+
+bool operator==(const SecAggUnmaskResponse& a, const SecAggUnmaskResponse& b) {
+  return a.round_id == b.round_id && a.round_nonce == b.round_nonce && a.shares == b.shares;
 }
 
 }  // namespace wire

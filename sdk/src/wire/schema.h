@@ -23,8 +23,9 @@ namespace fb = ::edgefl::wire::fb;
 constexpr flatbuffers::uoffset_t kVerifierMaxDepth = 4;
 constexpr flatbuffers::uoffset_t kVerifierMaxTables = 64;
 static_assert(2 + kMaxMetrics <= kVerifierMaxTables, "a Commit with kMaxMetrics metrics must verify");
-// A TaskOffer: Envelope, TaskOffer, TrainingConfig and one table per tensor of the largest model.
-constexpr flatbuffers::uoffset_t kVerifierMaxTablesTaskOffer = 3 + kMaxTensors;
+// A TaskOffer: Envelope, TaskOffer, TrainingConfig, SecAggConfig and one table per tensor of the
+// largest model.
+constexpr flatbuffers::uoffset_t kVerifierMaxTablesTaskOffer = 4 + kMaxTensors;
 
 template <typename Public, typename Generated>
 constexpr bool same_id(Public p, Generated g) {
@@ -42,7 +43,15 @@ static_assert(same_id(MessageType::kHello, fb::Message::Hello) &&
                   same_id(MessageType::kCommit, fb::Message::Commit) &&
                   same_id(MessageType::kAck, fb::Message::Ack) &&
                   same_id(MessageType::kError, fb::Message::Error) &&
-                  same_id(MessageType::kError, fb::Message::MAX),
+                  same_id(MessageType::kSecAggAdvertise, fb::Message::SecAggAdvertise) &&
+                  same_id(MessageType::kSecAggKeys, fb::Message::SecAggKeys) &&
+                  same_id(MessageType::kSecAggShares, fb::Message::SecAggShares) &&
+                  same_id(MessageType::kSecAggInbox, fb::Message::SecAggInbox) &&
+                  same_id(MessageType::kSecAggPoll, fb::Message::SecAggPoll) &&
+                  same_id(MessageType::kSecAggStatus, fb::Message::SecAggStatus) &&
+                  same_id(MessageType::kSecAggUnmaskRequest, fb::Message::SecAggUnmaskRequest) &&
+                  same_id(MessageType::kSecAggUnmaskResponse, fb::Message::SecAggUnmaskResponse) &&
+                  same_id(MessageType::kSecAggUnmaskResponse, fb::Message::MAX),
               "MessageType ids must equal the schema's union ids");
 static_assert(same_id(RetryReason::kNoRound, fb::RetryReason::NoRound) &&
                   same_id(RetryReason::kNotSelected, fb::RetryReason::NotSelected) &&
@@ -72,6 +81,17 @@ static_assert(same_id(ErrorCode::kBadMessage, fb::ErrorCode::BadMessage) &&
                   same_id(ErrorCode::kInternal, fb::ErrorCode::Internal) &&
                   same_id(ErrorCode::kInternal, fb::ErrorCode::MAX),
               "ErrorCode ids must equal the schema's");
+static_assert(same_id(SecAggPhase::kKeys, fb::SecAggPhase::Keys) &&
+                  same_id(SecAggPhase::kShares, fb::SecAggPhase::Shares) &&
+                  same_id(SecAggPhase::kMaskedInput, fb::SecAggPhase::MaskedInput) &&
+                  same_id(SecAggPhase::kUnmask, fb::SecAggPhase::Unmask) &&
+                  same_id(SecAggPhase::kDone, fb::SecAggPhase::Done) &&
+                  same_id(SecAggPhase::kDone, fb::SecAggPhase::MAX),
+              "SecAggPhase ids must equal the schema's");
+static_assert(sizeof(fb::SecAggDeviceKeys) == 4 + 2 * kSecAggKeyBytes &&
+                  sizeof(fb::SecAggSealedShare) == 8 + kSecAggSealedBytes &&
+                  sizeof(fb::SecAggRevealedShare) == 12 + 4 * kSecAggSubshares,
+              "the SecAgg structs have the sizes the payload caps assume");
 
 }  // namespace internal
 }  // namespace wire

@@ -164,6 +164,47 @@ Status check_piece(uint64_t offset, size_t size, uint64_t total, uint64_t max_to
   return Status::kOk;
 }
 
+// A secure round's nonce: 32 bytes (SecAgg+ derives keys from it), not all zero.
+Status check_secagg_nonce(const std::vector<uint8_t>& nonce, DecodeDetail* detail, const char* field) {
+  EDGEFL_RETURN_IF_ERROR(check_nonce(nonce, detail, field));
+  return nonce.size() == kRoundNonceLongBytes ? Status::kOk : fail(detail, Violation::kWrongLength, field);
+}
+
+Status check_keys(const SecAggDeviceKeys& k, DecodeDetail* detail, const char* field) {
+  if (k.device >= kMaxSecAggCohort) return fail(detail, Violation::kOutOfRange, field);
+  if (all_zero(k.cipher_public) || all_zero(k.mask_public)) return fail(detail, Violation::kAllZero, field);
+  return Status::kOk;
+}
+
+// Device indices listed once each (sorts its argument).
+Status check_distinct(std::vector<uint32_t> devices, DecodeDetail* detail, const char* field) {
+  std::sort(devices.begin(), devices.end());
+  if (std::adjacent_find(devices.begin(), devices.end()) != devices.end()) {
+    return fail(detail, Violation::kDuplicateEntry, field);
+  }
+  return Status::kOk;
+}
+
+// 1 .. kMaxSecAggEntries sealed pairs, indices in range, never to the sender; one_sender: all
+// from one device to distinct receivers; otherwise all to one device from distinct senders.
+Status check_sealed(const std::vector<SecAggSealedShare>& shares, bool one_sender, DecodeDetail* detail,
+                    const char* field) {
+  if (shares.empty()) return fail(detail, Violation::kEmpty, field);
+  if (shares.size() > kMaxSecAggEntries) return fail(detail, Violation::kTooLong, field);
+  std::vector<uint32_t> others;
+  others.reserve(shares.size());
+  for (const SecAggSealedShare& s : shares) {
+    if (s.from >= kMaxSecAggCohort || s.to >= kMaxSecAggCohort || s.from == s.to) {
+      return fail(detail, Violation::kOutOfRange, field);
+    }
+    const uint32_t fixed = one_sender ? s.from : s.to;
+    if (fixed != (one_sender ? shares[0].from : shares[0].to))
+      return fail(detail, Violation::kInconsistent, field);
+    others.push_back(one_sender ? s.to : s.from);
+  }
+  return check_distinct(std::move(others), detail, field);
+}
+
 Status check_training(const TrainingConfig& t, DecodeDetail* detail) {
   EDGEFL_RETURN_IF_ERROR(check_range(t.batch_size, 1, kMaxBatchSize, detail, "TrainingConfig.batch_size"));
   EDGEFL_RETURN_IF_ERROR(
@@ -202,6 +243,26 @@ Status check_message(const Hello& m, DecodeDetail* detail) {
     return fail(detail, Violation::kOutOfRange, "Hello.capability_flags");
   }
   return check_range(m.cpu_cores, 0, kMaxCpuCores, detail, "Hello.cpu_cores");
+}
+
+Status check_secagg_config(const SecAggConfig& c, uint32_t parameter_count, DecodeDetail* detail) {
+  EDGEFL_RETURN_IF_ERROR(check_range(c.cohort, 3, kMaxSecAggCohort, detail, "SecAggConfig.cohort"));
+  EDGEFL_RETURN_IF_ERROR(check_range(c.device_index, 0, c.cohort - 1, detail, "SecAggConfig.device_index"));
+  EDGEFL_RETURN_IF_ERROR(
+      check_range(c.degree, 2, std::min(c.cohort - 1, kMaxSecAggDegree), detail, "SecAggConfig.degree"));
+  EDGEFL_RETURN_IF_ERROR(check_range(c.threshold, 2, c.degree, detail, "SecAggConfig.threshold"));
+  EDGEFL_RETURN_IF_ERROR(check_range(c.modulus_bits, 1, 32, detail, "SecAggConfig.modulus_bits"));
+  EDGEFL_RETURN_IF_ERROR(
+      check_range(c.words, 1, std::min(kMaxSecAggWords, parameter_count), detail, "SecAggConfig.words"));
+  EDGEFL_RETURN_IF_ERROR(check_range(c.max_code, 1, INT32_MAX, detail, "SecAggConfig.max_code"));
+  EDGEFL_RETURN_IF_ERROR(
+      check_range(c.noise_variance, 0, kMaxSecAggNoiseVariance, detail, "SecAggConfig.noise_variance"));
+  if (!isfinite(c.clip_l2_codes)) return fail(detail, Violation::kNonFinite, "SecAggConfig.clip_l2_codes");
+  if (c.clip_l2_codes < 0) return fail(detail, Violation::kOutOfRange, "SecAggConfig.clip_l2_codes");
+  if ((c.noise_variance > 0) != (c.clip_l2_codes > 0)) {
+    return fail(detail, Violation::kInconsistent, "SecAggConfig.clip_l2_codes");
+  }
+  return check_range(c.phase_ms, 1, kMaxDeadlineMs, detail, "SecAggConfig.phase_ms");
 }
 
 // The offer's tensor table (edgefl/tensor_table.h), field by field, then against parameter_count.
@@ -260,7 +321,12 @@ Status check_message(const TaskOffer& m, DecodeDetail* detail) {
       check_range(m.max_upload_bytes, 1, kMaxUploadBytes, detail, "TaskOffer.max_upload_bytes"));
   EDGEFL_RETURN_IF_ERROR(
       check_range(m.max_chunk_bytes, 1, kMaxChunkBytes, detail, "TaskOffer.max_chunk_bytes"));
-  return check_tensors(m.tensors, m.parameter_count, detail);
+  EDGEFL_RETURN_IF_ERROR(check_tensors(m.tensors, m.parameter_count, detail));
+  if (!m.secure_aggregation) return Status::kOk;
+  if (m.round_nonce.size() != kRoundNonceLongBytes) {
+    return fail(detail, Violation::kInconsistent, "TaskOffer.round_nonce");
+  }
+  return check_secagg_config(*m.secure_aggregation, m.parameter_count, detail);
 }
 
 Status check_message(const RetryLater& m, DecodeDetail* detail) {
@@ -346,6 +412,87 @@ Status check_message(const Error& m, DecodeDetail* detail) {
   if (m.message.size() > kMaxErrorMessageBytes) return fail(detail, Violation::kTooLong, "Error.message");
   if (!valid_message_text(m.message)) return fail(detail, Violation::kBadText, "Error.message");
   return Status::kOk;
+}
+
+Status check_message(const SecAggAdvertise& m, DecodeDetail* detail) {
+  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "SecAggAdvertise.round_id"));
+  EDGEFL_RETURN_IF_ERROR(check_secagg_nonce(m.round_nonce, detail, "SecAggAdvertise.round_nonce"));
+  return check_keys(m.keys, detail, "SecAggAdvertise.keys");
+}
+
+Status check_message(const SecAggKeys& m, DecodeDetail* detail) {
+  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "SecAggKeys.round_id"));
+  if (m.keys.size() > kMaxSecAggEntries) return fail(detail, Violation::kTooLong, "SecAggKeys.keys");
+  std::vector<uint32_t> devices;
+  devices.reserve(m.keys.size());
+  for (const SecAggDeviceKeys& k : m.keys) {
+    EDGEFL_RETURN_IF_ERROR(check_keys(k, detail, "SecAggKeys.keys"));
+    devices.push_back(k.device);
+  }
+  return check_distinct(std::move(devices), detail, "SecAggKeys.keys.device");
+}
+
+Status check_message(const SecAggShares& m, DecodeDetail* detail) {
+  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "SecAggShares.round_id"));
+  EDGEFL_RETURN_IF_ERROR(check_secagg_nonce(m.round_nonce, detail, "SecAggShares.round_nonce"));
+  if (all_zero(m.seed_commitment)) return fail(detail, Violation::kAllZero, "SecAggShares.seed_commitment");
+  return check_sealed(m.shares, /*one_sender=*/true, detail, "SecAggShares.shares");
+}
+
+Status check_message(const SecAggInbox& m, DecodeDetail* detail) {
+  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "SecAggInbox.round_id"));
+  if (m.shares.empty()) return Status::kOk;
+  return check_sealed(m.shares, /*one_sender=*/false, detail, "SecAggInbox.shares");
+}
+
+Status check_message(const SecAggPoll& m, DecodeDetail* detail) {
+  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "SecAggPoll.round_id"));
+  EDGEFL_RETURN_IF_ERROR(check_secagg_nonce(m.round_nonce, detail, "SecAggPoll.round_nonce"));
+  if (m.phase != SecAggPhase::kKeys && m.phase != SecAggPhase::kShares && m.phase != SecAggPhase::kUnmask) {
+    return fail(detail, Violation::kOutOfRange, "SecAggPoll.phase");
+  }
+  return Status::kOk;
+}
+
+Status check_message(const SecAggStatus& m, DecodeDetail* detail) {
+  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "SecAggStatus.round_id"));
+  EDGEFL_RETURN_IF_ERROR(check_range(static_cast<uint8_t>(m.phase), static_cast<uint8_t>(SecAggPhase::kKeys),
+                                     static_cast<uint8_t>(SecAggPhase::kDone), detail, "SecAggStatus.phase"));
+  return check_range(m.retry_after_ms, 0, kMaxRetryMs, detail, "SecAggStatus.retry_after_ms");
+}
+
+Status check_message(const SecAggUnmaskRequest& m, DecodeDetail* detail) {
+  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "SecAggUnmaskRequest.round_id"));
+  if (m.survivors.size() > kMaxSecAggEntries) {
+    return fail(detail, Violation::kTooLong, "SecAggUnmaskRequest.survivors");
+  }
+  if (m.dropped.size() > kMaxSecAggEntries)
+    return fail(detail, Violation::kTooLong, "SecAggUnmaskRequest.dropped");
+  std::vector<uint32_t> all(m.survivors);
+  all.insert(all.end(), m.dropped.begin(), m.dropped.end());
+  for (uint32_t d : all) {
+    if (d >= kMaxSecAggCohort) return fail(detail, Violation::kOutOfRange, "SecAggUnmaskRequest.survivors");
+  }
+  return check_distinct(std::move(all), detail, "SecAggUnmaskRequest.dropped");
+}
+
+Status check_message(const SecAggUnmaskResponse& m, DecodeDetail* detail) {
+  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "SecAggUnmaskResponse.round_id"));
+  EDGEFL_RETURN_IF_ERROR(check_secagg_nonce(m.round_nonce, detail, "SecAggUnmaskResponse.round_nonce"));
+  if (m.shares.size() > kMaxSecAggEntries)
+    return fail(detail, Violation::kTooLong, "SecAggUnmaskResponse.shares");
+  std::vector<uint32_t> owners;
+  owners.reserve(m.shares.size());
+  for (const SecAggRevealedShare& r : m.shares) {
+    if (r.owner >= kMaxSecAggCohort)
+      return fail(detail, Violation::kOutOfRange, "SecAggUnmaskResponse.shares.owner");
+    if (r.kind > 1) return fail(detail, Violation::kOutOfRange, "SecAggUnmaskResponse.shares.kind");
+    if (r.x == 0 || r.x > kMaxSecAggCohort) {
+      return fail(detail, Violation::kOutOfRange, "SecAggUnmaskResponse.shares.x");
+    }
+    owners.push_back(r.owner);
+  }
+  return check_distinct(std::move(owners), detail, "SecAggUnmaskResponse.shares.owner");
 }
 
 }  // namespace internal
