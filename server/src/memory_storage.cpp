@@ -59,6 +59,7 @@ class MemoryStorage final : public Storage {
       ++count;
       std::vector<uint8_t>().swap(update.payload);  // the ledger row stays, its payload goes
     }
+    events_.erase(round_id);
     round.state = state;
     round.result_model_version = result_model_version;
     round.closed_unix_ms = closed_unix_ms;
@@ -172,6 +173,40 @@ class MemoryStorage final : public Storage {
     return Status::kOk;
   }
 
+  Status append_round_event(const RoundEvent& event, std::string* error) override {
+    EDGEFL_RETURN_IF_ERROR(check_new_event(event, error));
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    auto it = rounds_.find(event.round_id);
+    if (it == rounds_.end() || it->second.state != RoundState::kOpen) {
+      return invalid_argument(error,
+                              "append_round_event: round " + std::to_string(event.round_id) + " is not open");
+    }
+    RoundEvent stored = event;
+    stored.sequence = ++last_event_sequence_;
+    events_[event.round_id].push_back(std::move(stored));
+    return Status::kOk;
+  }
+
+  Status for_each_round_event(uint64_t round_id, const std::function<Status(const RoundEvent&)>& fn,
+                              std::string* error) override {
+    if (!fn) return invalid_argument(error, "for_each_round_event: no callback");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    auto it = events_.find(round_id);
+    if (it == events_.end()) return Status::kOk;
+    iterating_.store(std::this_thread::get_id());
+    struct Done {
+      std::atomic<std::thread::id>* mark;
+      ~Done() { mark->store(std::thread::id()); }
+    } done{&iterating_};
+    for (const RoundEvent& e : it->second) {
+      const Status st = fn(e);
+      if (st != Status::kOk) return st;
+    }
+    return Status::kOk;
+  }
+
   Status record_model(const ModelRecord& model, std::string* error) override {
     EDGEFL_RETURN_IF_ERROR(check_new_model(model, error));
     std::unique_lock<std::mutex> lock;
@@ -240,6 +275,8 @@ class MemoryStorage final : public Storage {
   std::map<uint64_t, ModelRecord> models_;                            // by version
   std::map<std::string, std::string> settings_;
   uint64_t last_sequence_ = 0;
+  std::map<uint64_t, std::vector<RoundEvent>> events_;  // by round, in append order
+  uint64_t last_event_sequence_ = 0;
 };
 
 }  // namespace

@@ -64,6 +64,19 @@ CREATE TABLE settings (
 ) STRICT;
 )sql";
 
+// Schema version 2 adds the events of open rounds (storage.h: RoundEvent), deleted at close.
+constexpr const char* kSchemaV2 = R"sql(
+CREATE TABLE round_events (
+  sequence  INTEGER PRIMARY KEY AUTOINCREMENT,
+  round_id  INTEGER NOT NULL REFERENCES rounds (round_id),
+  device_id TEXT    NOT NULL,
+  kind      INTEGER NOT NULL CHECK (kind BETWEEN 1 AND 255),
+  unix_ms   INTEGER NOT NULL,
+  payload   BLOB    NOT NULL CHECK (length(payload) <= 1048576)
+) STRICT;
+CREATE INDEX round_events_by_round ON round_events (round_id, sequence);
+)sql";
+
 enum Query : int {
   kBegin,
   kCommit,
@@ -83,6 +96,9 @@ enum Query : int {
   kInsertModel,
   kGetSetting,
   kPutSetting,
+  kInsertEvent,
+  kEachEvent,
+  kDropEvents,
   kQueryCount
 };
 
@@ -125,6 +141,12 @@ constexpr const char* kQuerySql[kQueryCount] = {
     /* kPutSetting */
     "INSERT INTO settings (key, value) VALUES (?1, ?2) "
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    /* kInsertEvent */
+    "INSERT INTO round_events (round_id, device_id, kind, unix_ms, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
+    /* kEachEvent */
+    "SELECT sequence, device_id, kind, unix_ms, payload FROM round_events WHERE round_id = ?1 ORDER BY "
+    "sequence",
+    /* kDropEvents */ "DELETE FROM round_events WHERE round_id = ?1",
 };
 
 #undef EDGEFL_ROUND_COLUMNS
@@ -282,6 +304,9 @@ class SqliteStorage final : public Storage {
   Status count_updates(uint64_t round_id, uint64_t* out, std::string* error) override;
   Status for_each_update(uint64_t round_id, const std::function<Status(const UpdateRecord&)>& fn,
                          std::string* error) override;
+  Status append_round_event(const RoundEvent& event, std::string* error) override;
+  Status for_each_round_event(uint64_t round_id, const std::function<Status(const RoundEvent&)>& fn,
+                              std::string* error) override;
   Status record_model(const ModelRecord& model, std::string* error) override;
   Status latest_model(std::optional<ModelRecord>* out, std::string* error) override;
   Status put_setting(const std::string& key, const std::string& value, std::string* error) override;
@@ -458,11 +483,19 @@ Status SqliteStorage::init(std::string* error) {
       return Status::kIoError;
     }
     EDGEFL_RETURN_IF_ERROR(exec_once("PRAGMA application_id=1162103878", nullptr, error));  // kApplicationId
-    EDGEFL_RETURN_IF_ERROR(exec_once("PRAGMA user_version=1", nullptr, error));
-  } else if (locked_version != kSqliteSchemaVersion) {
-    // Versions 2+ were refused above; migrations from older versions go here.
+  } else if (locked_version > kSqliteSchemaVersion) {
     if (error != nullptr) *error = "sqlite: unexpected schema version " + std::to_string(locked_version);
     return Status::kUnsupportedVersion;
+  }
+  if (locked_version < 2) {  // a new database, or one made by a build of schema version 1
+    char* message = nullptr;
+    if (sqlite3_exec(db_, kSchemaV2, nullptr, nullptr, &message) != SQLITE_OK) {
+      if (error != nullptr)
+        *error = std::string("sqlite: migrating to schema 2: ") + (message ? message : "?");
+      sqlite3_free(message);
+      return Status::kIoError;
+    }
+    EDGEFL_RETURN_IF_ERROR(exec_once("PRAGMA user_version=2", nullptr, error));
   }
   return txn.commit(error);
 }
@@ -543,7 +576,72 @@ Status SqliteStorage::close_round(uint64_t round_id, RoundState state, uint64_t 
       return io_error("drop payloads", error);
     }
   }
+  EDGEFL_RETURN_IF_ERROR(statement(kDropEvents, &s, error));
+  {
+    StatementScope scope(s);
+    if (sqlite3_bind_int64(s, 1, int64_t(round_id)) != SQLITE_OK || sqlite3_step(s) != SQLITE_DONE) {
+      return io_error("drop round events", error);
+    }
+  }
   return txn.commit(error);
+}
+
+Status SqliteStorage::append_round_event(const RoundEvent& event, std::string* error) {
+  EDGEFL_RETURN_IF_ERROR(check_new_event(event, error));
+  std::unique_lock<std::mutex> lock;
+  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  Transaction txn(this);
+  EDGEFL_RETURN_IF_ERROR(txn.begin(error));
+  std::optional<RoundRecord> round;
+  EDGEFL_RETURN_IF_ERROR(get_round_locked(kGetRound, event.round_id, &round, error));
+  if (!round || round->state != RoundState::kOpen) {
+    return invalid_argument(error,
+                            "append_round_event: round " + std::to_string(event.round_id) + " is not open");
+  }
+  sqlite3_stmt* s = nullptr;
+  EDGEFL_RETURN_IF_ERROR(statement(kInsertEvent, &s, error));
+  {
+    StatementScope scope(s);
+    Binder b(s);
+    b.u64(event.round_id)
+        .text(event.device_id)
+        .i64(int64_t(event.kind))
+        .i64(event.unix_ms)
+        .blob(event.payload.data(), event.payload.size());
+    if (b.rc() != SQLITE_OK || sqlite3_step(s) != SQLITE_DONE) return io_error("insert round event", error);
+  }
+  return txn.commit(error);  // durable from here on
+}
+
+Status SqliteStorage::for_each_round_event(uint64_t round_id,
+                                           const std::function<Status(const RoundEvent&)>& fn,
+                                           std::string* error) {
+  if (!fn) return invalid_argument(error, "for_each_round_event: no callback");
+  if (!fits_i64(round_id)) return invalid_argument(error, "for_each_round_event: round id out of range");
+  std::unique_lock<std::mutex> lock;
+  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  sqlite3_stmt* s = nullptr;
+  EDGEFL_RETURN_IF_ERROR(statement(kEachEvent, &s, error));
+  StatementScope scope(s);
+  if (sqlite3_bind_int64(s, 1, int64_t(round_id)) != SQLITE_OK) return io_error("bind", error);
+  struct IterationMark {
+    std::atomic<std::thread::id>* mark;
+    ~IterationMark() { mark->store(std::thread::id()); }
+  } mark{&iterating_};
+  iterating_.store(std::this_thread::get_id());
+  RoundEvent e;
+  e.round_id = round_id;
+  for (;;) {
+    const int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) return Status::kOk;
+    if (rc != SQLITE_ROW) return io_error("select round events", error);
+    if (!column_u64(s, 0, &e.sequence) || !column_text(s, 1, &e.device_id) || !column_u32(s, 2, &e.kind) ||
+        !column_i64(s, 3, &e.unix_ms) || !column_bytes(s, 4, &e.payload)) {
+      return corrupt_row("round_events", error);
+    }
+    const Status st = fn(e);
+    if (st != Status::kOk) return st;
+  }
 }
 
 Status SqliteStorage::get_round_locked(Query q, uint64_t round_id, std::optional<RoundRecord>* out,

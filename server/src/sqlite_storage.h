@@ -30,7 +30,7 @@ namespace edgefl {
 namespace server {
 
 // The schema version this build writes and reads (PRAGMA user_version).
-constexpr int kSqliteSchemaVersion = 1;
+constexpr int kSqliteSchemaVersion = 2;
 
 // Opens (creating it and its schema if absent) the database at `db_path`. On kOk *out owns it;
 // otherwise *out is unchanged and *error (if non-null) says why. kInvalidArgument: null out or

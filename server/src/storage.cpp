@@ -61,6 +61,20 @@ Status check_new_model(const ModelRecord& model, std::string* error) {
   return Status::kOk;
 }
 
+Status check_new_event(const RoundEvent& event, std::string* error) {
+  if (event.round_id == 0 || !fits_i64(event.round_id))
+    return invalid_argument(error, "append_round_event: round id out of range");
+  if (event.kind == 0 || event.kind > 255)
+    return invalid_argument(error, "append_round_event: kind out of range");
+  if (event.device_id.find('\0') != std::string::npos) {
+    return invalid_argument(error, "append_round_event: the device id must be text");
+  }
+  if (event.payload.size() > kMaxRoundEventBytes) {
+    return invalid_argument(error, "append_round_event: payload above kMaxRoundEventBytes");
+  }
+  return Status::kOk;
+}
+
 const char* round_state_name(RoundState state) {
   switch (state) {
     case RoundState::kOpen: return "open";

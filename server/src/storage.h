@@ -75,6 +75,18 @@ struct ModelRecord {
   int64_t created_unix_ms = 0;
 };
 
+// A step of an open round's protocol that must survive a restart (secure aggregation: a device's
+// index, its keys, its shares, the end of a phase), replayed in append order by start().
+struct RoundEvent {
+  uint64_t round_id = 0;
+  std::string device_id;  // "" for an event of the round itself
+  uint32_t kind = 0;      // the caller's: 1 .. 255
+  int64_t unix_ms = 0;
+  std::vector<uint8_t> payload;  // 0 .. kMaxRoundEventBytes
+  uint64_t sequence = 0;         // append order, assigned by append_round_event
+};
+constexpr size_t kMaxRoundEventBytes = size_t{1} << 20;
+
 enum class InsertResult : uint8_t { kInserted = 1, kDuplicate = 2 };
 
 // Helpers of every implementation: whether an unsigned value fits the stores' signed 64-bit
@@ -94,6 +106,7 @@ Status check_new_round(const RoundRecord& round, std::string* error);
 Status check_close(uint64_t round_id, RoundState state, uint64_t result_model_version, std::string* error);
 Status check_new_update(const UpdateRecord& update, const InsertResult* result, std::string* error);
 Status check_new_model(const ModelRecord& model, std::string* error);
+Status check_new_event(const RoundEvent& event, std::string* error);
 
 class Storage {
  public:
@@ -139,6 +152,16 @@ class Storage {
   // (kInvalidArgument if it does).
   virtual Status for_each_update(uint64_t round_id, const std::function<Status(const UpdateRecord&)>& fn,
                                  std::string* error) = 0;
+
+  // Appends an event of the open round `event.round_id`: durable (committed, fsync'd) on kOk, in
+  // the same order for_each_round_event() gives back. kInvalidArgument for a round that is not
+  // open, a kind outside 1..255 or a payload above kMaxRoundEventBytes. close_round() deletes the
+  // round's events in its transaction.
+  virtual Status append_round_event(const RoundEvent& event, std::string* error) = 0;
+  // The round's events in append order (sequence filled). As for_each_update: stops at fn's first
+  // non-kOk, and fn must not call back into this Storage.
+  virtual Status for_each_round_event(uint64_t round_id, const std::function<Status(const RoundEvent&)>& fn,
+                                      std::string* error) = 0;
 
   // Records a model file written (and synced) before. version > every recorded version;
   // round_id 0 or the open round; path relative (no leading '/', no ".." component).

@@ -101,6 +101,15 @@ class FaultyStorage final : public Storage {
     if (fail("for_each_update", e)) return Status::kIoError;
     return inner_->for_each_update(id, fn, e);
   }
+  Status append_round_event(const RoundEvent& ev, std::string* e) override {
+    if (fail("append_round_event", e)) return Status::kIoError;
+    return inner_->append_round_event(ev, e);
+  }
+  Status for_each_round_event(uint64_t id, const std::function<Status(const RoundEvent&)>& fn,
+                              std::string* e) override {
+    if (fail("for_each_round_event", e)) return Status::kIoError;
+    return inner_->for_each_round_event(id, fn, e);
+  }
   Status record_model(const ModelRecord& m, std::string* e) override {
     if (fail("record_model", e)) return Status::kIoError;
     return inner_->record_model(m, e);
