@@ -212,6 +212,43 @@ void check_dropout_matrix(uint32_t n) {
 }  // namespace
 
 TEST_SUITE("secagg.protocol") {
+  TEST_CASE("masked words pack at m bits each and unpack exactly; padding and sizes are checked") {
+    uint64_t state = 99;
+    for (uint32_t bits : {1u, 3u, 7u, 8u, 11u, 17u, 31u, 32u}) {
+      for (uint32_t count : {1u, 2u, 7u, 8u, 9u, 1000u}) {
+        std::vector<uint32_t> words(count);
+        for (uint32_t& w : words) {
+          w = uint32_t(edgefl::splitmix64_next(&state)) & (bits == 32 ? 0xFFFFFFFFu : (1u << bits) - 1);
+        }
+        std::vector<uint8_t> packed(packed_words_bytes(count, bits));
+        CHECK(packed.size() == (uint64_t(count) * bits + 7) / 8);
+        REQUIRE(pack_words({words.data(), words.size()}, bits, {packed.data(), packed.size()}) ==
+                Status::kOk);
+        std::vector<uint32_t> back(count, 0xABCD);
+        REQUIRE(unpack_words({packed.data(), packed.size()}, bits, {back.data(), back.size()}) ==
+                Status::kOk);
+        CHECK(back == words);
+        if ((uint64_t(count) * bits) % 8 != 0) {  // a set padding bit is refused
+          packed.back() |= 0x80;
+          CHECK(unpack_words({packed.data(), packed.size()}, bits, {back.data(), back.size()}) ==
+                Status::kInvalidMessage);
+        }
+        CHECK(unpack_words({packed.data(), packed.size() - 1}, bits, {back.data(), back.size()}) ==
+              Status::kSizeMismatch);
+        if (bits < 32) {
+          words[0] = 1u << bits;
+          CHECK(pack_words({words.data(), words.size()}, bits, {packed.data(), packed.size()}) ==
+                Status::kValueOutOfRange);
+        }
+      }
+    }
+    uint32_t w = 1;
+    uint8_t b[8] = {};
+    CHECK(pack_words({&w, 1}, 0, {b, 8}) == Status::kInvalidArgument);
+    CHECK(pack_words({&w, 1}, 33, {b, 8}) == Status::kInvalidArgument);
+    CHECK(pack_words({&w, 1}, 9, {b, 1}) == Status::kBufferTooSmall);
+  }
+
   TEST_CASE("modulus bits: the smallest m at which the cohort's sum cannot wrap, refused above 32") {
     uint32_t m = 0;
     REQUIRE(modulus_bits_for(100, 127, true, &m) == Status::kOk);

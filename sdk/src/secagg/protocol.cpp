@@ -587,5 +587,54 @@ Status SecAggServer::finish(Span<uint32_t> sum, std::vector<uint32_t>* contribut
   return Status::kOk;
 }
 
+size_t packed_words_bytes(uint32_t words, uint32_t bits) {
+  return size_t((uint64_t(words) * bits + 7) / 8);
+}
+
+Status pack_words(Span<const uint32_t> words, uint32_t bits, Span<uint8_t> out) {
+  if (bits < 1 || bits > 32) return Status::kInvalidArgument;
+  const size_t need = packed_words_bytes(uint32_t(words.size()), bits);
+  if (words.size() > kMaxWords || out.size() < need) return Status::kBufferTooSmall;
+  const uint64_t limit = uint64_t(1) << bits;
+  for (uint32_t w : words) {
+    if (w >= limit) return Status::kValueOutOfRange;
+  }
+  uint64_t acc = 0;
+  uint32_t held = 0;
+  size_t at = 0;
+  for (uint32_t w : words) {
+    acc |= uint64_t(w) << held;
+    held += bits;
+    while (held >= 8) {
+      out[at++] = uint8_t(acc);
+      acc >>= 8;
+      held -= 8;
+    }
+  }
+  if (held > 0) out[at++] = uint8_t(acc);
+  return Status::kOk;
+}
+
+Status unpack_words(Span<const uint8_t> bytes, uint32_t bits, Span<uint32_t> words) {
+  if (bits < 1 || bits > 32) return Status::kInvalidArgument;
+  if (words.size() > kMaxWords || bytes.size() != packed_words_bytes(uint32_t(words.size()), bits)) {
+    return Status::kSizeMismatch;
+  }
+  const uint64_t mask = bits == 32 ? 0xFFFFFFFFull : (uint64_t(1) << bits) - 1;
+  uint64_t acc = 0;
+  uint32_t held = 0;
+  size_t at = 0;
+  for (uint32_t& w : words) {
+    while (held < bits) {
+      acc |= uint64_t(bytes[at++]) << held;
+      held += 8;
+    }
+    w = uint32_t(acc & mask);
+    acc >>= bits;
+    held -= bits;
+  }
+  return acc == 0 ? Status::kOk : Status::kInvalidMessage;  // the last byte's unused bits
+}
+
 }  // namespace secagg
 }  // namespace edgefl

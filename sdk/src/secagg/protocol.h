@@ -68,6 +68,17 @@ struct RoundParameters {
 int64_t centered(uint32_t word, uint32_t bits);
 uint32_t to_word(int64_t value, uint32_t bits);
 
+// The masked vector on the wire: `words` words of `bits` bits, packed little-endian (word i at
+// bit i * bits), the last byte's unused high bits zero.
+size_t packed_words_bytes(uint32_t words, uint32_t bits);
+// Fails: kBufferTooSmall (out smaller than packed_words_bytes), kValueOutOfRange (a word >= 2^bits),
+// kInvalidArgument (bits outside 1..32).
+[[nodiscard]] Status pack_words(Span<const uint32_t> words, uint32_t bits, Span<uint8_t> out);
+// Fails: kSizeMismatch (bytes.size() != packed_words_bytes(words.size(), bits)), kInvalidMessage
+// (unused high bits not zero), kInvalidArgument (bits outside 1..32). `words` is unchanged on failure
+// only for kSizeMismatch and kInvalidArgument.
+[[nodiscard]] Status unpack_words(Span<const uint8_t> bytes, uint32_t bits, Span<uint32_t> words);
+
 struct AdvertisedKeys {
   uint32_t device = 0;
   Key32 cipher_public{};
