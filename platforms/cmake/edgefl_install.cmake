@@ -29,7 +29,7 @@ set(EDGEFL_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/edgefl" CACHE STRING
 
 set(_edgefl_export_targets)
 foreach(_edgefl_target edgefl_core edgefl_train edgefl_aggregate edgefl_data edgefl_dataset_trainer edgefl_wire
-                       edgefl_tls edgefl_net edgefl_c edgefl_c_shared edgefl_mbedtls_libs)
+                       edgefl_tls edgefl_secagg edgefl_net edgefl_c edgefl_c_shared edgefl_mbedtls_libs)
   if(TARGET ${_edgefl_target})
     list(APPEND _edgefl_export_targets ${_edgefl_target})
   endif()

@@ -50,6 +50,14 @@ const char kUsage[] =
     "  --aggregation RULE      mean (weighted by samples, streaming) | median | trimmed-mean[:beta=B]\n"
     "                          (unweighted, coordinate-wise, robust to crafted updates; they hold\n"
     "                          the round's K decoded updates in memory at commit: 4 K n bytes) (mean)\n"
+    "  --secure-aggregation on|off   SecAgg+ rounds: the server learns only the sum of the devices'\n"
+    "                          integer codes (the codec must be q<b>:shared=STEP, alone or after\n"
+    "                          randk); devices train, then advertise keys, share, mask, unmask (off)\n"
+    "  --secagg-dropout F      fraction of devices the graph tolerates losing (0.3)\n"
+    "  --secagg-phase S        seconds for each phase after the keys (30)\n"
+    "  --dp-clip C --dp-noise Z --dp-delta D   distributed DP in secure rounds: devices clip their\n"
+    "                          update to L2 norm C and add discrete Gaussian noise, Z x the\n"
+    "                          sensitivity over the cohort; epsilon at D is logged (off, 0, 1e-5)\n"
     "  --rounds R              rounds to run, then exit (0 = until stopped) (0)\n"
     "  --cohort K              accepted updates that complete a round (4)\n"
     "  --over-selection F      offers per round = ceil(K x F) (1.3)\n"
@@ -155,6 +163,22 @@ bool set_round_option(const std::string& a, const std::string& v, edgefl::server
     r->optimizer = v;
   } else if (a == "--aggregation") {
     r->aggregation = v;
+  } else if (a == "--secure-aggregation") {
+    *ok = v == "on" || v == "off";
+    r->secure_aggregation.enabled = v == "on";
+  } else if (a == "--secagg-dropout") {
+    *ok = to_double(v, &r->secure_aggregation.dropout) && r->secure_aggregation.dropout >= 0 &&
+          r->secure_aggregation.dropout < 0.9;
+  } else if (a == "--secagg-phase") {
+    *ok = to_double(v, &d) && d > 0 && d <= 86400;
+    r->secure_aggregation.phase_ms = static_cast<uint32_t>(d * 1000);
+  } else if (a == "--dp-clip") {
+    *ok = to_double(v, &r->secure_aggregation.dp_clip) && r->secure_aggregation.dp_clip >= 0;
+  } else if (a == "--dp-noise") {
+    *ok = to_double(v, &r->secure_aggregation.dp_noise) && r->secure_aggregation.dp_noise >= 0;
+  } else if (a == "--dp-delta") {
+    *ok = to_double(v, &r->secure_aggregation.dp_delta) && r->secure_aggregation.dp_delta > 0 &&
+          r->secure_aggregation.dp_delta < 1;
   } else if (a == "--rounds") {
     *ok = to_u32(v, &r->rounds);
   } else if (a == "--cohort") {

@@ -203,6 +203,46 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
   if (parse_codec_spec("fp32", &fp32) == Status::kOk)
     max_upload_bytes_ = std::max<uint64_t>(max_upload_bytes_, encoded_bound(fp32, n_));
 
+  const SecureAggregationOptions& sa = options_.secure_aggregation;
+  if ((sa.dp_clip > 0) != (sa.dp_noise > 0) || ((sa.dp_clip > 0) && !sa.enabled) ||
+      !std::isfinite(sa.dp_clip) || !std::isfinite(sa.dp_noise)) {
+    *error = "differential privacy needs secure aggregation, a clip and a noise multiplier (both > 0)";
+    return Status::kInvalidArgument;
+  }
+  if (sa.enabled) {
+    if (robust_spec_.rule != RobustRule::kMean) {
+      *error =
+          "secure aggregation sums the updates: --aggregation must be mean (the server never sees one "
+          "update)";
+      return Status::kInvalidArgument;
+    }
+    if (offers_per_round_ < 3) {
+      *error = "secure aggregation needs at least 3 devices per round (cohort x over-selection)";
+      return Status::kInvalidArgument;
+    }
+    // The whole configuration, checked once now rather than at every round's opening.
+    EncodedInfo like;
+    EDGEFL_RETURN_IF_ERROR(secure_like(1, &like, error));
+    SecureRound probe;
+    RoundRecord record;
+    record.round_id = 1;
+    record.nonce.assign(wire::kRoundNonceLongBytes, 1);
+    EDGEFL_RETURN_IF_ERROR(probe.start(options_.secure_aggregation, storage_, 1, record.nonce,
+                                       offers_per_round_, options_.cohort, like, 0, error));
+    max_upload_bytes_ = std::max<uint64_t>(max_upload_bytes_, probe.masked_bytes());
+    // The privacy spent by earlier rounds of this state directory.
+    uint64_t last = 0;
+    EDGEFL_RETURN_IF_ERROR(storage_->last_round_id(&last, error));
+    for (uint64_t r = 1; r <= last; ++r) {
+      std::optional<std::string> spent;
+      EDGEFL_RETURN_IF_ERROR(storage_->get_setting("secagg.dp.round." + std::to_string(r), &spent, error));
+      double l2 = 0, dim = 0, contributors = 0, variance = 0;
+      if (spent && std::sscanf(spent->c_str(), "%lf %lf %lf %lf", &l2, &dim, &contributors, &variance) == 4) {
+        accountant_.add_round(l2, size_t(dim), uint32_t(contributors), uint64_t(variance));
+      }
+    }
+  }
+
   // One state directory, one model: refuse to reuse it for another spec.
   // Whatever the start refuses, it refuses before the state directory records anything.
   evaluator_ = options_.evaluator;
@@ -402,6 +442,37 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
   round.record = *open;
   round.opened_wall_ms = now_ms;
   aggregate_.reset();
+  if (options_.secure_aggregation.enabled) {
+    // The SecAgg+ log, then the ledger's masked vectors where the masked phase ended.
+    EDGEFL_RETURN_IF_ERROR(start_secure_round(*open, error));
+    uint32_t masked = 0;
+    const Status s = secure_->recover(
+        [&](const SecureRound::MaskedVisitor& visit) -> Status {
+          return storage_->for_each_update(
+              open->round_id,
+              [&](const UpdateRecord& u) -> Status {
+                EDGEFL_RETURN_IF_ERROR(visit(u.device_id, {u.payload.data(), u.payload.size()}));
+                round.contributed.insert(u.device_id);
+                round.upload_bytes += u.payload_bytes;
+                ++masked;
+                return Status::kOk;
+              },
+              error);
+        },
+        error);
+    if (s != Status::kOk) return s;
+    round.accepted = masked;
+    open_ = std::move(round);
+    open_->norm_bound = update_norm_bound();
+    metrics_->round_id.store(open->round_id);
+    log_info("round_recovered")
+        .kv("round", open->round_id)
+        .kv("secure_phase", secure_phase_name(secure_->phase()))
+        .kv("devices", uint64_t(secure_->assigned()))
+        .kv("masked", uint64_t{masked});
+    error->clear();
+    return Status::kOk;
+  }
   uint32_t rebuilt = 0;
   Status s = storage_->for_each_update(
       open->round_id,
@@ -448,10 +519,14 @@ Status RoundManager::open_next_round(int64_t now_ms, std::string* error) {
   round.record.state = RoundState::kOpen;
   round.record.opened_unix_ms = now_ms;
   round.record.deadline_unix_ms = now_ms + options_.deadline_ms;
+  if (options_.secure_aggregation.enabled) {  // then shares, masked vectors and unmasking
+    round.record.deadline_unix_ms += 3 * int64_t(options_.secure_aggregation.phase_ms);
+  }
   round.opened_wall_ms = now_ms;
   round.norm_bound = update_norm_bound();
   EDGEFL_RETURN_IF_ERROR(storage_->create_round(round.record, error));
   aggregate_.reset();
+  if (options_.secure_aggregation.enabled) EDGEFL_RETURN_IF_ERROR(start_secure_round(round.record, error));
   metrics_->round_id.store(round.record.round_id);
   log_info("round_open")
       .kv("round", round.record.round_id)
@@ -577,8 +652,9 @@ Status RoundManager::robust_combination(std::string* error) {
 }
 
 Status RoundManager::compute_candidate(std::string* error) {
-  Status s = robust_spec_.rule == RobustRule::kMean ? aggregate_.mean({mean_.data(), n_})
-                                                    : robust_combination(error);
+  Status s = secure_ ? (secure_mean_ready_ ? Status::kOk : Status::kProtocolError)
+             : robust_spec_.rule == RobustRule::kMean ? aggregate_.mean({mean_.data(), n_})
+                                                      : robust_combination(error);
   if (s != Status::kOk) {
     if (error->empty()) *error = std::string("the mean of the round's updates: ") + status_name(s);
     return s;
@@ -653,8 +729,20 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
       return Status::kCorruptPayload;
     }
   }
+  const bool spends_privacy = commit && secure_ && secure_->noise_variance() > 0;
+  if (spends_privacy) {
+    char spent[128];
+    std::snprintf(spent, sizeof spent, "%.17g %u %u %llu", secure_->sensitivity(), unsigned(n_),
+                  unsigned(secure_->contributors()),
+                  static_cast<unsigned long long>(secure_->noise_variance()));
+    EDGEFL_RETURN_IF_ERROR(
+        storage_->put_setting("secagg.dp.round." + std::to_string(round_id), spent, error));
+  }
   EDGEFL_RETURN_IF_ERROR(storage_->close_round(
       round_id, commit ? RoundState::kCommitted : RoundState::kAbandoned, result_version, now_ms, error));
+  if (spends_privacy) {
+    accountant_.add_round(secure_->sensitivity(), n_, secure_->contributors(), secure_->noise_variance());
+  }
   // Durable: only now does the in-memory state follow.
   if (commit) {
     global_.swap(candidate_);
@@ -674,6 +762,11 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
   summary.download_bytes = round.download_bytes;
   summary.seconds = double(now_ms - round.opened_wall_ms) / 1e3;
   if (commit) evaluate(&summary);
+  if (secure_) {
+    summary.accepted = secure_->phase() == SecurePhase::kDone ? secure_->contributors() : 0;
+    if (commit && secure_->noise_variance() > 0)
+      summary.dp_epsilon = accountant_.epsilon(options_.secure_aggregation.dp_delta);
+  }
   {
     LogLine line(LogLevel::kInfo, commit ? "round_committed" : "round_abandoned");
     line.kv("round", round_id)
@@ -696,6 +789,8 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
   history_.push_back(summary);
 
   closed_[round_id] = ClosedRound{round.record.deadline_unix_ms, now_ms, commit};
+  secure_.reset();
+  secure_mean_ready_ = false;
   while (closed_.size() > kRoundsKept) closed_.erase(closed_.begin());
   open_.reset();
   expired_offers_.clear();
@@ -737,6 +832,10 @@ void RoundManager::tick(int64_t now_ms) {
   }
   if (open_->closing) {
     if (now_ms >= open_->next_close_attempt_ms) (void)try_close(now_ms, &error);
+    return;
+  }
+  if (secure_) {
+    secure_tick(now_ms);
     return;
   }
   if (now_ms >= open_->record.deadline_unix_ms) {
@@ -815,6 +914,10 @@ wire::TaskOffer RoundManager::make_offer(const std::string& device, const wire::
   offer.deadline_ms = static_cast<uint32_t>(std::max<int64_t>(1, open_->record.deadline_unix_ms - now_ms));
   offer.max_upload_bytes = max_upload_bytes_;
   offer.max_chunk_bytes = options_.max_chunk_bytes;
+  if (secure_) {
+    if (const std::optional<uint32_t> index = secure_->index_of(device))
+      offer.secure_aggregation = secure_->config_for(*index);
+  }
   return offer;
 }
 
@@ -836,6 +939,7 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
                            std::max<int64_t>(round.next_close_attempt_ms - now_ms, options_.retry_after_ms),
                            1, wire::kMaxRetryMs)));
   }
+  if (secure_) return secure_hello(device, hello, now_ms);
   std::optional<UpdateRecord> existing;
   std::string error;
   if (storage_->find_update(round.record.round_id, device, &existing, &error) != Status::kOk) {
@@ -1083,6 +1187,7 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
                                                         " above the limit of " +
                                                         std::to_string(options_.max_samples_per_update));
   }
+  if (secure_) return count_masked(device, commit, digest, now_ms);
   // 3. This device's encoding (its seed) at the model's dimension, decoded once into scratch_;
   // 4. bounded influence (round/update_steps.h).
   const uint64_t codec_seed = seeds_of(device, round.record.round_id).codec;
@@ -1145,6 +1250,241 @@ Reply RoundManager::count_update(const std::string& device, const wire::Commit& 
   Reply reply = ack(record.round_id, record.upload_id, wire::UpdateDisposition::kAccepted);
   // A close that fails on I/O is logged and retried by tick(); this update is durable either way.
   if (round.accepted >= options_.cohort) (void)close_round(true, now_ms, &error);
+  return reply;
+}
+
+// --- secure aggregation rounds (secure_round.h) -----------------------------------------------
+
+Status RoundManager::secure_like(uint64_t round_id, EncodedInfo* like, std::string* error) {
+  // A codec with a round-shared seed (random-k) gives every device this seed (round/seeds.h).
+  const uint64_t seed = seeds_of("secure-aggregation", round_id).codec;
+  std::vector<float> zeros(n_, 0.0f);
+  std::vector<uint8_t> workspace(workspace_size(codec_, n_)), out(encoded_bound(codec_, n_));
+  size_t written = 0;
+  Status s = encode_update(codec_, nullptr, {zeros.data(), n_}, seed, {workspace.data(), workspace.size()},
+                           {out.data(), out.size()}, &written);
+  if (s == Status::kOk) s = read_header({out.data(), written}, like);
+  std::vector<int32_t> codes;
+  if (s == Status::kOk) {
+    codes.resize(like->nnz);
+    s = read_integer_codes({out.data(), written}, {codes.data(), codes.size()});
+  }
+  if (s != Status::kOk) {
+    *error =
+        "secure aggregation sums integer codes: the uplink codec must be q<b>:shared=STEP, alone or after "
+        "randk; '" +
+        options_.uplink_codec + "' is not (" + status_name(s) + ")";
+    return Status::kNotSummable;
+  }
+  return Status::kOk;
+}
+
+Status RoundManager::start_secure_round(const RoundRecord& record, std::string* error) {
+  EDGEFL_RETURN_IF_ERROR(secure_like(record.round_id, &secure_like_, error));
+  secure_.emplace();
+  secure_mean_ready_ = false;
+  const Status s =
+      secure_->start(options_.secure_aggregation, storage_, record.round_id, record.nonce, offers_per_round_,
+                     options_.cohort, secure_like_, record.opened_unix_ms + options_.deadline_ms, error);
+  if (s != Status::kOk) secure_.reset();
+  return s;
+}
+
+void RoundManager::secure_tick(int64_t now_ms) {
+  if (!secure_ || !open_ || open_->closing) return;
+  std::string error;
+  if (secure_->tick(now_ms, &error) != Status::kOk) {
+    fatal("secure aggregation phase end", error);  // nothing changed: the next tick tries again
+    return;
+  }
+  if (secure_->phase() == SecurePhase::kFailed) {
+    abandon_reason_ = secure_->failure();
+    (void)close_round(false, now_ms, &error);
+    return;
+  }
+  if (secure_->phase() != SecurePhase::kDone) return;
+  const uint32_t contributors = secure_->contributors();
+  if (contributors < min_quorum_ || contributors == 0) {
+    abandon_reason_ = "secure aggregation unmasked " + std::to_string(contributors) +
+                      " devices, below the quorum of " + std::to_string(min_quorum_);
+    (void)close_round(false, now_ms, &error);
+    return;
+  }
+  if (!secure_mean_ready_) {
+    // The unmasked sum as one encoding (its codes, `contributors` recorded), decoded: the sum of
+    // the contributors' decoded updates; the round's mean is its 1 / contributors.
+    const std::vector<int32_t>& codes = secure_->summed_codes();
+    std::vector<uint8_t> summed(kEncodedHeaderBytes + 4 * codes.size());
+    size_t size = 0;
+    Status s = write_integer_codes(secure_like_, {codes.data(), codes.size()}, contributors,
+                                   {summed.data(), summed.size()}, &size);
+    EncodedInfo info;
+    if (s == Status::kOk) s = read_header({summed.data(), size}, &info);
+    if (s == Status::kOk) {
+      decode_workspace_.resize(std::max(decode_workspace_.size(), decode_fast_workspace_size(info)));
+      s = decode({summed.data(), size}, {mean_.data(), n_},
+                 {decode_workspace_.data(), decode_workspace_.size()});
+    }
+    if (s != Status::kOk) {
+      abandon_reason_ = std::string("the unmasked sum does not decode: ") + status_name(s);
+      (void)close_round(false, now_ms, &error);
+      return;
+    }
+    const float scale = 1.0f / float(contributors);
+    for (float& v : mean_) v *= scale;
+    secure_mean_ready_ = true;
+  }
+  (void)close_round(true, now_ms, &error);
+}
+
+std::optional<Reply> RoundManager::secagg_check(uint64_t round_id, const std::vector<uint8_t>& nonce) {
+  if (!options_.secure_aggregation.enabled) {
+    return error_reply(wire::ErrorCode::kUnexpectedMessage,
+                       "this server does not run secure aggregation rounds");
+  }
+  if (!open_ || !secure_ || round_id != open_->record.round_id || open_->closing) {
+    return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(round_id) + " is not open");
+  }
+  if (nonce != open_->record.nonce) {
+    return error_reply(wire::ErrorCode::kNonceMismatch,
+                       "the round nonce does not match round " + std::to_string(round_id));
+  }
+  return std::nullopt;
+}
+
+Reply RoundManager::secure_hello(const std::string& device, const wire::Hello& hello, int64_t now_ms) {
+  OpenRound& round = *open_;
+  if ((hello.capability_flags & wire::kCapabilitySecureAggregation) == 0) {
+    return error_reply(wire::ErrorCode::kUnauthorized,
+                       "this server runs secure aggregation rounds, which this device's SDK does not support",
+                       true);
+  }
+  const bool known = secure_->index_of(device).has_value();
+  uint32_t index = 0;
+  std::string error;
+  const Status s = secure_->assign(device, now_ms, &index, &error);
+  if (s == Status::kSecAggRefused) {
+    metrics_->retry_later.fetch_add(1);
+    const uint32_t after = static_cast<uint32_t>(std::clamp<int64_t>(
+        std::min<int64_t>(ms_to_deadline(now_ms), options_.retry_after_ms), 1, wire::kMaxRetryMs));
+    const uint32_t window = steered_window(device, now_ms);
+    longest_retry_ms_ = std::max<uint64_t>(longest_retry_ms_, uint64_t{after} + window);
+    return Reply{wire::Message{wire::RetryLater{after, window, wire::RetryReason::kRoundFull}}, false};
+  }
+  if (s != Status::kOk) {
+    fatal("secure aggregation index", error);
+    return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+  }
+  round.offered[device] = std::numeric_limits<int64_t>::max();  // an index is never taken back
+  waiting_.erase(device);
+  if (!known) metrics_->offers.fetch_add(1);
+  log_info("task_offer")
+      .kv("round", round.record.round_id)
+      .kv("device", device)
+      .kv("secure_index", uint64_t{index})
+      .kv("again", known ? 1 : 0);
+  return Reply{wire::Message{make_offer(device, hello, now_ms)}, false};
+}
+
+Reply RoundManager::count_masked(const std::string& device, const wire::Commit& commit,
+                                 const tls::Sha256Digest& digest, int64_t now_ms) {
+  OpenRound& round = *open_;
+  auto it = round.uploads.find(device);
+  Upload& upload = it->second;
+  std::vector<uint32_t> words;
+  const Status checked = secure_->check_masked(device, {upload.bytes.data(), upload.bytes.size()}, &words);
+  if (checked == Status::kProtocolError) {
+    round.uploads.erase(it);
+    return error_reply(
+        wire::ErrorCode::kUnexpectedMessage,
+        std::string("a masked vector is taken in the masked phase from a device that shared its keys; "
+                    "round ") +
+            std::to_string(round.record.round_id) + " is in the " + secure_phase_name(secure_->phase()) +
+            " phase");
+  }
+  if (checked != Status::kOk) {
+    metrics_->updates_rejected.fetch_add(1);
+    log_warn("update_rejected")
+        .kv("round", round.record.round_id)
+        .kv("device", device)
+        .kv("reason", "invalid_encoding")
+        .kv("detail", std::string("not ") + std::to_string(secure_->masked_bytes()) + " bytes of " +
+                          std::to_string(secure_->modulus_bits()) + "-bit words: " + status_name(checked));
+    const wire::UploadId id = upload.upload_id;
+    round.uploads.erase(it);
+    return ack(round.record.round_id, id, wire::UpdateDisposition::kRejected,
+               wire::RejectReason::kInvalidEncoding);
+  }
+  UpdateRecord record;
+  record.round_id = round.record.round_id;
+  record.device_id = device;
+  record.upload_id = upload.upload_id;
+  record.sample_count = commit.sample_count;
+  std::memcpy(record.digest.data(), digest.data(), digest.size());
+  record.payload_bytes = upload.bytes.size();
+  record.accepted_unix_ms = now_ms;
+  record.payload = std::move(upload.bytes);
+  InsertResult inserted = InsertResult::kInserted;
+  std::string error;
+  if (storage_->record_update(record, &inserted, nullptr, &error) != Status::kOk) {
+    fatal("record_update", error);
+    return error_reply(wire::ErrorCode::kInternal, "server storage failure: the update was not recorded",
+                       true);
+  }
+  round.uploads.erase(it);
+  if (inserted == InsertResult::kDuplicate) {
+    metrics_->updates_duplicate.fetch_add(1);
+    return ack(record.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
+  }
+  if (secure_->add_masked(device, {words.data(), words.size()}) != Status::kOk) {  // checked above
+    fatal("secure aggregation masked input", "refused after its check");
+    return error_reply(wire::ErrorCode::kInternal, "server failed to aggregate the masked vector", true);
+  }
+  metrics_->updates_accepted.fetch_add(1);
+  round.upload_bytes += record.payload_bytes;
+  ++round.accepted;
+  round.contributed.insert(device);
+  log_info("masked_vector_accepted")
+      .kv("round", round.record.round_id)
+      .kv("device", device)
+      .kv("bytes", record.payload_bytes)
+      .kv("masked", uint64_t(secure_->masked()));
+  Reply reply = ack(record.round_id, record.upload_id, wire::UpdateDisposition::kAccepted);
+  secure_tick(now_ms);
+  return reply;
+}
+
+Reply RoundManager::secagg_advertise(const std::string& device, const wire::SecAggAdvertise& m,
+                                     int64_t now_ms) {
+  if (std::optional<Reply> refused = secagg_check(m.round_id, m.round_nonce)) return std::move(*refused);
+  Reply reply{secure_->advertise(device, m, now_ms), false};
+  secure_tick(now_ms);
+  return reply;
+}
+
+Reply RoundManager::secagg_shares(const std::string& device, const wire::SecAggShares& m, int64_t now_ms) {
+  if (std::optional<Reply> refused = secagg_check(m.round_id, m.round_nonce)) return std::move(*refused);
+  Reply reply{secure_->shares(device, m, now_ms), false};
+  secure_tick(now_ms);
+  return reply;
+}
+
+Reply RoundManager::secagg_poll(const std::string& device, const wire::SecAggPoll& m, int64_t now_ms) {
+  if (std::optional<Reply> refused = secagg_check(m.round_id, m.round_nonce)) return std::move(*refused);
+  secure_tick(now_ms);  // a phase whose deadline passed ends before the answer
+  if (!secure_ || !open_ || open_->closing) {
+    // The round ended with this tick: the device has nothing more to do in it.
+    wire::SecAggStatus done{m.round_id, wire::SecAggPhase::kDone, 0};
+    return Reply{wire::Message{done}, false};
+  }
+  return Reply{secure_->poll(device, m, now_ms), false};
+}
+
+Reply RoundManager::secagg_unmask(const std::string& device, const wire::SecAggUnmaskResponse& m,
+                                  int64_t now_ms) {
+  if (std::optional<Reply> refused = secagg_check(m.round_id, m.round_nonce)) return std::move(*refused);
+  Reply reply{secure_->unmask(device, m, now_ms), false};
+  secure_tick(now_ms);
   return reply;
 }
 

@@ -63,6 +63,8 @@
 #include "public_model.h"
 #include "round/seeds.h"
 #include "round/update_steps.h"
+#include "secagg/dp.h"
+#include "secure_round.h"
 #include "storage.h"
 #include "tls/digest.h"
 
@@ -116,6 +118,10 @@ struct RoundOptions {
   // Server-side evaluation after each commit: `evaluator` if set (evaluator.h), else the built-in
   // Fashion-MNIST evaluator when eval_data_dir is set. Either one must accept the model at start.
   std::shared_ptr<ModelEvaluator> evaluator;
+  // Secure aggregation (secure_round.h): every round is a SecAgg+ round over the integer codes of
+  // the uplink codec (q<b>:shared=STEP, alone or after randk); only devices with the capability
+  // take part; the server sees the sum of the survivors' codes, never one device's update.
+  SecureAggregationOptions secure_aggregation;
   std::string eval_data_dir;      // Fashion-MNIST directory for the built-in evaluator; "" = none
   uint32_t eval_samples = 10000;  // test samples the built-in evaluator uses
 };
@@ -144,6 +150,13 @@ class RoundManager {
   std::optional<Reply> upload_chunk(const std::string& device, const wire::UploadChunk& chunk,
                                     int64_t now_ms);
   Reply commit(const std::string& device, const wire::Commit& commit, int64_t now_ms);
+  // Secure aggregation rounds (secure_round.h); an Error when the server does not run them.
+  Reply secagg_advertise(const std::string& device, const wire::SecAggAdvertise& m, int64_t now_ms);
+  Reply secagg_shares(const std::string& device, const wire::SecAggShares& m, int64_t now_ms);
+  Reply secagg_poll(const std::string& device, const wire::SecAggPoll& m, int64_t now_ms);
+  Reply secagg_unmask(const std::string& device, const wire::SecAggUnmaskResponse& m, int64_t now_ms);
+  // The open secure round, for tests (null when none).
+  const SecureRound* secure_round() const { return secure_ ? &*secure_ : nullptr; }
 
   // Ends the open round if its deadline passed; retries a round close that failed on I/O (with
   // backoff); reclaims expired offers. Call often (the server: every 100 ms).
@@ -167,6 +180,7 @@ class RoundManager {
     double seconds = 0;           // open to close, wall time
     float test_accuracy = -1;     // -1: not evaluated
     float test_loss = -1;
+    double dp_epsilon = -1;  // secure rounds with DP: epsilon so far at dp_delta; else -1
   };
   const std::vector<RoundSummary>& history() const { return history_; }
   size_t parameter_count() const { return n_; }
@@ -251,6 +265,16 @@ class RoundManager {
   Reply ack(uint64_t round, const wire::UploadId& id, wire::UpdateDisposition d,
             wire::RejectReason reason = wire::RejectReason::kNone);
   std::optional<ClosedRound> closed_round(uint64_t round_id);
+  // Secure rounds: the encoding whose integer codes devices mask in round `round_id`; the start of
+  // the round's SecureRound; its phases (ending them, then closing the round); the masked vector of
+  // a commit; and the check common to the SecAgg messages (round, nonce, open).
+  Status secure_like(uint64_t round_id, EncodedInfo* like, std::string* error);
+  Status start_secure_round(const RoundRecord& record, std::string* error);
+  void secure_tick(int64_t now_ms);
+  Reply count_masked(const std::string& device, const wire::Commit& commit, const tls::Sha256Digest& digest,
+                     int64_t now_ms);
+  std::optional<Reply> secagg_check(uint64_t round_id, const std::vector<uint8_t>& nonce);
+  Reply secure_hello(const std::string& device, const wire::Hello& hello, int64_t now_ms);
   void fatal(const std::string& what, const std::string& error);
 
   RoundOptions options_;
@@ -302,6 +326,11 @@ class RoundManager {
   std::string abandon_reason_;  // why the closing round is abandoned ("" = no quorum)
   uint32_t open_failures_ = 0;  // failed attempts to open the next round
   int64_t next_open_attempt_ms_ = 0;
+
+  std::optional<SecureRound> secure_;  // the open round's, when secure aggregation is on
+  EncodedInfo secure_like_{};          // the encoding whose integer codes its devices mask
+  bool secure_mean_ready_ = false;     // mean_ holds the unmasked mean of the closing round
+  secagg::PrivacyAccountant accountant_;
 
   // Server-side evaluation (optional).
   std::shared_ptr<ModelEvaluator> evaluator_;  // null: no evaluation

@@ -170,6 +170,14 @@ class Session {
         reply = ctx_->rounds->upload_chunk(device_, *chunk, now);
       } else if (auto* commit = std::get_if<wire::Commit>(&message)) {
         reply = ctx_->rounds->commit(device_, *commit, now);
+      } else if (auto* advertise = std::get_if<wire::SecAggAdvertise>(&message)) {
+        reply = ctx_->rounds->secagg_advertise(device_, *advertise, now);
+      } else if (auto* shares = std::get_if<wire::SecAggShares>(&message)) {
+        reply = ctx_->rounds->secagg_shares(device_, *shares, now);
+      } else if (auto* poll = std::get_if<wire::SecAggPoll>(&message)) {
+        reply = ctx_->rounds->secagg_poll(device_, *poll, now);
+      } else if (auto* unmask = std::get_if<wire::SecAggUnmaskResponse>(&message)) {
+        reply = ctx_->rounds->secagg_unmask(device_, *unmask, now);
       }
       if (!reply) continue;
       if (auto* e = std::get_if<wire::Error>(&reply->message)) {

@@ -63,6 +63,8 @@
 #include "net/tls_stream.h"
 #include "round/downlink.h"
 #include "safetensors.h"
+#include "secagg/crypto.h"
+#include "secagg/protocol.h"
 #include "sqlite_storage.h"
 #include "tls/digest.h"
 #include "tls/tls_credentials.h"
@@ -568,9 +570,10 @@ struct Link {
   }
 };
 
-wire::Hello make_hello(uint64_t held_model_version = 0) {
+wire::Hello make_hello(uint64_t held_model_version = 0, uint32_t capability_flags = 0) {
   wire::Hello h;
   h.model_version = held_model_version;
+  h.capability_flags = capability_flags;
   h.sdk_version = "edgefl e2e";
   h.supported_sparsifiers = wire::kKnownSparsifierBits;
   h.supported_value_coders = wire::kKnownValueCoderBits;
@@ -580,11 +583,12 @@ wire::Hello make_hello(uint64_t held_model_version = 0) {
 }
 
 // Says Hello until the server offers a task, waiting as RetryLater says (30 s at most in all).
-Status await_offer(Link& link, wire::TaskOffer* offer, std::string* what, uint64_t held_model_version = 0) {
+Status await_offer(Link& link, wire::TaskOffer* offer, std::string* what, uint64_t held_model_version = 0,
+                   uint32_t capability_flags = 0) {
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   for (;;) {
     wire::Message reply;
-    const Status s = link.exchange(wire::Message{make_hello(held_model_version)}, &reply);
+    const Status s = link.exchange(wire::Message{make_hello(held_model_version, capability_flags)}, &reply);
     if (s != Status::kOk) {
       *what = "hello: " + link.error;
       return s;
@@ -2446,3 +2450,249 @@ TEST_SUITE("e2e.faults") {
     CHECK(server.running());
   }
 }  // TEST_SUITE("e2e.faults")
+
+// === e2e.secure ==================================================================================
+
+namespace {
+
+constexpr const char* kSecureCodec = "q8:shared=0.0002,det";  // nearest rounding: codes are exact
+
+// The update FixedTrainer(tag) makes, as the server decodes it (unweighted: one sample each).
+Update secure_update(size_t n, uint32_t tag) {
+  wire::TaskOffer offer;
+  offer.parameter_count = static_cast<uint32_t>(n);
+  offer.uplink_codec = kSecureCodec;
+  offer.codec_seed = 1;
+  Update u;
+  std::string what;
+  REQUIRE_MESSAGE(make_update(offer, "x", tag, 1, &u, &what) == Status::kOk, what);
+  return u;
+}
+
+// A device of a secure round that advertises its keys and shares them (the real SecAgg+ steps),
+// then disappears before masking: the server must remove its pair masks in the unmask phase.
+std::string share_then_drop(uint16_t port, const tls::TlsCredentials& creds) {
+  Link link;
+  if (link.connect(port, &creds) != Status::kOk) return "connect: " + link.error;
+  wire::TaskOffer offer;
+  std::string what;
+  if (await_offer(link, &offer, &what, 0, wire::kCapabilitySecureAggregation) != Status::kOk) return what;
+  if (!offer.secure_aggregation) return "the offer is not a secure round";
+  const wire::SecAggConfig& c = *offer.secure_aggregation;
+  secagg::RoundParameters p;
+  p.round_id = offer.round_id;
+  std::copy(offer.round_nonce.begin(), offer.round_nonce.end(), p.round_nonce.begin());
+  p.graph_seed = c.graph_seed;
+  p.graph = {c.cohort, c.degree, c.threshold};
+  p.modulus_bits = c.modulus_bits;
+  p.words = c.words;
+  secagg::SecAggClient client;
+  secagg::AdvertisedKeys keys;
+  if (secagg::crypto_init() != Status::kOk || client.start(p, c.device_index, &keys) != Status::kOk)
+    return "SecAggClient.start";
+  wire::SecAggAdvertise advertise;
+  advertise.round_id = offer.round_id;
+  advertise.round_nonce = offer.round_nonce;
+  advertise.keys = {keys.device, keys.cipher_public, keys.mask_public};
+  // A device cannot advertise under another index.
+  wire::SecAggAdvertise forged = advertise;
+  forged.keys.device = (c.device_index + 1) % c.cohort;
+  wire::Message reply;
+  if (link.exchange(wire::Message{forged}, &reply) != Status::kOk) return "forged advertise: " + link.error;
+  const auto* refused = std::get_if<wire::Error>(&reply);
+  if (refused == nullptr || refused->code != wire::ErrorCode::kBadMessage)
+    return "a forged index was answered with " + describe(reply);
+  wire::Message out{advertise};
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    if (link.exchange(out, &reply) != Status::kOk) return "advertise: " + link.error;
+    if (std::holds_alternative<wire::SecAggKeys>(reply)) break;
+    if (!std::holds_alternative<wire::SecAggStatus>(reply))
+      return "advertise answered with " + describe(reply);
+    if (Clock::now() > deadline) return "the keys phase did not end";
+    sleep_ms(20);
+    wire::SecAggPoll poll;
+    poll.round_id = offer.round_id;
+    poll.round_nonce = offer.round_nonce;
+    poll.phase = wire::SecAggPhase::kKeys;
+    out = wire::Message{poll};
+  }
+  std::vector<secagg::AdvertisedKeys> neighbours;
+  for (const wire::SecAggDeviceKeys& k : std::get<wire::SecAggKeys>(reply).keys)
+    neighbours.push_back({k.device, k.cipher_public, k.mask_public});
+  std::vector<secagg::SealedShares> sealed;
+  secagg::Key32 commitment;
+  if (client.share({neighbours.data(), neighbours.size()}, &sealed, &commitment) != Status::kOk)
+    return "share";
+  wire::SecAggShares shares;
+  shares.round_id = offer.round_id;
+  shares.round_nonce = offer.round_nonce;
+  shares.seed_commitment = commitment;
+  for (const secagg::SealedShares& x : sealed) {
+    wire::SecAggSealedShare w;
+    w.from = x.from;
+    w.to = x.to;
+    std::copy(x.sealed.begin(), x.sealed.end(), w.sealed.begin());
+    shares.shares.push_back(w);
+  }
+  if (link.exchange(wire::Message{shares}, &reply) != Status::kOk) return "shares: " + link.error;
+  if (!std::holds_alternative<wire::SecAggStatus>(reply) && !std::holds_alternative<wire::SecAggInbox>(reply))
+    return "shares answered with " + describe(reply);
+  // A second, different set of shares is refused; the first one stands.
+  shares.shares[0].sealed[0] ^= 1;
+  if (link.exchange(wire::Message{shares}, &reply) != Status::kOk) return "second shares: " + link.error;
+  refused = std::get_if<wire::Error>(&reply);
+  if (refused == nullptr || refused->code != wire::ErrorCode::kUnexpectedMessage)
+    return "second shares answered with " + describe(reply);
+  return "";  // and gone
+}
+
+}  // namespace
+
+TEST_SUITE("e2e.secure") {
+  TEST_CASE(
+      "secure aggregation: four devices and one that drops after sharing; the model moves by the exact "
+      "mean of the survivors' codes") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 5);
+    const std::string state = tmp / "state";
+    ServerProcess server(tmp);
+    START_SERVER(server,
+                 server_args(pki, state, kSecureCodec,
+                             {"--cohort", "4", "--over-selection", "1.25", "--rounds", "1",
+                              "--secure-aggregation", "on", "--secagg-phase", "2", "--deadline", "30"}));
+    INFO("server log:\n" << server.all_logs());
+    std::vector<std::thread> devices;
+    std::vector<Status> statuses(4, Status::kOk);
+    std::vector<std::string> errors(4);
+    std::vector<std::vector<RoundResult>> results(4);
+    for (uint32_t d = 0; d < 4; ++d) {
+      devices.emplace_back([&, d] {
+        Client client(persistent_client(pki, cli::dev_pki_device_id(d + 1), server.port(), 10 + d));
+        if (client.init(&errors[d]) != Status::kOk) {
+          statuses[d] = Status::kInvalidArgument;
+          return;
+        }
+        FixedTrainer trainer(d + 1, 1);
+        statuses[d] = client.participate(
+            trainer, 1, [&](const RoundResult& r) { results[d].push_back(r); }, &errors[d]);
+      });
+    }
+    const std::unique_ptr<tls::TlsCredentials> creds5 = device_credentials(pki, cli::dev_pki_device_id(5));
+    const std::string dropped = share_then_drop(server.port(), *creds5);
+    for (std::thread& t : devices) t.join();
+    CHECK_MESSAGE(dropped.empty(), dropped);
+    for (uint32_t d = 0; d < 4; ++d) {
+      CAPTURE(d);
+      CHECK_MESSAGE(statuses[d] == Status::kOk, errors[d]);
+      REQUIRE(!results[d].empty());
+      CHECK(results[d].back().outcome == RoundOutcome::kAccepted);
+    }
+    REQUIRE(server.wait_exit(20000) == 0);
+    const std::vector<float> v1 = read_model(model_path(state, 1));
+    const std::vector<float> v2 = read_model(model_path(state, 2));
+    std::vector<Update> survivors;
+    for (uint32_t d = 1; d <= 4; ++d) survivors.push_back(secure_update(v1.size(), d));
+    std::vector<const Update*> updates;
+    for (const Update& u : survivors) updates.push_back(&u);
+    check_fedavg(v1, updates, v2);
+    // Not the mean with the dropped device's update in it.
+    Update five = secure_update(v1.size(), 5);
+    updates.push_back(&five);
+    double off = 0;
+    for (size_t j = 0; j < v1.size(); ++j) {
+      double mean = 0;
+      for (const Update* u : updates) mean += u->decoded[j];
+      off = std::max(off, std::fabs(double(v1[j]) + mean / 5 - v2[j]));
+    }
+    CHECK(off > 1e-4);
+
+    const std::string log = server.log();
+    CHECK(lines_with(log, {"event=masked_vector_accepted"}).size() == 4);
+    CHECK(lines_with(log, {"event=secagg_phase_end", "phase=unmask", "next=done", "masked=4"}).size() == 1);
+    CHECK(lines_with(log, {"event=round_committed", "round=1", "updates=4"}).size() == 1);
+    CHECK(lines_with(log, {"event=update_accepted"}).empty());  // no update in the clear
+    CHECK(lines_with(log, {"level=error"}).empty());
+  }
+  TEST_CASE(
+      "secure aggregation keeps its promises across kill -9 in each phase: the round commits with the "
+      "exact mean of the survivors' codes") {
+    // Four devices run edgefl::Client; a fifth advertises and shares, then vanishes, so the masked
+    // phase waits for it until its deadline. The server dies after the keys phase, in the masked
+    // phase with four vectors acked, and in the unmask phase; each time it restarts on the same
+    // port and replays its log and ledger.
+    const std::vector<std::vector<std::string>> kill_points = {
+        {"event=secagg_phase_end", "phase=keys"},
+        {"event=masked_vector_accepted", "masked=4"},
+        {"event=secagg_phase_end", "phase=masked"},
+    };
+    for (const std::vector<std::string>& kill_at : kill_points) {
+      CAPTURE(kill_at[1]);
+      TempDir tmp;
+      const Pki pki = make_pki(tmp / "pki", 5);
+      const std::string state = tmp / "state";
+      const uint16_t port = free_port();
+      std::vector<std::string> args =
+          server_args(pki, state, kSecureCodec,
+                      {"--cohort", "5", "--over-selection", "1", "--min-quorum", "4", "--rounds", "1",
+                       "--secure-aggregation", "on", "--secagg-phase", "3", "--deadline", "60"});
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--listen") args[i + 1] = "127.0.0.1:" + std::to_string(port);
+      }
+      ServerProcess server(tmp);
+      START_SERVER(server, args);
+      INFO("server logs:\n" << server.all_logs());
+      std::vector<std::thread> devices;
+      std::vector<Status> statuses(4, Status::kOk);
+      std::vector<std::string> errors(4);
+      std::vector<RoundOutcome> outcomes(4, RoundOutcome::kRejected);
+      for (uint32_t d = 0; d < 4; ++d) {
+        devices.emplace_back([&, d] {
+          Client client(persistent_client(pki, cli::dev_pki_device_id(d + 1), port, 20 + d));
+          if (client.init(&errors[d]) != Status::kOk) {
+            statuses[d] = Status::kInvalidArgument;
+            return;
+          }
+          FixedTrainer trainer(d + 1, 1);
+          statuses[d] = client.participate(
+              trainer, 1, [&](const RoundResult& r) { outcomes[d] = r.outcome; }, &errors[d]);
+        });
+      }
+      // The fifth: whether the kill cuts it off before or after it shares, it never sends a
+      // masked vector, and the round's sum is the four others'.
+      const std::unique_ptr<tls::TlsCredentials> creds5 = device_credentials(pki, cli::dev_pki_device_id(5));
+      std::thread fifth([&] { (void)share_then_drop(port, *creds5); });
+      const bool reached = server.wait_for_log({kill_at[0], kill_at[1]}, 1, 30000);
+      CHECK_MESSAGE(reached, "the kill point was not reached");
+      server.kill_now();
+      START_SERVER(server, args);
+      CHECK(server.wait_for_log({"event=round_recovered", "round=1"}, 1, 10000));
+      fifth.join();
+      for (std::thread& t : devices) t.join();
+      for (uint32_t d = 0; d < 4; ++d) {
+        CAPTURE(d);
+        CHECK_MESSAGE(statuses[d] == Status::kOk, errors[d]);
+        CHECK((outcomes[d] == RoundOutcome::kAccepted || outcomes[d] == RoundOutcome::kDuplicate));
+      }
+      REQUIRE(server.wait_exit(30000) == 0);
+      const std::vector<float> v1 = read_model(model_path(state, 1));
+      const std::vector<float> v2 = read_model(model_path(state, 2));
+      std::vector<Update> survivors;
+      for (uint32_t d = 1; d <= 4; ++d) survivors.push_back(secure_update(v1.size(), d));
+      std::vector<const Update*> updates;
+      for (const Update& u : survivors) updates.push_back(&u);
+      check_fedavg(v1, updates, v2);
+      const std::string log = server.log();
+      CHECK(lines_with(log, {"event=round_committed", "round=1", "updates=4"}).size() == 1);
+      // The unmask phase ended once, in one of the two lives (a kill right after its durable end
+      // leaves no log line: the second life recovers the round as done).
+      CHECK(lines_with(log, {"event=secagg_phase_end", "phase=unmask", "next=done", "masked=4", "answered=4"})
+                    .size() +
+                lines_with(log, {"event=round_recovered", "secure_phase=done", "masked=4"}).size() ==
+            1);
+      if (kill_at[1] == "masked=4") {  // the ledger's vectors went back into the masked phase's sum
+        CHECK(lines_with(log, {"event=round_recovered", "secure_phase=masked", "masked=4"}).size() == 1);
+      }
+    }
+  }
+}

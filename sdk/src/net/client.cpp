@@ -13,6 +13,9 @@
 #include "net/tls_stream.h"
 #include "round/downlink.h"
 #include "round/update_steps.h"
+#include "secagg/crypto.h"
+#include "secagg/dp.h"
+#include "secagg/protocol.h"
 #include "tls/digest.h"
 #include "tls/tls_credentials.h"
 
@@ -104,6 +107,19 @@ struct Client::Pending {
   std::chrono::steady_clock::time_point deadline;  // the round's reporting deadline, as offered
   uint64_t model_version = 0;                      // the model it was trained from
   bool commit_sent = false;  // a Commit went out: the server may hold it even if no ack came back
+  // A secure aggregation round (TaskOffer.secure_aggregation): the device's SecAgg+ state. `bytes`
+  // holds the encoding until the device masks it, then the masked vector.
+  struct Secure {
+    enum class Stage : uint8_t { kAdvertise, kShare, kMask, kUpload, kUnmask };
+    Stage stage = Stage::kAdvertise;
+    wire::SecAggConfig config;
+    secagg::SecAggClient client;
+    std::vector<uint32_t> words;  // the (noisy) integer codes modulo 2^m, wiped once masked
+    wire::SecAggAdvertise advertise;
+    wire::SecAggShares shares;
+    std::optional<wire::SecAggUnmaskResponse> answer;
+  };
+  std::unique_ptr<Secure> secure;
 };
 
 Client::Client(ClientOptions options) : options_(std::move(options)), connection_(new net::Connection) {
@@ -345,6 +361,12 @@ struct Client::Attempt {
                       const CodecSpec& codec);
   Step upload_update(const wire::TaskOffer& offer);
   Step commit_update();
+  // Secure rounds: the SecAgg+ state of a computed update (its integer codes, DP noise, keys),
+  // then the phases: advertise, share, mask and upload, unmask.
+  Step prepare_secure(const wire::TaskOffer& offer, Pending* p);
+  Step secure_steps(const wire::TaskOffer& offer);
+  // Sends `out`; while the server answers SecAggStatus for `phase`, waits as it asks and polls.
+  Step secure_exchange(const wire::Message& out, wire::SecAggPhase phase);
   Step ask_after_round_ended();
   // The round result's fields that describe the pending update (its round, model and size).
   void report_pending(const Pending& p) {
@@ -409,6 +431,7 @@ Client::Attempt::Step Client::Attempt::say_hello(wire::TaskOffer* offer) {
   hello.cpu_cores = static_cast<uint16_t>(std::min(std::thread::hardware_concurrency(), 1024u));
   hello.model_version = c.model_version_ == ~0ull ? 0 : c.model_version_;
   if (c.needs_whole_model_) hello.capability_flags |= wire::kCapabilityNeedsWholeModel;
+  hello.capability_flags |= wire::kCapabilitySecureAggregation;
   const Status s = exchange(wire::Message{hello});
   if (s != Status::kOk) {
     if (fresh && !c.options_.insecure_plaintext_for_tests && s == Status::kTlsError &&
@@ -659,6 +682,10 @@ Client::Attempt::Step Client::Attempt::compute_update(LocalTrainer& trainer, con
   p->nonce = offer.round_nonce;
   p->deadline = deadline;
   p->model_version = offer.model_version;
+  if (offer.secure_aggregation) {
+    const Step prepared = prepare_secure(offer, p.get());
+    if (prepared != Step::kNext) return prepared;
+  }
   for (size_t i = 0; i < p->upload_id.size(); i += 8) {
     const uint64_t r = splitmix64_next(&c.rng_state_);
     std::memcpy(p->upload_id.data() + i, &r, std::min<size_t>(8, p->upload_id.size() - i));
@@ -741,6 +768,12 @@ Client::Attempt::Step Client::Attempt::commit_update() {
     c.note(LogLevel::kWarn, "round " + std::to_string(p.round_id) + ": the server rejected the update (" +
                                 result->reject_reason + ")");
   }
+  const bool counted = ack->disposition == wire::UpdateDisposition::kAccepted ||
+                       ack->disposition == wire::UpdateDisposition::kDuplicate;
+  if (p.secure && counted) {  // the masked vector is in: the unmask phase follows
+    p.secure->stage = Pending::Secure::Stage::kUnmask;
+    return Step::kNext;
+  }
   c.pending_.reset();
   return done(Status::kOk);
 }
@@ -764,6 +797,211 @@ Client::Attempt::Step Client::Attempt::ask_after_round_ended() {
   }
   report_pending(p);
   return commit_update();
+}
+
+// --- secure aggregation rounds (sdk/src/secagg/protocol.h) -----------------------------------
+
+Client::Attempt::Step Client::Attempt::prepare_secure(const wire::TaskOffer& offer, Pending* p) {
+  const wire::SecAggConfig& config = *offer.secure_aggregation;
+  auto secure = std::make_unique<Pending::Secure>();
+  secure->config = config;
+  const auto refuse = [&](const std::string& why, Status s) {
+    return fail("secure aggregation round " + std::to_string(offer.round_id) + ": " + why, s);
+  };
+  // The codes this device masks: its encoding's integer codes, in range, then DP noise.
+  std::vector<int32_t> codes(config.words);
+  Status s = read_integer_codes({p->bytes.data(), p->bytes.size()}, {codes.data(), codes.size()});
+  if (s != Status::kOk) {
+    return refuse("the update's encoding has no " + std::to_string(config.words) +
+                      " summable integer codes (" + status_name(s) + ")",
+                  Status::kNotSummable);
+  }
+  for (int32_t code : codes) {
+    if (code > int64_t(config.max_code) || code < -int64_t(config.max_code)) {
+      return refuse("a code above the round's max_code " + std::to_string(config.max_code),
+                    Status::kValueOutOfRange);
+    }
+  }
+  // Fail closed: the sum of the cohort's codes must fit the modulus the server chose.
+  uint32_t needed = 0;
+  s = config.noise_variance > 0
+          ? secagg::noisy_modulus_bits(config.cohort, config.max_code, config.noise_variance, &needed)
+          : secagg::modulus_bits_for(config.cohort, config.max_code, /*is_signed=*/true, &needed);
+  if (s != Status::kOk || needed > config.modulus_bits) {
+    return refuse("the server's modulus 2^" + std::to_string(config.modulus_bits) +
+                      " could wrap the sum of " + std::to_string(config.cohort) + " devices' codes",
+                  Status::kUnsafeConfiguration);
+  }
+  if (config.noise_variance > 0) {
+    secagg::clip_codes_l2({codes.data(), codes.size()}, config.clip_l2_codes, nullptr);
+    s = secagg::add_discrete_gaussian_noise(config.noise_variance, secagg::crypto_random(),
+                                            {codes.data(), codes.size()});
+    if (s != Status::kOk) return refuse(std::string("DP noise: ") + status_name(s), s);
+  }
+  secure->words.resize(codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) secure->words[i] = secagg::to_word(codes[i], config.modulus_bits);
+  std::fill(codes.begin(), codes.end(), 0);
+  secagg::RoundParameters params;
+  params.round_id = offer.round_id;
+  std::copy(offer.round_nonce.begin(), offer.round_nonce.end(), params.round_nonce.begin());
+  params.graph_seed = config.graph_seed;
+  params.graph.clients = config.cohort;
+  params.graph.degree = config.degree;
+  params.graph.threshold = config.threshold;
+  params.modulus_bits = config.modulus_bits;
+  params.words = config.words;
+  secagg::AdvertisedKeys keys;
+  s = secagg::crypto_init();
+  if (s == Status::kOk) s = secure->client.start(params, config.device_index, &keys);
+  if (s != Status::kOk) return refuse(std::string("the round's parameters: ") + status_name(s), s);
+  secure->advertise.round_id = offer.round_id;
+  secure->advertise.round_nonce = offer.round_nonce;
+  secure->advertise.keys = wire::SecAggDeviceKeys{keys.device, keys.cipher_public, keys.mask_public};
+  p->secure = std::move(secure);
+  return Step::kNext;
+}
+
+Client::Attempt::Step Client::Attempt::secure_exchange(const wire::Message& out, wire::SecAggPhase phase) {
+  Pending& p = *c.pending_;
+  Status s = exchange(out);
+  for (;;) {
+    if (s != Status::kOk) return connection_lost(s);
+    const auto* status_message = std::get_if<wire::SecAggStatus>(&reply);
+    if (status_message == nullptr || status_message->phase == wire::SecAggPhase::kDone) return Step::kNext;
+    if (Clock::now() >= p.deadline) {
+      return fail("secure aggregation round " + std::to_string(p.round_id) +
+                      " did not finish its phases by its deadline",
+                  Status::kTimeout);
+    }
+    const Status slept = c.sleep_ms(status_message->retry_after_ms);
+    if (slept != Status::kOk) return done(slept);
+    wire::SecAggPoll poll;
+    poll.round_id = p.round_id;
+    poll.round_nonce = p.nonce;
+    poll.phase = phase;
+    s = exchange(wire::Message{poll});
+  }
+}
+
+Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer) {
+  using Stage = Pending::Secure::Stage;
+  Pending& p = *c.pending_;
+  Pending::Secure& sa = *p.secure;
+  // The protocol refused a step (too few neighbours, a share that does not authenticate, ...):
+  // this device drops out of the round, which goes on without it; the next round is another chance.
+  const auto failed = [&](const char* what, Status s) {
+    c.note(LogLevel::kWarn, std::string("secure aggregation round ") + std::to_string(offer.round_id) + ": " +
+                                what + " failed (" + status_name(s) +
+                                "): this device drops out of the round");
+    if (sa.stage < Stage::kUnmask) result->outcome = RoundOutcome::kStraggler;
+    c.pending_.reset();
+    c.connection_->close();
+    return done(Status::kOk);
+  };
+  if (sa.stage == Stage::kAdvertise) {
+    const Step st = secure_exchange(wire::Message{sa.advertise}, wire::SecAggPhase::kKeys);
+    if (st != Step::kNext) return st;
+    const auto* keys = std::get_if<wire::SecAggKeys>(&reply);
+    if (keys == nullptr || keys->round_id != p.round_id) return refused();
+    std::vector<secagg::AdvertisedKeys> neighbours;
+    for (const wire::SecAggDeviceKeys& k : keys->keys) {
+      neighbours.push_back(secagg::AdvertisedKeys{k.device, k.cipher_public, k.mask_public});
+    }
+    std::vector<secagg::SealedShares> sealed;
+    secagg::Key32 commitment;
+    const Status s = sa.client.share({neighbours.data(), neighbours.size()}, &sealed, &commitment);
+    if (s != Status::kOk) return failed("sharing keys", s);
+    sa.shares.round_id = p.round_id;
+    sa.shares.round_nonce = p.nonce;
+    sa.shares.seed_commitment = commitment;
+    for (const secagg::SealedShares& x : sealed) {
+      wire::SecAggSealedShare w;
+      w.from = x.from;
+      w.to = x.to;
+      std::copy(x.sealed.begin(), x.sealed.end(), w.sealed.begin());
+      sa.shares.shares.push_back(w);
+    }
+    sa.stage = Stage::kShare;
+  }
+  if (sa.stage == Stage::kShare) {
+    const Step st = secure_exchange(wire::Message{sa.shares}, wire::SecAggPhase::kShares);
+    if (st != Step::kNext) return st;
+    const auto* inbox = std::get_if<wire::SecAggInbox>(&reply);
+    if (inbox == nullptr || inbox->round_id != p.round_id) return refused();
+    std::vector<secagg::SealedShares> received;
+    for (const wire::SecAggSealedShare& w : inbox->shares) {
+      secagg::SealedShares x;
+      x.from = w.from;
+      x.to = w.to;
+      std::copy(w.sealed.begin(), w.sealed.end(), x.sealed.begin());
+      received.push_back(x);
+    }
+    std::vector<uint32_t> masked(sa.words.size());
+    Status s = sa.client.mask({received.data(), received.size()}, {sa.words.data(), sa.words.size()},
+                              {masked.data(), masked.size()});
+    std::fill(sa.words.begin(), sa.words.end(), 0u);
+    if (s != Status::kOk) return failed("masking", s);
+    std::vector<uint8_t> packed(secagg::packed_words_bytes(uint32_t(masked.size()), sa.config.modulus_bits));
+    s = secagg::pack_words({masked.data(), masked.size()}, sa.config.modulus_bits,
+                           {packed.data(), packed.size()});
+    if (s != Status::kOk) return failed("packing the masked vector", s);
+    p.bytes = std::move(packed);
+    const tls::Sha256Digest digest = tls::sha256({p.bytes.data(), p.bytes.size()});
+    std::memcpy(p.digest.data(), digest.data(), digest.size());
+    sa.stage = Stage::kUpload;
+  }
+  if (sa.stage == Stage::kUpload) {
+    Step st = upload_update(offer);
+    if (st == Step::kNext) st = commit_update();
+    if (st != Step::kNext) return st;  // not counted (pending reset), or the connection dropped
+  }
+  // Unmask: the server's question once the masked phase has ended, then this device's answer.
+  if (!sa.answer) {
+    wire::SecAggPoll poll;
+    poll.round_id = p.round_id;
+    poll.round_nonce = p.nonce;
+    poll.phase = wire::SecAggPhase::kUnmask;
+    const Step st = secure_exchange(wire::Message{poll}, wire::SecAggPhase::kUnmask);
+    if (st != Step::kNext) return st;
+    if (const auto* e = std::get_if<wire::Error>(&reply);
+        e != nullptr && e->code == wire::ErrorCode::kUnknownRound) {
+      c.pending_.reset();  // the round ended without needing this device's answer
+      return done(Status::kOk);
+    }
+    if (std::holds_alternative<wire::SecAggStatus>(reply)) {  // kDone: nothing asked of it
+      c.pending_.reset();
+      return done(Status::kOk);
+    }
+    const auto* request = std::get_if<wire::SecAggUnmaskRequest>(&reply);
+    if (request == nullptr || request->round_id != p.round_id) return refused();
+    secagg::UnmaskRequest question;
+    question.survivors = request->survivors;
+    question.dropped = request->dropped;
+    std::vector<secagg::RevealedShare> revealed;
+    const Status s = sa.client.unmask(question, &revealed);
+    if (s != Status::kOk) return failed("unmasking", s);
+    wire::SecAggUnmaskResponse answer;
+    answer.round_id = p.round_id;
+    answer.round_nonce = p.nonce;
+    for (const secagg::RevealedShare& r : revealed) {
+      wire::SecAggRevealedShare w;
+      w.owner = r.owner;
+      w.kind = uint8_t(r.kind);
+      w.x = r.share.x;
+      std::copy(std::begin(r.share.y), std::end(r.share.y), w.y.begin());
+      answer.shares.push_back(w);
+    }
+    sa.answer = std::move(answer);
+  }
+  const Step st = secure_exchange(wire::Message{*sa.answer}, wire::SecAggPhase::kUnmask);
+  if (st != Step::kNext) return st;
+  const auto* e = std::get_if<wire::Error>(&reply);
+  if (!std::holds_alternative<wire::SecAggStatus>(reply) &&
+      (e == nullptr || e->code != wire::ErrorCode::kUnknownRound)) {
+    return refused();
+  }
+  c.pending_.reset();
+  return done(Status::kOk);
 }
 
 Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string* error) {
@@ -824,6 +1062,8 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
         if (step == Step::kNext) step = a.download_model(offer);
         if (step == Step::kNext) step = a.compute_update(trainer, offer, task, codec);
         if (step == Step::kNext) step = Step::kAgain;  // reconnect, Hello again, then upload
+      } else if (pending_->secure) {
+        step = a.secure_steps(offer);
       } else {
         step = a.upload_update(offer);
         if (step == Step::kNext) step = a.commit_update();

@@ -20,7 +20,8 @@ target_compile_features(edgefl_net PUBLIC cxx_std_17)
 target_include_directories(edgefl_net PRIVATE ${PROJECT_SOURCE_DIR}/sdk/src)
 # Asio is header-only and used only inside the library: what an installed edgefl::client needs of
 # it is the thread library.
-target_link_libraries(edgefl_net PUBLIC edgefl::core edgefl::train edgefl::wire edgefl::tls Threads::Threads)
+target_link_libraries(edgefl_net PUBLIC edgefl::core edgefl::train edgefl::wire edgefl::tls edgefl::secagg
+                                         Threads::Threads)
 target_include_directories(edgefl_net SYSTEM PRIVATE $<TARGET_PROPERTY:edgefl_asio,INTERFACE_INCLUDE_DIRECTORIES>)
 target_compile_definitions(edgefl_net PRIVATE $<TARGET_PROPERTY:edgefl_asio,INTERFACE_COMPILE_DEFINITIONS>)
 add_library(edgefl_net_internal INTERFACE)
