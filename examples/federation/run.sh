@@ -11,7 +11,9 @@
 #
 # Settings (environment): DEVICES (8), COHORT (4), ROUNDS (30), CODEC (sparq:0.1), MODEL (cnn),
 # SHARDS (100: each device trains on 1/SHARDS of the data, Dirichlet 0.5 label skew),
-# BUILD (build/release), WORK (build/federation: PKI, server state, logs).
+# BUILD (build/release), WORK (build/federation: PKI, server state, logs), SERVER_ARGS (more
+# edgefl-server options, e.g. a private run: CODEC='q4:shared=0.01,clip'
+# SERVER_ARGS='--secure-aggregation on').
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -23,6 +25,7 @@ MODEL=${MODEL:-cnn}
 SHARDS=${SHARDS:-100}
 BUILD=${BUILD:-build/release}
 WORK=${WORK:-build/federation}
+read -r -a server_args <<<"${SERVER_ARGS:-}"
 edgefl=$BUILD/sdk/cli/edgefl
 server=$BUILD/server/edgefl-server
 for binary in "$edgefl" "$server"; do
@@ -48,7 +51,7 @@ echo "== edgefl-server: $ROUNDS rounds of $COHORT devices, model $MODEL, uplink 
   --key "$WORK/pki/server.key" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --port-file "$WORK/ports" \
   --model "$MODEL" --codec "$CODEC" --rounds "$ROUNDS" --cohort "$COHORT" --over-selection 1.25 --selection-probability 0.5 \
   --deadline 120 --retry-after 300 --retry-window 700 --eval --progress \
-  --drain 5000 --summary "$WORK/summary.jsonl" 2>"$WORK/logs/server.log" &
+  --drain 5000 --summary "$WORK/summary.jsonl" "${server_args[@]}" 2>"$WORK/logs/server.log" &
 server_pid=$!
 pids+=("$server_pid")
 for _ in $(seq 1 200); do
@@ -83,7 +86,7 @@ for i in $(seq 1 "$DEVICES"); do
   last=$(tail -1 "$WORK/logs/$id.log")
   echo "$id: $rounds rounds accepted; last: ${last:0:110}"
 done
-accepted=$(grep -c 'event=update_accepted' "$WORK/logs/server.log" || true)
+accepted=$(grep -c -E 'event=(update_accepted|masked_vector_accepted)' "$WORK/logs/server.log" || true)
 refused=$(grep -c -E 'event=(tls_handshake_failed|device_refused)' "$WORK/logs/server.log" || true)
 echo "$accepted updates accepted over mTLS, $refused connections refused; logs in $WORK/logs," \
      "global model in $WORK/state/global.safetensors"

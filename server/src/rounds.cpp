@@ -784,6 +784,12 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
     if (round.close_failures != 0) line.kv("close_failures", uint64_t{round.close_failures});
     if (summary.test_accuracy >= 0)
       line.kv("test_accuracy", double(summary.test_accuracy)).kv("test_loss", double(summary.test_loss));
+    if (secure_) line.kv("secure_modulus_bits", uint64_t{secure_->modulus_bits()});
+    if (summary.dp_epsilon >= 0) {
+      line.kv("dp_noise_variance", secure_->noise_variance())
+          .kv("dp_epsilon", summary.dp_epsilon)
+          .kv("dp_delta", options_.secure_aggregation.dp_delta);
+    }
   }
   abandon_reason_.clear();
   history_.push_back(summary);
@@ -1362,7 +1368,9 @@ Reply RoundManager::secure_hello(const std::string& device, const wire::Hello& h
   const bool known = secure_->index_of(device).has_value();
   uint32_t index = 0;
   std::string error;
-  const Status s = secure_->assign(device, now_ms, &index, &error);
+  // A device that has done its part (or can no longer take it) waits for the next round.
+  const Status s = known && !secure_->can_act(device) ? Status::kSecAggRefused
+                                                      : secure_->assign(device, now_ms, &index, &error);
   if (s == Status::kSecAggRefused) {
     metrics_->retry_later.fetch_add(1);
     const uint32_t after = static_cast<uint32_t>(std::clamp<int64_t>(

@@ -143,6 +143,19 @@ wire::SecAggConfig SecureRound::config_for(uint32_t index) const {
   return c;
 }
 
+bool SecureRound::can_act(const std::string& device) const {
+  auto it = devices_.find(device);
+  if (it == devices_.end()) return false;
+  const Device& d = it->second;
+  switch (phase_) {
+    case SecurePhase::kKeys: return true;
+    case SecurePhase::kShares: return !d.keys.empty();
+    case SecurePhase::kMasked: return !d.shares.empty();
+    case SecurePhase::kUnmask: return d.masked && d.unmask.empty();
+    default: return false;
+  }
+}
+
 Status SecureRound::append(Kind kind, const std::string& device, std::vector<uint8_t> payload, int64_t now_ms,
                            std::string* error) {
   RoundEvent e;
@@ -562,7 +575,9 @@ Status SecureRound::check_masked(const std::string& device, Span<const uint8_t> 
 Status SecureRound::add_masked(const std::string& device, Span<const uint32_t> words) {
   auto it = devices_.find(device);
   if (it == devices_.end()) return Status::kProtocolError;
-  return server_.add_masked(it->second.index, words);
+  const Status s = server_.add_masked(it->second.index, words);
+  if (s == Status::kOk) it->second.masked = true;
+  return s;
 }
 
 }  // namespace edgefl::server

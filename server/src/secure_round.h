@@ -95,6 +95,10 @@ class SecureRound {
   // phase is over or every index is taken; kIoError (with *error) when the log cannot be written.
   [[nodiscard]] Status assign(const std::string& device, int64_t now_ms, uint32_t* index, std::string* error);
   wire::SecAggConfig config_for(uint32_t index) const;
+  // Whether `device` (with an index) still has a step to take in this round: advertise (keys
+  // phase), share (after advertising), mask and then unmask (after sharing), answer (after
+  // masking). A device that cannot act any more is not offered the round again.
+  bool can_act(const std::string& device) const;
 
   // The protocol messages: each returns the reply (the phase's result, SecAggStatus to poll
   // again, or an Error: kUnauthorized for a device without an index, kUnexpectedMessage for a
@@ -143,6 +147,7 @@ class SecureRound {
   struct Device {
     uint32_t index = 0;
     std::vector<uint8_t> keys, shares, unmask;  // the payloads it sent (for repeats)
+    bool masked = false;                        // its masked vector is in the sum
     uint32_t refused[4] = {};                   // refused messages per phase
   };
   Status append(Kind kind, const std::string& device, std::vector<uint8_t> payload, int64_t now_ms,

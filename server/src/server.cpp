@@ -92,7 +92,9 @@ void print_summary(const RoundManager& rounds, const ServerOptions& options) {
         out << r.test_accuracy;
       else
         out << "null";
-      out << ",\"bf16_upload_bytes\":" << rounds.bf16_update_bytes() * r.accepted << "}\n";
+      out << ",\"bf16_upload_bytes\":" << rounds.bf16_update_bytes() * r.accepted;
+      if (r.dp_epsilon >= 0) out << ",\"dp_epsilon\":" << r.dp_epsilon;
+      out << "}\n";
     }
   }
 }

@@ -2695,4 +2695,64 @@ TEST_SUITE("e2e.secure") {
       }
     }
   }
+  TEST_CASE(
+      "secure aggregation with distributed DP: each device adds discrete Gaussian noise of the variance the "
+      "server sets, and the model moves by the survivors' mean plus that noise, nothing more") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 4);
+    const std::string state = tmp / "state";
+    ServerProcess server(tmp);
+    // clip 10 is far above these updates' norms (no clipping): the only change is the noise.
+    START_SERVER(server, server_args(pki, state, kSecureCodec,
+                                     {"--cohort", "4", "--over-selection", "1", "--rounds", "1",
+                                      "--secure-aggregation", "on", "--secagg-phase", "5", "--deadline", "30",
+                                      "--dp-clip", "10", "--dp-noise", "0.01", "--dp-delta", "1e-5"}));
+    INFO("server log:\n" << server.all_logs());
+    std::vector<std::thread> devices;
+    std::vector<Status> statuses(4, Status::kOk);
+    std::vector<std::string> errors(4);
+    for (uint32_t d = 0; d < 4; ++d) {
+      devices.emplace_back([&, d] {
+        Client client(persistent_client(pki, cli::dev_pki_device_id(d + 1), server.port(), 40 + d));
+        if (client.init(&errors[d]) != Status::kOk) {
+          statuses[d] = Status::kInvalidArgument;
+          return;
+        }
+        FixedTrainer trainer(d + 1, 1);
+        statuses[d] = client.participate(trainer, 1, nullptr, &errors[d]);
+      });
+    }
+    for (std::thread& t : devices) t.join();
+    for (uint32_t d = 0; d < 4; ++d) CHECK_MESSAGE(statuses[d] == Status::kOk, errors[d]);
+    REQUIRE(server.wait_exit(20000) == 0);
+    const std::vector<float> v1 = read_model(model_path(state, 1));
+    const std::vector<float> v2 = read_model(model_path(state, 2));
+    const size_t n = v1.size();
+    std::vector<Update> all;
+    for (uint32_t d = 1; d <= 4; ++d) all.push_back(secure_update(n, d));
+    // The noise the server asked for: (Z x sensitivity)^2 / cohort, sensitivity = C / step + sqrt(n).
+    const double step = 0.0002, sensitivity = 10.0 / step + std::sqrt(double(n));
+    const double variance = std::ceil(0.01 * sensitivity * 0.01 * sensitivity / 4.0);
+    const std::vector<std::string> committed =
+        lines_with(server.log(), {"event=round_committed", "updates=4"});
+    REQUIRE(committed.size() == 1);
+    CHECK(committed[0].find("dp_noise_variance=" + std::to_string(uint64_t(variance))) != std::string::npos);
+    CHECK(committed[0].find("dp_epsilon=") != std::string::npos);
+    // What the model moved by, less the exact mean: the mean of 4 devices' noise, in model units
+    // (step x sqrt(4 variance) / 4 per coordinate), zero on average.
+    double sum = 0, squares = 0;
+    for (size_t j = 0; j < n; ++j) {
+      double mean = 0;
+      for (const Update& u : all) mean += u.decoded[j];
+      const double r = double(v2[j]) - double(v1[j]) - mean / 4;
+      sum += r;
+      squares += r * r;
+    }
+    const double expected_sd = step * std::sqrt(4 * variance) / 4;
+    const double sd = std::sqrt(squares / double(n));
+    MESSAGE("noise on the model: sd " << sd << ", expected " << expected_sd << " over " << n
+                                      << " coordinates");
+    CHECK(sd == doctest::Approx(expected_sd).epsilon(0.05));
+    CHECK(std::fabs(sum / double(n)) < 4 * expected_sd / std::sqrt(double(n)));
+  }
 }

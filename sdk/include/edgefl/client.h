@@ -265,6 +265,7 @@ class Client {
   uint64_t download_version_ = 0, download_base_ = 0;
   std::array<uint8_t, 32> download_digest_{};  // wire::Digest
   bool needs_whole_model_ = false;             // a patched model failed its digest: ask for the whole one
+  uint64_t secure_round_over_ = 0;  // the last secure round this device finished or dropped out of (0: none)
   std::vector<float> delta_;
   std::vector<uint8_t> workspace_;
   std::vector<uint8_t> residual_memory_;

@@ -367,6 +367,19 @@ struct Client::Attempt {
   Step secure_steps(const wire::TaskOffer& offer);
   // Sends `out`; while the server answers SecAggStatus for `phase`, waits as it asks and polls.
   Step secure_exchange(const wire::Message& out, wire::SecAggPhase phase);
+  // The pending update is a secure round's masked vector the server acknowledged.
+  bool secure_vector_acked() const {
+    return c.pending_ && c.pending_->secure && c.pending_->secure->stage == Pending::Secure::Stage::kUnmask;
+  }
+  // That round went on without this device's unmask answer (the server had enough, or ended it):
+  // the vector counted; the round is over for this device.
+  void finish_secure_round() {
+    if (result->outcome != RoundOutcome::kDuplicate) result->outcome = RoundOutcome::kAccepted;
+    report_pending(*c.pending_);
+    c.secure_round_over_ = c.pending_->round_id;
+    c.pending_.reset();
+    done(Status::kOk);
+  }
   Step ask_after_round_ended();
   // The round result's fields that describe the pending update (its round, model and size).
   void report_pending(const Pending& p) {
@@ -866,6 +879,19 @@ Client::Attempt::Step Client::Attempt::secure_exchange(const wire::Message& out,
   Status s = exchange(out);
   for (;;) {
     if (s != Status::kOk) return connection_lost(s);
+    if (const auto* e = std::get_if<wire::Error>(&reply);
+        e != nullptr && !is_transient_refusal(e->code) && e->code != wire::ErrorCode::kUnauthorized) {
+      // The server refused this device's step (a message out of its phase, a second and different
+      // one): it drops out of this round, which goes on without it.
+      c.note(LogLevel::kWarn, "secure aggregation round " + std::to_string(p.round_id) +
+                                  ": the server refused a step ('" + e->message +
+                                  "'): this device drops out");
+      c.secure_round_over_ = p.round_id;
+      if (p.secure->stage < Pending::Secure::Stage::kUnmask) result->outcome = RoundOutcome::kStraggler;
+      c.pending_.reset();
+      c.connection_->close();
+      return done(Status::kOk);
+    }
     const auto* status_message = std::get_if<wire::SecAggStatus>(&reply);
     if (status_message == nullptr || status_message->phase == wire::SecAggPhase::kDone) return Step::kNext;
     if (Clock::now() >= p.deadline) {
@@ -894,6 +920,7 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
                                 what + " failed (" + status_name(s) +
                                 "): this device drops out of the round");
     if (sa.stage < Stage::kUnmask) result->outcome = RoundOutcome::kStraggler;
+    c.secure_round_over_ = offer.round_id;
     c.pending_.reset();
     c.connection_->close();
     return done(Status::kOk);
@@ -965,12 +992,12 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
     if (st != Step::kNext) return st;
     if (const auto* e = std::get_if<wire::Error>(&reply);
         e != nullptr && e->code == wire::ErrorCode::kUnknownRound) {
-      c.pending_.reset();  // the round ended without needing this device's answer
-      return done(Status::kOk);
+      finish_secure_round();  // the round ended without needing this device's answer
+      return Step::kDone;
     }
     if (std::holds_alternative<wire::SecAggStatus>(reply)) {  // kDone: nothing asked of it
-      c.pending_.reset();
-      return done(Status::kOk);
+      finish_secure_round();
+      return Step::kDone;
     }
     const auto* request = std::get_if<wire::SecAggUnmaskRequest>(&reply);
     if (request == nullptr || request->round_id != p.round_id) return refused();
@@ -1000,8 +1027,8 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
       (e == nullptr || e->code != wire::ErrorCode::kUnknownRound)) {
     return refused();
   }
-  c.pending_.reset();
-  return done(Status::kOk);
+  finish_secure_round();
+  return Step::kDone;
 }
 
 Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string* error) {
@@ -1030,6 +1057,10 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
     a.sample_heap();
     wire::TaskOffer offer;
     Step step = a.say_hello(&offer);
+    if (step == Step::kDone && result->outcome == RoundOutcome::kServerDraining && a.secure_vector_acked()) {
+      a.finish_secure_round();  // the server finished the round before this device heard so
+      return a.finish();
+    }
     if (step == Step::kNext) {
       const RoundTask task = task_of(offer);
       result->round_id = task.round_id;
@@ -1037,6 +1068,10 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       result->codec = task.codec;
       const bool round_ended =
           pending_ && (pending_->round_id != offer.round_id || pending_->nonce != offer.round_nonce);
+      if (round_ended && a.secure_vector_acked()) {
+        a.finish_secure_round();
+        return a.finish();
+      }
       if (round_ended && pending_->commit_sent) {
         step = a.ask_after_round_ended();
         if (step == Step::kDone) return a.finish();
@@ -1055,6 +1090,23 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
         pending_.reset();
         a.done(Status::kOk);
         return a.finish();
+      }
+      if (!pending_ && offer.secure_aggregation && offer.round_id == secure_round_over_) {
+        // This device is done with this secure round, or dropped out of it (its keys are gone):
+        // it waits for the next round, as a RetryLater would have it.
+        constexpr uint32_t kSecureRecheckMs = 500;
+        if (a.waited_ms + kSecureRecheckMs > options_.max_wait_ms) {
+          *error = "no new round within " + std::to_string(options_.max_wait_ms) + " ms";
+          a.done(Status::kTimeout);
+          return a.finish();
+        }
+        a.waited_ms += kSecureRecheckMs;
+        connection_->close();
+        if (const Status slept = sleep_ms(kSecureRecheckMs); slept != Status::kOk) {
+          a.done(slept);
+          return a.finish();
+        }
+        continue;
       }
       if (!pending_) {
         CodecSpec codec;
