@@ -13,7 +13,7 @@ if(TARGET edgefl_server_lib)
       ${CMAKE_CURRENT_LIST_DIR}/server/rounds_test.cpp)
   set(edgefl_server_test_suites server.storage server.model_files server.safetensors server.rounds.influence server.rounds.close
                                 server.rounds.leases server.rounds.ids server.rounds.seeds
-                                server.rounds.logic server.rounds.downlink server.rounds.models)
+                                server.rounds.logic server.rounds.downlink server.rounds.models server.rounds.secure)
 
   add_executable(edgefl_server_tests ${CMAKE_CURRENT_LIST_DIR}/main.cpp ${edgefl_server_test_sources})
   set_target_properties(edgefl_server_tests PROPERTIES CXX_EXTENSIONS OFF)

@@ -462,6 +462,9 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
         error);
     if (s != Status::kOk) return s;
     round.accepted = masked;
+    // An index is never taken back: its device may go on where it was, with or without a Hello.
+    for (const std::string& device : secure_->devices())
+      round.offered[device] = std::numeric_limits<int64_t>::max();
     open_ = std::move(round);
     open_->norm_bound = update_norm_bound();
     metrics_->round_id.store(open->round_id);

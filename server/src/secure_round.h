@@ -126,6 +126,8 @@ class SecureRound {
   uint32_t contributors() const { return contributors_; }
   // Why the round failed (kFailed), in words.
   const std::string& failure() const { return failure_; }
+  // The devices holding an index, by index.
+  const std::vector<std::string>& devices() const { return by_index_; }
   // Counts for logs and tests.
   size_t assigned() const { return devices_.size(); }
   size_t advertised() const { return server_.advertised(); }

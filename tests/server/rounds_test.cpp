@@ -43,6 +43,8 @@
 #include "round/downlink.h"
 #include "rounds.h"
 #include "safetensors.h"
+#include "secagg/crypto.h"
+#include "secagg/protocol.h"
 #include "sqlite_storage.h"
 #include "tls/digest.h"
 
@@ -1431,6 +1433,301 @@ TEST_SUITE("server.rounds.models") {
       s.rounds.reset();
       s.storage.reset();
       CHECK(s.open() == Status::kInvalidSpec);
+    }
+  }
+}
+
+// --- secure aggregation rounds (secure_round.h), in process -------------------------------------
+
+namespace {
+
+// One device of a secure round: its SecAgg+ state machine and the update it contributes.
+struct SecureDevice {
+  std::string id;
+  wire::TaskOffer offer;
+  secagg::SecAggClient client;
+  secagg::AdvertisedKeys keys;
+  std::vector<float> update;
+  std::vector<uint8_t> encoding;  // q8:shared,det of `update`
+
+  void start(const wire::TaskOffer& o) {
+    offer = o;
+    REQUIRE(o.secure_aggregation.has_value());
+    const wire::SecAggConfig& c = *o.secure_aggregation;
+    secagg::RoundParameters p;
+    p.round_id = o.round_id;
+    std::copy(o.round_nonce.begin(), o.round_nonce.end(), p.round_nonce.begin());
+    p.graph_seed = c.graph_seed;
+    p.graph = {c.cohort, c.degree, c.threshold};
+    p.modulus_bits = c.modulus_bits;
+    p.words = c.words;
+    REQUIRE(secagg::crypto_init() == Status::kOk);
+    REQUIRE(client.start(p, c.device_index, &keys) == Status::kOk);
+  }
+  wire::SecAggAdvertise advertise() const {
+    wire::SecAggAdvertise m;
+    m.round_id = offer.round_id;
+    m.round_nonce = offer.round_nonce;
+    m.keys = {keys.device, keys.cipher_public, keys.mask_public};
+    return m;
+  }
+  wire::SecAggPoll poll(wire::SecAggPhase phase) const {
+    wire::SecAggPoll m;
+    m.round_id = offer.round_id;
+    m.round_nonce = offer.round_nonce;
+    m.phase = phase;
+    return m;
+  }
+  wire::SecAggShares share(const wire::SecAggKeys& k) {
+    std::vector<secagg::AdvertisedKeys> neighbours;
+    for (const wire::SecAggDeviceKeys& x : k.keys)
+      neighbours.push_back({x.device, x.cipher_public, x.mask_public});
+    std::vector<secagg::SealedShares> sealed;
+    secagg::Key32 commitment;
+    REQUIRE(client.share({neighbours.data(), neighbours.size()}, &sealed, &commitment) == Status::kOk);
+    wire::SecAggShares m;
+    m.round_id = offer.round_id;
+    m.round_nonce = offer.round_nonce;
+    m.seed_commitment = commitment;
+    for (const secagg::SealedShares& x : sealed) {
+      wire::SecAggSealedShare w;
+      w.from = x.from;
+      w.to = x.to;
+      std::copy(x.sealed.begin(), x.sealed.end(), w.sealed.begin());
+      m.shares.push_back(w);
+    }
+    return m;
+  }
+  // The masked vector of `update`'s integer codes, packed.
+  std::vector<uint8_t> mask(const wire::SecAggInbox& inbox) {
+    const wire::SecAggConfig& c = *offer.secure_aggregation;
+    CodecSpec spec;
+    REQUIRE(parse_codec_spec(offer.uplink_codec.c_str(), &spec) == Status::kOk);
+    std::vector<uint8_t> ws(workspace_size(spec, update.size()));
+    encoding.assign(encoded_bound(spec, update.size()), 0);
+    size_t written = 0;
+    REQUIRE(encode(spec, {update.data(), update.size()}, offer.codec_seed, {ws.data(), ws.size()},
+                   {encoding.data(), encoding.size()}, &written) == Status::kOk);
+    encoding.resize(written);
+    std::vector<int32_t> codes(c.words);
+    REQUIRE(read_integer_codes({encoding.data(), encoding.size()}, {codes.data(), codes.size()}) ==
+            Status::kOk);
+    std::vector<uint32_t> words(c.words), masked(c.words);
+    for (size_t i = 0; i < codes.size(); ++i) words[i] = secagg::to_word(codes[i], c.modulus_bits);
+    std::vector<secagg::SealedShares> received;
+    for (const wire::SecAggSealedShare& w : inbox.shares) {
+      secagg::SealedShares x;
+      x.from = w.from;
+      x.to = w.to;
+      std::copy(w.sealed.begin(), w.sealed.end(), x.sealed.begin());
+      received.push_back(x);
+    }
+    REQUIRE(client.mask({received.data(), received.size()}, {words.data(), words.size()},
+                        {masked.data(), masked.size()}) == Status::kOk);
+    std::vector<uint8_t> packed(secagg::packed_words_bytes(c.words, c.modulus_bits));
+    REQUIRE(secagg::pack_words({masked.data(), masked.size()}, c.modulus_bits,
+                               {packed.data(), packed.size()}) == Status::kOk);
+    return packed;
+  }
+  wire::SecAggUnmaskResponse unmask(const wire::SecAggUnmaskRequest& request) {
+    secagg::UnmaskRequest q{request.survivors, request.dropped};
+    std::vector<secagg::RevealedShare> revealed;
+    REQUIRE(client.unmask(q, &revealed) == Status::kOk);
+    wire::SecAggUnmaskResponse m;
+    m.round_id = offer.round_id;
+    m.round_nonce = offer.round_nonce;
+    for (const secagg::RevealedShare& r : revealed) {
+      wire::SecAggRevealedShare w;
+      w.owner = r.owner;
+      w.kind = uint8_t(r.kind);
+      w.x = r.share.x;
+      std::copy(std::begin(r.share.y), std::end(r.share.y), w.y.begin());
+      m.shares.push_back(w);
+    }
+    return m;
+  }
+};
+
+template <typename T>
+T expect(const wire::Message& m) {
+  const T* got = std::get_if<T>(&m);
+  const wire::Error* e = std::get_if<wire::Error>(&m);
+  REQUIRE_MESSAGE(got != nullptr, "got " << wire::message_type_name(wire::message_type(m))
+                                         << (e != nullptr ? ": " + e->message : std::string()));
+  return *got;
+}
+
+void expect_error(const wire::Message& m, wire::ErrorCode code, const std::string& text) {
+  const wire::Error* e = std::get_if<wire::Error>(&m);
+  REQUIRE_MESSAGE(e != nullptr, "got " << wire::message_type_name(wire::message_type(m)));
+  CHECK(e->code == code);
+  CHECK_MESSAGE(e->message.find(text) != std::string::npos, e->message);
+}
+
+}  // namespace
+
+TEST_SUITE("server.rounds.secure") {
+  TEST_CASE(
+      "a secure round against hostile devices and a failing log: specific refusals, nothing changed by "
+      "them, a restart in every phase, and the exact mean of the survivors") {
+    for (const bool in_memory : {false, true}) {
+      CAPTURE(in_memory);
+      RoundOptions o;
+      o.cohort = 4;
+      o.over_selection = 1.0;
+      o.min_quorum = 3;
+      o.deadline_ms = 60000;
+      o.uplink_codec = "q8:shared=0.0002,det";
+      o.secure_aggregation.enabled = true;
+      o.secure_aggregation.phase_ms = 1000;
+      Server s(make_temp_dir(), o);
+      s.in_memory = in_memory;
+      REQUIRE(s.open() == Status::kOk);
+      const std::vector<float> v1 = s.model();
+      const size_t n = v1.size();
+      const uint32_t secure = wire::kCapabilitySecureAggregation;
+
+      // An SDK without the capability is refused; four devices get indices, a fifth waits.
+      wire::Hello plain;
+      plain.sdk_version = "old";
+      expect_error(s.rounds->hello("old", plain, s.now).message, wire::ErrorCode::kUnauthorized,
+                   "secure aggregation");
+      std::vector<SecureDevice> d(4);
+      for (size_t i = 0; i < 4; ++i) {
+        d[i].id = "dev-" + std::to_string(i);
+        d[i].start(s.offer(d[i].id, 0, secure));
+        d[i].update.resize(n);
+        for (size_t j = 0; j < n; ++j) d[i].update[j] = 0.004f * float(std::sin(0.1 * double(j) + double(i)));
+      }
+      wire::Hello late;
+      late.sdk_version = "test";
+      late.capability_flags = secure;
+      CHECK(expect<wire::RetryLater>(s.rounds->hello("dev-late", late, s.now).message).reason ==
+            wire::RetryReason::kRoundFull);
+      const SecureRound* round = s.rounds->secure_round();
+      REQUIRE(round != nullptr);
+      CHECK(round->assigned() == 4);
+
+      // Keys: a forged index, another device's keys, a failing log.
+      wire::SecAggAdvertise forged = d[0].advertise();
+      forged.keys.device = d[1].keys.device;
+      expect_error(s.rounds->secagg_advertise(d[0].id, forged, s.now).message, wire::ErrorCode::kBadMessage,
+                   "this device's is");
+      s.faults->failing["append_round_event"] = 1;
+      expect_error(s.rounds->secagg_advertise(d[0].id, d[0].advertise(), s.now).message,
+                   wire::ErrorCode::kInternal, "not recorded");
+      CHECK(round->advertised() == 0);  // nothing changed
+      expect<wire::SecAggStatus>(s.rounds->secagg_advertise(d[0].id, d[0].advertise(), s.now).message);
+      wire::SecAggAdvertise replayed = d[0].advertise();  // device 1 replays device 0's keys
+      replayed.keys.device = d[1].keys.device;
+      expect_error(s.rounds->secagg_advertise(d[1].id, replayed, s.now).message, wire::ErrorCode::kBadMessage,
+                   "key_reuse");
+      CHECK(round->advertised() == 1);
+      expect<wire::SecAggStatus>(s.rounds->secagg_advertise(d[1].id, d[1].advertise(), s.now).message);
+      wire::SecAggAdvertise other = d[1].advertise();  // a second, different advertisement
+      other.keys.mask_public[0] ^= 1;
+      expect_error(s.rounds->secagg_advertise(d[1].id, other, s.now).message,
+                   wire::ErrorCode::kUnexpectedMessage, "already");
+      // Shares before the keys phase ended are refused.
+      wire::SecAggShares early;
+      early.round_id = d[0].offer.round_id;
+      early.round_nonce = d[0].offer.round_nonce;
+      expect_error(s.rounds->secagg_shares(d[0].id, early, s.now).message,
+                   wire::ErrorCode::kUnexpectedMessage, "shares phase");
+      s.reopen();  // a restart in the keys phase
+      round = s.rounds->secure_round();
+      REQUIRE(round != nullptr);
+      CHECK(round->advertised() == 2);
+      CHECK(round->assigned() == 4);
+      expect<wire::SecAggStatus>(s.rounds->secagg_advertise(d[2].id, d[2].advertise(), s.now).message);
+      expect<wire::SecAggStatus>(s.rounds->secagg_advertise(d[3].id, d[3].advertise(), s.now).message);
+      CHECK(round->phase() == SecurePhase::kShares);  // everyone advertised: the phase ended early
+
+      // Shares.
+      std::vector<wire::SecAggShares> shares;
+      for (size_t i = 0; i < 4; ++i) {
+        const wire::SecAggKeys keys = expect<wire::SecAggKeys>(
+            s.rounds->secagg_poll(d[i].id, d[i].poll(wire::SecAggPhase::kKeys), s.now).message);
+        CHECK(keys.keys.size() == 3);
+        shares.push_back(d[i].share(keys));
+      }
+      wire::SecAggShares misaddressed = shares[0];
+      misaddressed.shares[0].to = misaddressed.shares[1].to;
+      misaddressed.shares.pop_back();
+      expect_error(s.rounds->secagg_shares(d[0].id, misaddressed, s.now).message,
+                   wire::ErrorCode::kBadMessage, "shares refused");
+      for (size_t i = 0; i < 4; ++i) s.rounds->secagg_shares(d[i].id, shares[i], s.now);
+      round = s.rounds->secure_round();
+      CHECK(round->phase() == SecurePhase::kMasked);
+      s.reopen();  // a restart in the masked phase
+      round = s.rounds->secure_round();
+      REQUIRE(round != nullptr);
+      CHECK(round->phase() == SecurePhase::kMasked);
+      CHECK(round->shared() == 4);
+
+      // Masked vectors: a wrong size is rejected; devices 0, 1 and 2 send theirs, device 3 drops.
+      std::vector<std::vector<uint8_t>> masked;
+      for (size_t i = 0; i < 3; ++i) {
+        const wire::SecAggInbox inbox = expect<wire::SecAggInbox>(
+            s.rounds->secagg_poll(d[i].id, d[i].poll(wire::SecAggPhase::kShares), s.now).message);
+        masked.push_back(d[i].mask(inbox));
+      }
+      std::vector<uint8_t> short_vector(masked[0].begin(), masked[0].end() - 1);
+      const wire::Ack rejected = expect<wire::Ack>(s.upload_bytes(d[0].offer, d[0].id, short_vector, 1));
+      CHECK(rejected.disposition == wire::UpdateDisposition::kRejected);
+      CHECK(rejected.reason == wire::RejectReason::kInvalidEncoding);
+      for (size_t i = 0; i < 3; ++i) {
+        CHECK(expect<wire::Ack>(s.upload_bytes(d[i].offer, d[i].id, masked[i], 1)).disposition ==
+              wire::UpdateDisposition::kAccepted);
+      }
+      CHECK(expect<wire::Ack>(s.upload_bytes(d[0].offer, d[0].id, masked[0], 1)).disposition ==
+            wire::UpdateDisposition::kDuplicate);  // counted once
+      s.reopen();                                  // a restart with three vectors in the ledger
+      round = s.rounds->secure_round();
+      REQUIRE(round != nullptr);
+      CHECK(round->masked() == 3);
+      CHECK(expect<wire::SecAggStatus>(
+                s.rounds->secagg_poll(d[0].id, d[0].poll(wire::SecAggPhase::kUnmask), s.now).message)
+                .phase == wire::SecAggPhase::kUnmask);
+      s.now += 1001;  // the masked phase's deadline: device 3 is dropped
+      s.rounds->tick(s.now);
+      CHECK(round->phase() == SecurePhase::kUnmask);
+      // Device 3, which did not mask, has nothing more to do in this round.
+      CHECK(std::holds_alternative<wire::RetryLater>(s.rounds->hello(d[3].id, late, s.now).message));
+
+      // Unmasking: a share of the wrong kind is refused; then the survivors answer.
+      std::vector<wire::SecAggUnmaskResponse> answers;
+      for (size_t i = 0; i < 3; ++i) {
+        const wire::SecAggUnmaskRequest request = expect<wire::SecAggUnmaskRequest>(
+            s.rounds->secagg_poll(d[i].id, d[i].poll(wire::SecAggPhase::kUnmask), s.now).message);
+        CHECK(request.dropped == std::vector<uint32_t>{d[3].keys.device});
+        answers.push_back(d[i].unmask(request));
+      }
+      wire::SecAggUnmaskResponse wrong = answers[0];
+      for (wire::SecAggRevealedShare& r : wrong.shares) r.kind ^= 1;
+      expect_error(s.rounds->secagg_unmask(d[0].id, wrong, s.now).message, wire::ErrorCode::kBadMessage,
+                   "answer refused");
+      s.reopen();  // a restart in the unmask phase
+      expect<wire::SecAggStatus>(s.rounds->secagg_unmask(d[0].id, answers[0], s.now).message);
+      expect<wire::SecAggStatus>(s.rounds->secagg_unmask(d[1].id, answers[1], s.now).message);
+      expect<wire::SecAggStatus>(s.rounds->secagg_unmask(d[2].id, answers[2], s.now).message);
+      CHECK(s.rounds->model_version() == 2);       // committed
+      CHECK(s.rounds->secure_round() != nullptr);  // the next round, secure too
+      CHECK(s.rounds->secure_round()->assigned() == 0);
+
+      // The model moved by the exact mean of devices 0, 1 and 2's decoded codes.
+      const std::vector<float> v2 = s.model();
+      std::vector<float> a(n), b(n), c(n);
+      REQUIRE(decode({d[0].encoding.data(), d[0].encoding.size()}, {a.data(), n}) == Status::kOk);
+      REQUIRE(decode({d[1].encoding.data(), d[1].encoding.size()}, {b.data(), n}) == Status::kOk);
+      REQUIRE(decode({d[2].encoding.data(), d[2].encoding.size()}, {c.data(), n}) == Status::kOk);
+      double worst = 0;
+      for (size_t j = 0; j < n; ++j) {
+        worst = std::max(
+            worst,
+            std::fabs(double(v2[j]) - (double(v1[j]) + (double(a[j]) + double(b[j]) + double(c[j])) / 3)));
+      }
+      CHECK(worst < 1e-6);
     }
   }
 }
