@@ -1209,23 +1209,24 @@ Reply RoundManager::commit(const std::string& device, const wire::Commit& commit
   return count_update(device, commit, digest, check.norm, now_ms);
 }
 
-Reply RoundManager::count_update(const std::string& device, const wire::Commit& commit,
-                                 const tls::Sha256Digest& digest, double norm, int64_t now_ms) {
+std::optional<Reply> RoundManager::record_upload(const std::string& device, const wire::Commit& commit,
+                                                 const tls::Sha256Digest& digest, int64_t now_ms,
+                                                 UpdateRecord* record) {
   OpenRound& round = *open_;
   auto it = round.uploads.find(device);
   Upload& upload = it->second;
-  UpdateRecord record;
-  record.round_id = round.record.round_id;
-  record.device_id = device;
-  record.upload_id = upload.upload_id;
-  record.sample_count = commit.sample_count;
-  std::memcpy(record.digest.data(), digest.data(), digest.size());
-  record.payload_bytes = upload.bytes.size();
-  record.accepted_unix_ms = now_ms;
-  record.payload = std::move(upload.bytes);
+  record->round_id = round.record.round_id;
+  record->device_id = device;
+  record->upload_id = upload.upload_id;
+  record->sample_count = commit.sample_count;
+  std::memcpy(record->digest.data(), digest.data(), digest.size());
+  record->payload_bytes = upload.bytes.size();
+  record->accepted_unix_ms = now_ms;
+  record->payload = std::move(upload.bytes);
   InsertResult inserted = InsertResult::kInserted;
   std::string error;
-  if (storage_->record_update(record, &inserted, nullptr, &error) != Status::kOk) {
+  if (storage_->record_update(*record, &inserted, nullptr, &error) != Status::kOk) {
+    upload.bytes = std::move(record->payload);  // kept for a retried commit
     fatal("record_update", error);
     return error_reply(wire::ErrorCode::kInternal, "server storage failure: the update was not recorded",
                        true);
@@ -1235,6 +1236,18 @@ Reply RoundManager::count_update(const std::string& device, const wire::Commit& 
     metrics_->updates_duplicate.fetch_add(1);
     return ack(round.record.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
   }
+  return std::nullopt;
+}
+
+Reply RoundManager::count_update(const std::string& device, const wire::Commit& commit,
+                                 const tls::Sha256Digest& digest, double norm, int64_t now_ms) {
+  OpenRound& round = *open_;
+  auto it = round.uploads.find(device);
+  Upload& upload = it->second;
+  UpdateRecord record;
+  if (std::optional<Reply> done = record_upload(device, commit, digest, now_ms, &record))
+    return std::move(*done);
+  std::string error;
   const Status s = aggregate_.add_dense({scratch_.data(), n_}, double(commit.sample_count));
   if (s != Status::kOk) {  // cannot happen after the checks; the ledger still has it for a restart
     fatal("aggregate add", status_name(s));
@@ -1427,26 +1440,9 @@ Reply RoundManager::count_masked(const std::string& device, const wire::Commit& 
                wire::RejectReason::kInvalidEncoding);
   }
   UpdateRecord record;
-  record.round_id = round.record.round_id;
-  record.device_id = device;
-  record.upload_id = upload.upload_id;
-  record.sample_count = commit.sample_count;
-  std::memcpy(record.digest.data(), digest.data(), digest.size());
-  record.payload_bytes = upload.bytes.size();
-  record.accepted_unix_ms = now_ms;
-  record.payload = std::move(upload.bytes);
-  InsertResult inserted = InsertResult::kInserted;
-  std::string error;
-  if (storage_->record_update(record, &inserted, nullptr, &error) != Status::kOk) {
-    fatal("record_update", error);
-    return error_reply(wire::ErrorCode::kInternal, "server storage failure: the update was not recorded",
-                       true);
-  }
+  if (std::optional<Reply> done = record_upload(device, commit, digest, now_ms, &record))
+    return std::move(*done);
   round.uploads.erase(it);
-  if (inserted == InsertResult::kDuplicate) {
-    metrics_->updates_duplicate.fetch_add(1);
-    return ack(record.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
-  }
   if (secure_->add_masked(device, {words.data(), words.size()}) != Status::kOk) {  // checked above
     fatal("secure aggregation masked input", "refused after its check");
     return error_reply(wire::ErrorCode::kInternal, "server failed to aggregate the masked vector", true);

@@ -257,6 +257,10 @@ class RoundManager {
   Reply straggler_or_late(const std::string& device, const wire::Commit& commit, bool late);
   Reply count_update(const std::string& device, const wire::Commit& commit, const tls::Sha256Digest& digest,
                      double norm, int64_t now_ms);
+  // The ledger step of both: `device`'s upload recorded durably (its bytes move into *record); a
+  // reply when that is the end of it (a storage failure, a duplicate).
+  std::optional<Reply> record_upload(const std::string& device, const wire::Commit& commit,
+                                     const tls::Sha256Digest& digest, int64_t now_ms, UpdateRecord* record);
   // check_update() (round/update_steps.h) of an upload into scratch_, growing the decode workspace.
   UpdateCheck check_upload(Span<const uint8_t> bytes, const uint64_t* codec_seed, double norm_bound);
   // `device`'s training and codec seeds in round `round_id` (round/seeds.h).

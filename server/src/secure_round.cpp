@@ -11,6 +11,7 @@
 #include "secagg/crypto.h"
 #include "secagg/dp.h"
 #include "secagg/graph.h"
+#include "secagg/wire_form.h"
 
 namespace edgefl::server {
 
@@ -387,22 +388,14 @@ wire::Message SecureRound::status_reply(wire::SecAggPhase waiting_for, int64_t n
 wire::Message SecureRound::keys_reply(uint32_t index) const {
   wire::SecAggKeys k;
   k.round_id = round_id_;
-  for (const secagg::AdvertisedKeys& a : server_.keys_for(index)) {
-    k.keys.push_back(wire::SecAggDeviceKeys{a.device, a.cipher_public, a.mask_public});
-  }
+  k.keys = secagg::to_wire_all(server_.keys_for(index));
   return wire::Message{std::move(k)};
 }
 
 wire::Message SecureRound::inbox_reply(uint32_t index) const {
   wire::SecAggInbox in;
   in.round_id = round_id_;
-  for (const secagg::SealedShares& s : server_.shares_for(index)) {
-    wire::SecAggSealedShare w;
-    w.from = s.from;
-    w.to = s.to;
-    std::copy(s.sealed.begin(), s.sealed.end(), w.sealed.begin());
-    in.shares.push_back(w);
-  }
+  in.shares = secagg::to_wire_all(server_.shares_for(index));
   return wire::Message{std::move(in)};
 }
 

@@ -65,6 +65,7 @@
 #include "safetensors.h"
 #include "secagg/crypto.h"
 #include "secagg/protocol.h"
+#include "secagg/wire_form.h"
 #include "sqlite_storage.h"
 #include "tls/digest.h"
 #include "tls/tls_credentials.h"
@@ -2479,13 +2480,7 @@ std::string share_then_drop(uint16_t port, const tls::TlsCredentials& creds) {
   if (await_offer(link, &offer, &what, 0, wire::kCapabilitySecureAggregation) != Status::kOk) return what;
   if (!offer.secure_aggregation) return "the offer is not a secure round";
   const wire::SecAggConfig& c = *offer.secure_aggregation;
-  secagg::RoundParameters p;
-  p.round_id = offer.round_id;
-  std::copy(offer.round_nonce.begin(), offer.round_nonce.end(), p.round_nonce.begin());
-  p.graph_seed = c.graph_seed;
-  p.graph = {c.cohort, c.degree, c.threshold};
-  p.modulus_bits = c.modulus_bits;
-  p.words = c.words;
+  const secagg::RoundParameters p = secagg::round_parameters_of(offer);
   secagg::SecAggClient client;
   secagg::AdvertisedKeys keys;
   if (secagg::crypto_init() != Status::kOk || client.start(p, c.device_index, &keys) != Status::kOk)
@@ -2493,7 +2488,7 @@ std::string share_then_drop(uint16_t port, const tls::TlsCredentials& creds) {
   wire::SecAggAdvertise advertise;
   advertise.round_id = offer.round_id;
   advertise.round_nonce = offer.round_nonce;
-  advertise.keys = {keys.device, keys.cipher_public, keys.mask_public};
+  advertise.keys = secagg::to_wire(keys);
   // A device cannot advertise under another index.
   wire::SecAggAdvertise forged = advertise;
   forged.keys.device = (c.device_index + 1) % c.cohort;
@@ -2517,9 +2512,8 @@ std::string share_then_drop(uint16_t port, const tls::TlsCredentials& creds) {
     poll.phase = wire::SecAggPhase::kKeys;
     out = wire::Message{poll};
   }
-  std::vector<secagg::AdvertisedKeys> neighbours;
-  for (const wire::SecAggDeviceKeys& k : std::get<wire::SecAggKeys>(reply).keys)
-    neighbours.push_back({k.device, k.cipher_public, k.mask_public});
+  const std::vector<secagg::AdvertisedKeys> neighbours =
+      secagg::from_wire_all(std::get<wire::SecAggKeys>(reply).keys);
   std::vector<secagg::SealedShares> sealed;
   secagg::Key32 commitment;
   if (client.share({neighbours.data(), neighbours.size()}, &sealed, &commitment) != Status::kOk)
@@ -2528,13 +2522,7 @@ std::string share_then_drop(uint16_t port, const tls::TlsCredentials& creds) {
   shares.round_id = offer.round_id;
   shares.round_nonce = offer.round_nonce;
   shares.seed_commitment = commitment;
-  for (const secagg::SealedShares& x : sealed) {
-    wire::SecAggSealedShare w;
-    w.from = x.from;
-    w.to = x.to;
-    std::copy(x.sealed.begin(), x.sealed.end(), w.sealed.begin());
-    shares.shares.push_back(w);
-  }
+  shares.shares = secagg::to_wire_all(sealed);
   if (link.exchange(wire::Message{shares}, &reply) != Status::kOk) return "shares: " + link.error;
   if (!std::holds_alternative<wire::SecAggStatus>(reply) && !std::holds_alternative<wire::SecAggInbox>(reply))
     return "shares answered with " + describe(reply);

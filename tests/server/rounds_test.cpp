@@ -45,6 +45,7 @@
 #include "safetensors.h"
 #include "secagg/crypto.h"
 #include "secagg/protocol.h"
+#include "secagg/wire_form.h"
 #include "sqlite_storage.h"
 #include "tls/digest.h"
 
@@ -1453,22 +1454,15 @@ struct SecureDevice {
   void start(const wire::TaskOffer& o) {
     offer = o;
     REQUIRE(o.secure_aggregation.has_value());
-    const wire::SecAggConfig& c = *o.secure_aggregation;
-    secagg::RoundParameters p;
-    p.round_id = o.round_id;
-    std::copy(o.round_nonce.begin(), o.round_nonce.end(), p.round_nonce.begin());
-    p.graph_seed = c.graph_seed;
-    p.graph = {c.cohort, c.degree, c.threshold};
-    p.modulus_bits = c.modulus_bits;
-    p.words = c.words;
+    const secagg::RoundParameters p = secagg::round_parameters_of(o);
     REQUIRE(secagg::crypto_init() == Status::kOk);
-    REQUIRE(client.start(p, c.device_index, &keys) == Status::kOk);
+    REQUIRE(client.start(p, o.secure_aggregation->device_index, &keys) == Status::kOk);
   }
   wire::SecAggAdvertise advertise() const {
     wire::SecAggAdvertise m;
     m.round_id = offer.round_id;
     m.round_nonce = offer.round_nonce;
-    m.keys = {keys.device, keys.cipher_public, keys.mask_public};
+    m.keys = secagg::to_wire(keys);
     return m;
   }
   wire::SecAggPoll poll(wire::SecAggPhase phase) const {
@@ -1479,9 +1473,7 @@ struct SecureDevice {
     return m;
   }
   wire::SecAggShares share(const wire::SecAggKeys& k) {
-    std::vector<secagg::AdvertisedKeys> neighbours;
-    for (const wire::SecAggDeviceKeys& x : k.keys)
-      neighbours.push_back({x.device, x.cipher_public, x.mask_public});
+    const std::vector<secagg::AdvertisedKeys> neighbours = secagg::from_wire_all(k.keys);
     std::vector<secagg::SealedShares> sealed;
     secagg::Key32 commitment;
     REQUIRE(client.share({neighbours.data(), neighbours.size()}, &sealed, &commitment) == Status::kOk);
@@ -1489,13 +1481,7 @@ struct SecureDevice {
     m.round_id = offer.round_id;
     m.round_nonce = offer.round_nonce;
     m.seed_commitment = commitment;
-    for (const secagg::SealedShares& x : sealed) {
-      wire::SecAggSealedShare w;
-      w.from = x.from;
-      w.to = x.to;
-      std::copy(x.sealed.begin(), x.sealed.end(), w.sealed.begin());
-      m.shares.push_back(w);
-    }
+    m.shares = secagg::to_wire_all(sealed);
     return m;
   }
   // The masked vector of `update`'s integer codes, packed.
@@ -1514,14 +1500,7 @@ struct SecureDevice {
             Status::kOk);
     std::vector<uint32_t> words(c.words), masked(c.words);
     for (size_t i = 0; i < codes.size(); ++i) words[i] = secagg::to_word(codes[i], c.modulus_bits);
-    std::vector<secagg::SealedShares> received;
-    for (const wire::SecAggSealedShare& w : inbox.shares) {
-      secagg::SealedShares x;
-      x.from = w.from;
-      x.to = w.to;
-      std::copy(w.sealed.begin(), w.sealed.end(), x.sealed.begin());
-      received.push_back(x);
-    }
+    const std::vector<secagg::SealedShares> received = secagg::from_wire_all(inbox.shares);
     REQUIRE(client.mask({received.data(), received.size()}, {words.data(), words.size()},
                         {masked.data(), masked.size()}) == Status::kOk);
     std::vector<uint8_t> packed(secagg::packed_words_bytes(c.words, c.modulus_bits));
@@ -1536,14 +1515,7 @@ struct SecureDevice {
     wire::SecAggUnmaskResponse m;
     m.round_id = offer.round_id;
     m.round_nonce = offer.round_nonce;
-    for (const secagg::RevealedShare& r : revealed) {
-      wire::SecAggRevealedShare w;
-      w.owner = r.owner;
-      w.kind = uint8_t(r.kind);
-      w.x = r.share.x;
-      std::copy(std::begin(r.share.y), std::end(r.share.y), w.y.begin());
-      m.shares.push_back(w);
-    }
+    m.shares = secagg::to_wire_all(revealed);
     return m;
   }
 };

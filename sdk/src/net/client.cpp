@@ -16,6 +16,7 @@
 #include "secagg/crypto.h"
 #include "secagg/dp.h"
 #include "secagg/protocol.h"
+#include "secagg/wire_form.h"
 #include "tls/digest.h"
 #include "tls/tls_credentials.h"
 
@@ -854,22 +855,14 @@ Client::Attempt::Step Client::Attempt::prepare_secure(const wire::TaskOffer& off
   secure->words.resize(codes.size());
   for (size_t i = 0; i < codes.size(); ++i) secure->words[i] = secagg::to_word(codes[i], config.modulus_bits);
   std::fill(codes.begin(), codes.end(), 0);
-  secagg::RoundParameters params;
-  params.round_id = offer.round_id;
-  std::copy(offer.round_nonce.begin(), offer.round_nonce.end(), params.round_nonce.begin());
-  params.graph_seed = config.graph_seed;
-  params.graph.clients = config.cohort;
-  params.graph.degree = config.degree;
-  params.graph.threshold = config.threshold;
-  params.modulus_bits = config.modulus_bits;
-  params.words = config.words;
+  const secagg::RoundParameters params = secagg::round_parameters_of(offer);
   secagg::AdvertisedKeys keys;
   s = secagg::crypto_init();
   if (s == Status::kOk) s = secure->client.start(params, config.device_index, &keys);
   if (s != Status::kOk) return refuse(std::string("the round's parameters: ") + status_name(s), s);
   secure->advertise.round_id = offer.round_id;
   secure->advertise.round_nonce = offer.round_nonce;
-  secure->advertise.keys = wire::SecAggDeviceKeys{keys.device, keys.cipher_public, keys.mask_public};
+  secure->advertise.keys = secagg::to_wire(keys);
   p->secure = std::move(secure);
   return Step::kNext;
 }
@@ -930,10 +923,7 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
     if (st != Step::kNext) return st;
     const auto* keys = std::get_if<wire::SecAggKeys>(&reply);
     if (keys == nullptr || keys->round_id != p.round_id) return refused();
-    std::vector<secagg::AdvertisedKeys> neighbours;
-    for (const wire::SecAggDeviceKeys& k : keys->keys) {
-      neighbours.push_back(secagg::AdvertisedKeys{k.device, k.cipher_public, k.mask_public});
-    }
+    const std::vector<secagg::AdvertisedKeys> neighbours = secagg::from_wire_all(keys->keys);
     std::vector<secagg::SealedShares> sealed;
     secagg::Key32 commitment;
     const Status s = sa.client.share({neighbours.data(), neighbours.size()}, &sealed, &commitment);
@@ -941,13 +931,7 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
     sa.shares.round_id = p.round_id;
     sa.shares.round_nonce = p.nonce;
     sa.shares.seed_commitment = commitment;
-    for (const secagg::SealedShares& x : sealed) {
-      wire::SecAggSealedShare w;
-      w.from = x.from;
-      w.to = x.to;
-      std::copy(x.sealed.begin(), x.sealed.end(), w.sealed.begin());
-      sa.shares.shares.push_back(w);
-    }
+    sa.shares.shares = secagg::to_wire_all(sealed);
     sa.stage = Stage::kShare;
   }
   if (sa.stage == Stage::kShare) {
@@ -955,14 +939,7 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
     if (st != Step::kNext) return st;
     const auto* inbox = std::get_if<wire::SecAggInbox>(&reply);
     if (inbox == nullptr || inbox->round_id != p.round_id) return refused();
-    std::vector<secagg::SealedShares> received;
-    for (const wire::SecAggSealedShare& w : inbox->shares) {
-      secagg::SealedShares x;
-      x.from = w.from;
-      x.to = w.to;
-      std::copy(w.sealed.begin(), w.sealed.end(), x.sealed.begin());
-      received.push_back(x);
-    }
+    const std::vector<secagg::SealedShares> received = secagg::from_wire_all(inbox->shares);
     std::vector<uint32_t> masked(sa.words.size());
     Status s = sa.client.mask({received.data(), received.size()}, {sa.words.data(), sa.words.size()},
                               {masked.data(), masked.size()});
@@ -1010,14 +987,7 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
     wire::SecAggUnmaskResponse answer;
     answer.round_id = p.round_id;
     answer.round_nonce = p.nonce;
-    for (const secagg::RevealedShare& r : revealed) {
-      wire::SecAggRevealedShare w;
-      w.owner = r.owner;
-      w.kind = uint8_t(r.kind);
-      w.x = r.share.x;
-      std::copy(std::begin(r.share.y), std::end(r.share.y), w.y.begin());
-      answer.shares.push_back(w);
-    }
+    answer.shares = secagg::to_wire_all(revealed);
     sa.answer = std::move(answer);
   }
   const Step st = secure_exchange(wire::Message{*sa.answer}, wire::SecAggPhase::kUnmask);
