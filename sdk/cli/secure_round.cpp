@@ -11,6 +11,7 @@
 #include "edgefl/wire.h"
 #include "secagg/dp.h"
 #include "secagg/protocol.h"
+#include "secagg/wire_form.h"
 
 namespace edgefl {
 namespace cli {
@@ -21,11 +22,41 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Message bodies (protocol.h) and one frame header each.
-constexpr uint64_t kFrame = wire::kFrameHeaderBytes;
-constexpr uint64_t kKeysBytes = 4 + 32 + 32;                       // AdvertisedKeys
-constexpr uint64_t kSealedBytes = 8 + secagg::kSealedSharesBytes;  // SealedShares
-constexpr uint64_t kRevealedBytes = 4 + 1 + secagg::kShareBytes;   // RevealedShare
+// The bytes of `m`'s frame on the wire (header and FlatBuffer), as edgefl::Client and
+// edgefl-server exchange it.
+uint64_t frame_bytes(const wire::Message& m) {
+  std::vector<uint8_t> frame;
+  return wire::encode(m, &frame) == Status::kOk ? frame.size() : 0;
+}
+
+// A masked vector of `bytes` bytes as the device uploads it: UploadStart, chunks of the server's
+// default 64 KiB, and the Commit with the metrics edgefl::Client sends.
+uint64_t upload_bytes(uint64_t round_id, const std::vector<uint8_t>& nonce, uint64_t bytes) {
+  constexpr uint64_t kChunk = 64 * 1024;
+  wire::UploadStart start;
+  start.round_id = round_id;
+  start.round_nonce = nonce;
+  start.upload_id.fill(0x5A);
+  start.total_bytes = bytes;
+  uint64_t total = frame_bytes(wire::Message{start});
+  for (uint64_t offset = 0; offset < bytes; offset += kChunk) {
+    wire::UploadChunk chunk;
+    chunk.round_id = round_id;
+    chunk.upload_id = start.upload_id;
+    chunk.offset = offset;
+    chunk.total_bytes = bytes;
+    chunk.data.assign(std::min(kChunk, bytes - offset), 0);
+    total += frame_bytes(wire::Message{std::move(chunk)});
+  }
+  wire::Commit commit;
+  commit.round_id = round_id;
+  commit.round_nonce = nonce;
+  commit.upload_id = start.upload_id;
+  commit.total_bytes = bytes;
+  commit.sample_count = 1;
+  commit.metrics = {{"train_loss", 0.5}, {"train_seconds", 0.5}};
+  return total + frame_bytes(wire::Message{commit});
+}
 
 }  // namespace
 
@@ -68,6 +99,13 @@ SecureRoundResult run_secure_round(uint64_t round_id, uint64_t seed,
   r.downlink_bytes.assign(n, 0);
   r.client_s.assign(n, 0);
 
+  const std::vector<uint8_t> nonce(p.round_nonce.begin(), p.round_nonce.end());
+  wire::Ack acked;
+  acked.round_id = round_id;
+  acked.upload_id.fill(0x5A);
+  const uint64_t ack_bytes = frame_bytes(wire::Message{acked});
+  const uint64_t done_bytes =
+      frame_bytes(wire::Message{wire::SecAggStatus{round_id, wire::SecAggPhase::kDone, 0}});
   std::vector<SecAggClient> devices(n);
   SecAggServer server;
   Clock::time_point t = Clock::now();
@@ -81,12 +119,16 @@ SecureRoundResult run_secure_round(uint64_t round_id, uint64_t seed,
     t = Clock::now();
     if ((s = server.add_keys(keys)) != Status::kOk) return fail("advertise", s);
     r.server_s += seconds_since(t);
-    r.uplink_bytes[d] += kFrame + kKeysBytes;
+    wire::SecAggAdvertise advertise;
+    advertise.round_id = round_id;
+    advertise.round_nonce = nonce;
+    advertise.keys = to_wire(keys);
+    r.uplink_bytes[d] += frame_bytes(wire::Message{advertise});
   }
   if ((s = server.end_keys()) != Status::kOk) return fail("end of advertising", s);
   for (uint32_t d = 0; d < n; ++d) {
     const std::vector<AdvertisedKeys> keys = server.keys_for(d);
-    r.downlink_bytes[d] += kFrame + kKeysBytes * keys.size();
+    r.downlink_bytes[d] += frame_bytes(wire::Message{wire::SecAggKeys{round_id, to_wire_all(keys)}});
     std::vector<SealedShares> sealed;
     Key32 commitment;
     t = Clock::now();
@@ -98,13 +140,14 @@ SecureRoundResult run_secure_round(uint64_t round_id, uint64_t seed,
     if ((s = server.add_shares(d, commitment, {sealed.data(), sealed.size()})) != Status::kOk)
       return fail("shares", s);
     r.server_s += seconds_since(t);
-    r.uplink_bytes[d] += kFrame + commitment.size() + kSealedBytes * sealed.size();
+    r.uplink_bytes[d] +=
+        frame_bytes(wire::Message{wire::SecAggShares{round_id, nonce, commitment, to_wire_all(sealed)}});
   }
   if ((s = server.end_shares()) != Status::kOk) return fail("end of sharing", s);
   std::vector<uint32_t> words(p.words), masked(p.words);
   for (uint32_t d = 0; d < n; ++d) {
     const std::vector<SealedShares> received = server.shares_for(d);
-    r.downlink_bytes[d] += kFrame + kSealedBytes * received.size();
+    r.downlink_bytes[d] += frame_bytes(wire::Message{wire::SecAggInbox{round_id, to_wire_all(received)}});
     if (dropped[d]) continue;
     for (size_t i = 0; i < words.size(); ++i) words[i] = to_word(codes[d][i], p.modulus_bits);
     t = Clock::now();
@@ -116,13 +159,15 @@ SecureRoundResult run_secure_round(uint64_t round_id, uint64_t seed,
     if ((s = server.add_masked(d, {masked.data(), masked.size()})) != Status::kOk)
       return fail("masked input", s);
     r.server_s += seconds_since(t);
-    r.uplink_bytes[d] += kFrame + 4 + (uint64_t(p.words) * p.modulus_bits + 7) / 8;
+    r.uplink_bytes[d] += upload_bytes(round_id, nonce, packed_words_bytes(p.words, p.modulus_bits));
+    r.downlink_bytes[d] += ack_bytes;
   }
   if ((s = server.end_masked()) != Status::kOk) return fail("end of masking", s);
   for (uint32_t d = 0; d < n; ++d) {
     if (dropped[d]) continue;
     const UnmaskRequest request = server.unmask_request_for(d);
-    r.downlink_bytes[d] += kFrame + 4 * (request.survivors.size() + request.dropped.size());
+    r.downlink_bytes[d] +=
+        frame_bytes(wire::Message{wire::SecAggUnmaskRequest{round_id, request.survivors, request.dropped}});
     std::vector<RevealedShare> revealed;
     t = Clock::now();
     if ((s = devices[d].unmask(request, &revealed)) != Status::kOk) return fail("unmask", s);
@@ -131,7 +176,9 @@ SecureRoundResult run_secure_round(uint64_t round_id, uint64_t seed,
     if ((s = server.add_unmask(d, {revealed.data(), revealed.size()})) != Status::kOk)
       return fail("unmasking", s);
     r.server_s += seconds_since(t);
-    r.uplink_bytes[d] += kFrame + kRevealedBytes * revealed.size();
+    r.uplink_bytes[d] +=
+        frame_bytes(wire::Message{wire::SecAggUnmaskResponse{round_id, nonce, to_wire_all(revealed)}});
+    r.downlink_bytes[d] += done_bytes;
   }
   std::vector<uint32_t> sum(p.words);
   std::vector<uint32_t> contributors;
@@ -229,7 +276,7 @@ int run_secagg_bench_command(int argc, const char* const* argv, std::ostream& ou
     std::sort(device_s.begin(), device_s.end());
     std::sort(server_s.begin(), server_s.end());
     const size_t who = last.contributors.empty() ? 0 : last.contributors[0];  // a device that stayed
-    const double vector_bytes = double(kFrame + 4 + (uint64_t(words) * last.modulus_bits + 7) / 8);
+    const double vector_bytes = double(secagg::packed_words_bytes(words, last.modulus_bits));
     const double up = double(last.uplink_bytes[who]), down = double(last.downlink_bytes[who]);
     char line[512];
     snprintf(line, sizeof line, "| %u | %u | %u | %u | %.3f | %.3f | %.0f | %.0f | %.3f | %.0f |\n", n,

@@ -3,9 +3,11 @@
 // (edgefl::read_integer_codes), the server runs SecAggServer, and the message sizes each would
 // put on the wire are counted.
 //
-// Bytes per device are the message bodies of sdk/src/secagg/protocol.h plus one frame header
-// (edgefl::wire::kFrameHeaderBytes) per message; the masked vector is packed at m bits per word.
-// Until the protocol has its FlatBuffers messages this is the count of what they must carry.
+// Bytes per device are the frames edgefl::Client and edgefl-server exchange (edgefl/wire.h,
+// encoded): SecAggAdvertise / SecAggKeys, SecAggShares / SecAggInbox, the masked vector's
+// UploadStart, chunks and Commit / Ack, SecAggUnmaskRequest / SecAggUnmaskResponse / SecAggStatus.
+// Not counted: the polls while a phase is open (their number depends on timing, 40-60 bytes each)
+// and the round's TaskOffer and model download (the simulator counts those as for every round).
 #ifndef EDGEFL_CLI_SECURE_ROUND_H_
 #define EDGEFL_CLI_SECURE_ROUND_H_
 
