@@ -146,13 +146,19 @@ class Simulation {
 #if !defined(EDGEFL_CLI_HAVE_SECAGG)
       return "--secure-aggregation needs a build with mbedTLS (EDGEFL_BUILD_NET)";
 #endif
+      const bool sketch = codec_.values == ValueCoderKind::kCountSketch;
       const bool integer =
-          codec_.values == ValueCoderKind::kUniform && codec_.shared_step > 0 && !codec_.entropy_coded &&
-          (codec_.sparsifier == SparsifierKind::kNone || codec_.sparsifier == SparsifierKind::kRandomK);
+          sketch ||
+          (codec_.values == ValueCoderKind::kUniform && codec_.shared_step > 0 && !codec_.entropy_coded &&
+           (codec_.sparsifier == SparsifierKind::kNone || codec_.sparsifier == SparsifierKind::kRandomK));
       if (!integer) {
         return "--secure-aggregation needs a codec with integer codes that sum: q<b>:shared=STEP[,clip], "
-               "optionally after randk:F (not '" +
+               "optionally after randk:F, or cs (not '" +
                c_.codec + "')";
+      }
+      if (sketch && c_.dp_clip > 0) return "--dp-clip: DP over Count Sketch cells is not supported";
+      if (c_.secagg_cell_bound < 1 || c_.secagg_cell_bound > (1u << 24)) {
+        return "--secagg-cell-bound must be in 1 .. 2^24";
       }
       if (c_.per_round < 3) return "--secure-aggregation needs --per-round >= 3";
       if (!(c_.secagg_dropout >= 0 && c_.secagg_dropout < 0.5)) return "--secagg-dropout must be in [0, 0.5)";
@@ -454,8 +460,12 @@ class Simulation {
     if (check.verdict == UpdateVerdict::kAccepted && c_.secure_aggregation) {
       // The server never sees this encoding under SecAgg: the device masks its integer codes.
       if (read_header({w.encoded.data(), o->bytes}, &secure_like_) == Status::kOk) {
-        o->codes.resize(secure_like_.nnz);
+        o->codes.resize(integer_code_count(secure_like_));
         o->status = read_integer_codes({w.encoded.data(), o->bytes}, {o->codes.data(), o->codes.size()});
+        if (secure_like_.values == ValueCoderKind::kCountSketch) {  // as edgefl::Client clips its cells
+          const int32_t bound = int32_t(c_.secagg_cell_bound);
+          for (int32_t& cell : o->codes) cell = std::clamp(cell, -bound, bound);
+        }
       } else {
         o->status = Status::kCorruptPayload;
       }
@@ -484,7 +494,9 @@ class Simulation {
       const size_t slot = size_t(pick % k);
       if (!dropped[slot]) dropped[slot] = true, ++d;
     }
-    const uint32_t max_code = (1u << (secure_like_.bits - 1)) - 1;
+    const uint32_t max_code = secure_like_.values == ValueCoderKind::kCountSketch
+                                  ? c_.secagg_cell_bound
+                                  : (1u << (secure_like_.bits - 1)) - 1;
     uint64_t variance = 0;
     double sensitivity = 0;
     std::vector<double> noise_s(k, 0.0);
@@ -530,11 +542,13 @@ class Simulation {
     rec->secagg_server_s = r.server_s;
     rec->secagg_modulus_bits = r.modulus_bits;
     rec->contributors = r.contributors.size();
-    std::vector<uint8_t> summed(kEncodedHeaderBytes + 4 * size_t(secure_like_.nnz));
+    std::vector<uint8_t> summed(kEncodedHeaderBytes + 4 * integer_code_count(secure_like_));
     size_t size = 0;
     Status s = write_integer_codes(secure_like_, {r.summed_codes.data(), r.summed_codes.size()},
                                    uint32_t(r.contributors.size()), {summed.data(), summed.size()}, &size);
-    if (s == Status::kOk) s = decode({summed.data(), size}, {mean_delta_.data(), n_});
+    std::vector<uint8_t> workspace(decode_workspace_size(secure_like_));
+    if (s == Status::kOk)
+      s = decode({summed.data(), size}, {mean_delta_.data(), n_}, {workspace.data(), workspace.size()});
     if (s != Status::kOk) return std::string("secure aggregation: the unmasked sum: ") + status_name(s);
     const float scale = 1.0f / float(r.contributors.size());
     for (float& v : mean_delta_) v *= scale;
@@ -860,8 +874,9 @@ const char kSimUsage[] =
     "  --ef MODE            error feedback: none | fp32 | bf16 | auto (auto: fp32 for biased codecs)\n"
     "  --server-opt SPEC    fedavg[:lr=X] | fedavgm:lr=X,momentum=M | fedadam:lr=X,b1=,b2=,tau= (fedavg)\n"
     "  --secure-aggregation on|off  SecAgg+ over the codec's integer codes (q<b>:shared=STEP[,clip],\n"
-    "                       optionally after randk:F): the server sees only each round's sum and\n"
-    "                       averages uniformly (off)\n"
+    "                       optionally after randk:F, or Count Sketch cells, cs): the server sees only\n"
+    "                       each round's sum and averages uniformly (off)\n"
+    "  --secagg-cell-bound B   cs under --secure-aggregation: devices clip cells to +-B (2047)\n"
     "  --secagg-dropout F   --secure-aggregation: this fraction of each round's devices drops after\n"
     "                       sharing its keys, before masking (0)\n"
     "  --dp-clip C --dp-noise Z [--dp-delta D]   distributed DP under --secure-aggregation: devices clip\n"
@@ -932,6 +947,8 @@ int set_sim_option(const std::string& arg, const std::string& v, SimConfig* c) {
     ok = to_double(v, &c->dp_delta) && c->dp_delta > 0 && c->dp_delta < 1;
   else if (arg == "--secagg-dropout")
     ok = to_double(v, &c->secagg_dropout) && c->secagg_dropout >= 0 && c->secagg_dropout < 0.5;
+  else if (arg == "--secagg-cell-bound")
+    ok = to_double(v, &d) && d >= 1 && d <= double(1u << 24) && (c->secagg_cell_bound = uint32_t(d), true);
   else if (arg == "--lr")
     ok = to_double(v, &d) && d > 0 && (c->train.learning_rate = float(d), true);
   else if (arg == "--momentum")

@@ -48,7 +48,8 @@ struct SimConfig {
   // SecAgg+ over the codec's integer codes (a summable shared-scale codec: q<b>:shared=STEP, dense
   // or after randk): the server sees only the sum of each round's codes and averages uniformly.
   bool secure_aggregation = false;
-  double secagg_dropout = 0.0;  // fraction of each round's devices that drop before masking
+  double secagg_dropout = 0.0;        // fraction of each round's devices that drop before masking
+  uint32_t secagg_cell_bound = 2047;  // Count Sketch inputs (cs): each device clips its cells to +-this
   // Distributed DP (secure aggregation only; secagg/dp.h): each device clips its update to L2 <=
   // dp_clip and adds discrete Gaussian noise to its codes, of variance (dp_noise x sensitivity)^2
   // / per_round in code units, so that the sum carries dp_noise x sensitivity; 0 = off.

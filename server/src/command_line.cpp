@@ -55,6 +55,7 @@ const char kUsage[] =
     "                          randk); devices train, then advertise keys, share, mask, unmask (off)\n"
     "  --secagg-dropout F      fraction of devices the graph tolerates losing (0.3)\n"
     "  --secagg-phase S        seconds for each phase after the keys (30)\n"
+    "  --secagg-cell-bound B   Count Sketch codecs (cs): devices clip each cell to +-B (2047)\n"
     "  --dp-clip C --dp-noise Z --dp-delta D   distributed DP in secure rounds: devices clip their\n"
     "                          update to L2 norm C and add discrete Gaussian noise, Z x the\n"
     "                          sensitivity over the cohort; epsilon at D is logged (off, 0, 1e-5)\n"
@@ -169,6 +170,9 @@ bool set_round_option(const std::string& a, const std::string& v, edgefl::server
   } else if (a == "--secagg-dropout") {
     *ok = to_double(v, &r->secure_aggregation.dropout) && r->secure_aggregation.dropout >= 0 &&
           r->secure_aggregation.dropout < 0.9;
+  } else if (a == "--secagg-cell-bound") {
+    *ok = to_u32(v, &r->secure_aggregation.cell_bound) && r->secure_aggregation.cell_bound >= 1 &&
+          r->secure_aggregation.cell_bound <= (1u << 24);
   } else if (a == "--secagg-phase") {
     *ok = to_double(v, &d) && d > 0 && d <= 86400;
     r->secure_aggregation.phase_ms = static_cast<uint32_t>(d * 1000);

@@ -1288,13 +1288,13 @@ Status RoundManager::secure_like(uint64_t round_id, EncodedInfo* like, std::stri
   if (s == Status::kOk) s = read_header({out.data(), written}, like);
   std::vector<int32_t> codes;
   if (s == Status::kOk) {
-    codes.resize(like->nnz);
+    codes.resize(integer_code_count(*like));
     s = read_integer_codes({out.data(), written}, {codes.data(), codes.size()});
   }
   if (s != Status::kOk) {
     *error =
         "secure aggregation sums integer codes: the uplink codec must be q<b>:shared=STEP, alone or after "
-        "randk; '" +
+        "randk, or cs; '" +
         options_.uplink_codec + "' is not (" + status_name(s) + ")";
     return Status::kNotSummable;
   }

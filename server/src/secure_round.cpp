@@ -54,12 +54,23 @@ Status SecureRound::start(const SecureAggregationOptions& options, Storage* stor
     *error = "secure aggregation needs a 32-byte round nonce";
     return Status::kInvalidArgument;
   }
-  if (!like.shared_scale || like.values != ValueCoderKind::kUniform || like.entropy_coded ||
-      (like.sparsifier != SparsifierKind::kNone && like.sparsifier != SparsifierKind::kRandomK)) {
+  const bool sketch = like.values == ValueCoderKind::kCountSketch;
+  if (!sketch &&
+      (!like.shared_scale || like.values != ValueCoderKind::kUniform || like.entropy_coded ||
+       (like.sparsifier != SparsifierKind::kNone && like.sparsifier != SparsifierKind::kRandomK))) {
     *error =
         "secure aggregation sums integer codes: the uplink codec must be q<b>:shared=STEP, alone or after "
-        "randk (without ans)";
+        "randk (without ans), or cs";
     return Status::kNotSummable;
+  }
+  if (sketch && options.dp_clip > 0) {
+    *error =
+        "differential privacy over Count Sketch cells is not supported (its sensitivity per cell differs)";
+    return Status::kUnsafeConfiguration;
+  }
+  if (sketch && (options.cell_bound < 1 || options.cell_bound > (1u << 24))) {
+    *error = "the Count Sketch cell bound must be in 1 .. 2^24";
+    return Status::kInvalidArgument;
   }
   params_.round_id = round_id;
   std::copy(nonce.begin(), nonce.end(), params_.round_nonce.begin());
@@ -79,7 +90,7 @@ Status SecureRound::start(const SecureAggregationOptions& options, Storage* stor
              " adversarial: " + status_name(s);
     return s;
   }
-  max_code_ = (1u << (like.bits - 1)) - 1;
+  max_code_ = sketch ? options.cell_bound : (1u << (like.bits - 1)) - 1;
   if (options.dp_clip > 0) {
     const bool scaled = like.sparsifier == SparsifierKind::kRandomK && !like.randk_unscaled;
     const double scale = scaled ? double(like.n) / double(like.nnz) : 1.0;
@@ -101,7 +112,7 @@ Status SecureRound::start(const SecureAggregationOptions& options, Storage* stor
     *error = "the sum of " + std::to_string(cohort) + " devices' codes could wrap even modulo 2^32";
     return s;
   }
-  params_.words = like.nnz;
+  params_.words = uint32_t(integer_code_count(like));
   s = server_.start(params_);
   if (s != Status::kOk) {
     *error = "SecAgg+ parameters refused";

@@ -49,6 +49,9 @@ struct SecureAggregationOptions {
   double dropout = 0.3;       // fraction of the cohort that may drop out
   double adversarial = 0.05;  // fraction of devices that may collude with a curious server
   uint32_t phase_ms = 30000;  // each phase after the keys
+  // Count Sketch inputs (cs): each device clips its sketch's cells to +-cell_bound, so that the
+  // modulus holds the cohort's sum (the cells are sums of codes, with no bound of their own).
+  uint32_t cell_bound = 2047;
   // Distributed differential privacy (secagg/dp.h): each device clips its update to L2 norm
   // dp_clip (model units) and adds discrete Gaussian noise to its codes, so that the sum of
   // `cohort` devices carries noise of standard deviation dp_noise x the sensitivity. 0: off.
@@ -65,7 +68,8 @@ class SecureRound {
   static constexpr uint32_t kMaxAttempts = 3;  // refused messages of one device in one phase
 
   // `cohort`: the devices the graph is made for; `like`: the encoding of the round's codec at the
-  // model's dimension whose integer codes devices mask (read_integer_codes() must accept it);
+  // model's dimension whose integer codes devices mask (read_integer_codes() must accept it:
+  // shared-scale codes, dense or after random-k, or Count Sketch cells);
   // `keys_deadline_ms`: the end of the keys phase (unix ms). Fails with kUnsafeConfiguration (no
   // graph for these rates, a modulus above 32 bits, DP noise above secagg::kMaxNoiseVariance),
   // kNotSummable (a codec whose codes cannot be summed) and a message.

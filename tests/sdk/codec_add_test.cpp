@@ -272,27 +272,35 @@ TEST_SUITE("codec.add") {
   TEST_CASE(
       "integer codes out and back: the sum of many devices' codes decodes to the sum of their updates") {
     const size_t n = 3001;
-    for (const char* spec : {"q4:shared=0.05,clip", "q8:shared=0.0078125", "randk:0.1+q8:shared=0.1",
-                             "randk:0.05,unscaled+q4:shared=0.02,clip"}) {
+    for (const char* spec :
+         {"q4:shared=0.05,clip", "q8:shared=0.0078125", "randk:0.1+q8:shared=0.1",
+          "randk:0.05,unscaled+q4:shared=0.02,clip", "cs:cells=0.2,rows=3,step=0.01,top=0.1"}) {
       CAPTURE(std::string(spec));
-      const uint64_t shared_seed = 99;  // random-k: one round seed for every device
+      // random-k and Count Sketch: one round seed for every device (the same coordinates, hashes)
+      const bool shared = std::string(spec).rfind("randk", 0) == 0 || std::string(spec).rfind("cs", 0) == 0;
+      const uint64_t shared_seed = 99;
       std::vector<std::vector<uint8_t>> enc;
       for (uint64_t d = 0; d < 7; ++d) {
         enc.push_back(encode_ok(spec, edgefl_test::uniform_vector(n, 10 + d, -0.9, 0.9),
-                                std::string(spec).rfind("randk", 0) == 0 ? shared_seed : 1000 + d));
+                                shared ? shared_seed : 1000 + d));
       }
       const EncodedInfo first = inspect_ok(enc[0]);
-      std::vector<int64_t> total(first.nnz, 0);
+      const size_t count = edgefl::integer_code_count(first);
+      CHECK(count == (first.values == edgefl::ValueCoderKind::kCountSketch
+                          ? size_t(first.levels) * first.block
+                          : size_t(first.nnz)));
+      std::vector<int64_t> total(count, 0);
       std::vector<float> decoded_sum(n, 0.0f);
       for (const std::vector<uint8_t>& e : enc) {
-        std::vector<int32_t> codes(first.nnz);
+        std::vector<int32_t> codes(count);
         REQUIRE(edgefl::read_integer_codes({e.data(), e.size()}, {codes.data(), codes.size()}) ==
                 Status::kOk);
         for (size_t j = 0; j < codes.size(); ++j) total[j] += codes[j];
-        decoded_sum = plus(decoded_sum, decode_ok(e, n));
+        if (first.values != edgefl::ValueCoderKind::kCountSketch)
+          decoded_sum = plus(decoded_sum, decode_ok(e, n));
       }
       std::vector<int32_t> summed(total.begin(), total.end());
-      std::vector<uint8_t> out(edgefl::kEncodedHeaderBytes + 4 * first.nnz);
+      std::vector<uint8_t> out(edgefl::kEncodedHeaderBytes + 4 * count);
       size_t written = 0;
       REQUIRE(edgefl::write_integer_codes(first, {summed.data(), summed.size()}, 7, {out.data(), out.size()},
                                           &written) == Status::kOk);
@@ -301,6 +309,10 @@ TEST_SUITE("codec.add") {
       // the same as adding the encodings pairwise, bit for bit
       std::vector<uint8_t> pairwise = enc[0];
       for (size_t d = 1; d < enc.size(); ++d) pairwise = add_ok(pairwise, enc[d]);
+      if (first.values == edgefl::ValueCoderKind::kCountSketch) {
+        CHECK(out == pairwise);  // the same cells and header, byte for byte (unsketching is not linear)
+        continue;
+      }
       CHECK(edgefl_test::same_bits(decode_ok(out, n), decode_ok(pairwise, n)));
       const std::vector<float> got = decode_ok(out, n);
       for (size_t i = 0; i < n; ++i) CHECK(got[i] == doctest::Approx(decoded_sum[i]).epsilon(1e-5));
@@ -312,7 +324,7 @@ TEST_SUITE("codec.add") {
     const std::vector<float> x = edgefl_test::uniform_vector(n, 1, -0.9, 0.9);
     std::vector<int32_t> codes(n);
     for (const char* spec :
-         {"fp32", "bf16", "q8", "sparq:0.1", "topk:0.1+q8:shared=0.01", "q8:shared=0.01,ans"}) {
+         {"fp32", "bf16", "q8", "sparq:0.1", "topk:0.1+q8:shared=0.01", "q8:shared=0.01,ans", "skc"}) {
       CAPTURE(std::string(spec));
       // (rANS-coded codes are a stream; a peaked update keeps the encoder on the rANS form)
       const bool ans = std::string(spec).find("ans") != std::string::npos;

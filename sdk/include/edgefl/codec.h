@@ -214,22 +214,27 @@ size_t add_encoded_bound(const EncodedInfo& a, const EncodedInfo& b);
 [[nodiscard]] Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> out,
                                  size_t* written);
 
-// The integer codes of a summable shared-scale encoding (is_summable() with uniform codes:
-// q<b>:shared=STEP, dense or after random-k with a shared seed), in the order the encoding
-// carries them: codes[j] for the j-th carried coordinate, so that two such encodings of one round
-// have their codes at the same positions. Secure aggregation masks exactly these integers and
-// sums them modulo 2^m. Fails: the statuses of inspect(); kNotSummable for any other encoding
-// (fp32, Count Sketch, entropy-coded, sparsified by top-k or threshold); kBufferTooSmall if
-// codes.size() < nnz. Writes nnz codes.
+// How many integer codes read_integer_codes() gives for an encoding: nnz for shared-scale codes,
+// rows x cols for a Count Sketch, 0 for an encoding without integer codes.
+size_t integer_code_count(const EncodedInfo& info);
+
+// The integer codes of a summable integer encoding, in the order the encoding carries them, so
+// that two such encodings of one round have their codes at the same positions: for q<b>:shared=STEP
+// (dense or after random-k with a shared seed) codes[j] of the j-th carried coordinate; for a
+// Count Sketch (cs) its rows x cols cells, row-major. Secure aggregation masks exactly these
+// integers and sums them modulo 2^m. Fails: the statuses of inspect(); kNotSummable for any other
+// encoding (fp32, entropy-coded, sparsified by top-k or threshold); kBufferTooSmall if
+// codes.size() < integer_code_count(). Writes integer_code_count() codes.
 [[nodiscard]] Status read_integer_codes(Span<const uint8_t> bytes, Span<int32_t> codes);
 
 // The encoding that carries `codes` in place of the codes of `like` (an EncodedInfo that
 // read_integer_codes() accepted), e.g. the unmasked sum of `contributions` devices' codes: the
 // same dimension, sparsifier, seed and step, a code width wide enough for the largest |code|,
 // and `contributions` recorded; decode() of it gives the sum of the devices' decoded updates.
-// Fails: kNotSummable (like is not such an encoding), kSizeMismatch (codes.size() != like.nnz),
-// kOverflow (|code| > 2^31 - 1 or contributions == 0), kBufferTooSmall (out smaller than
-// kEncodedHeaderBytes + 4 nnz).
+// A Count Sketch's codes are its cells (decode() unsketches the sum's heavy hitters). Fails:
+// kNotSummable (like is not such an encoding), kSizeMismatch (codes.size() !=
+// integer_code_count(like)), kOverflow (|code| > 2^31 - 1 or contributions == 0),
+// kBufferTooSmall (out smaller than kEncodedHeaderBytes + 4 x integer_code_count(like)).
 [[nodiscard]] Status write_integer_codes(const EncodedInfo& like, Span<const int32_t> codes,
                                          uint32_t contributions, Span<uint8_t> out, size_t* written);
 

@@ -1,5 +1,6 @@
 // codec/add.cpp: the sum of two encodings without decoding to floats where the codes are
 // integers (shared-scale codes, fp32 values, Count Sketch cells): add_encoded() and its bounds.
+#include <stdint.h>
 #include <string.h>
 
 #include "codec/codec_internal.h"
@@ -122,9 +123,22 @@ Status add_encoded(Span<const uint8_t> a, Span<const uint8_t> b, Span<uint8_t> o
   return Status::kOk;
 }
 
+size_t integer_code_count(const EncodedInfo& info) {
+  if (info.values == ValueCoderKind::kCountSketch) return size_t(info.levels) * info.block;
+  return integer_coded(info) ? info.nnz : 0;
+}
+
 Status read_integer_codes(Span<const uint8_t> bytes, Span<int32_t> codes) {
   EncodedInfo h;
   EDGEFL_RETURN_IF_ERROR(inspect(bytes, &h));
+  if (h.values == ValueCoderKind::kCountSketch) {  // rows x cols little-endian int32 cells
+    const size_t cells = integer_code_count(h);
+    if (codes.size() < cells) return Status::kBufferTooSmall;
+    if (h.value_bytes != 4 * cells) return Status::kCorruptPayload;
+    const uint8_t* v = bytes.data() + h.header_bytes;
+    for (size_t i = 0; i < cells; ++i) codes[i] = int32_t(load_le32(v + 4 * i));
+    return Status::kOk;
+  }
   if (!integer_coded(h)) return Status::kNotSummable;
   if (codes.size() < h.nnz) return Status::kBufferTooSmall;
   const uint8_t* v = bytes.data() + h.header_bytes;
@@ -138,6 +152,25 @@ Status write_integer_codes(const EncodedInfo& like, Span<const int32_t> codes, u
                            Span<uint8_t> out, size_t* written) {
   if (written == nullptr) return Status::kInvalidArgument;
   *written = 0;
+  if (like.values == ValueCoderKind::kCountSketch) {  // the cells of the summed sketch
+    const size_t cells = integer_code_count(like);
+    if (codes.size() != cells) return Status::kSizeMismatch;
+    if (contributions == 0) return Status::kOverflow;
+    for (int32_t c : codes) {
+      if (c == INT32_MIN) return Status::kOverflow;
+    }
+    EncodedInfo h = like;
+    h.contributions = contributions;
+    h.value_bytes = 4 * cells;
+    h.index_bytes = 0;
+    h.total_bytes = kEncodedHeaderBytes + h.value_bytes;
+    if (out.size() < h.total_bytes || out.data() == nullptr) return Status::kBufferTooSmall;
+    for (size_t i = 0; i < cells; ++i)
+      store_le32(out.data() + kEncodedHeaderBytes + 4 * i, uint32_t(codes[i]));
+    format::seal(h, out.data());
+    *written = h.total_bytes;
+    return Status::kOk;
+  }
   if (!integer_coded(like)) return Status::kNotSummable;
   if (codes.size() != like.nnz) return Status::kSizeMismatch;
   if (contributions == 0) return Status::kOverflow;

@@ -830,11 +830,26 @@ Client::Attempt::Step Client::Attempt::prepare_secure(const wire::TaskOffer& off
                       " summable integer codes (" + status_name(s) + ")",
                   Status::kNotSummable);
   }
-  for (int32_t code : codes) {
-    if (code > int64_t(config.max_code) || code < -int64_t(config.max_code)) {
+  EncodedInfo encoding;
+  s = read_header({p->bytes.data(), p->bytes.size()}, &encoding);
+  if (s != Status::kOk) return refuse("the update's encoding", s);
+  const int32_t bound = int32_t(std::min<uint32_t>(config.max_code, INT32_MAX));
+  size_t clipped = 0;
+  for (int32_t& code : codes) {
+    if (code <= bound && code >= -bound) continue;
+    // A Count Sketch's cells are sums of codes with no bound of their own: they are clipped to the
+    // round's bound (a biased but bounded error, counted). Shared-scale codes never exceed it.
+    if (encoding.values != ValueCoderKind::kCountSketch) {
       return refuse("a code above the round's max_code " + std::to_string(config.max_code),
                     Status::kValueOutOfRange);
     }
+    code = code > 0 ? bound : -bound;
+    ++clipped;
+  }
+  if (clipped > 0) {
+    c.note(LogLevel::kInfo, "secure aggregation round " + std::to_string(offer.round_id) + ": " +
+                                std::to_string(clipped) + " Count Sketch cells clipped to +-" +
+                                std::to_string(bound));
   }
   // Fail closed: the sum of the cohort's codes must fit the modulus the server chose.
   uint32_t needed = 0;
