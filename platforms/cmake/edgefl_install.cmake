@@ -85,7 +85,7 @@ install(FILES ${PROJECT_BINARY_DIR}/edgeflConfig.cmake ${PROJECT_BINARY_DIR}/edg
 # pkg-config for C programs. Libs: the shared library when there is one (the linker prefers
 # libedgefl_c.so over libedgefl_c.a); Libs.private: what the static archive needs besides.
 if(TARGET edgefl_c)
-  set(EDGEFL_PC_LIBS_PRIVATE "-ledgefl_net -ledgefl_dataset_trainer -ledgefl_data -ledgefl_tls -ledgefl_wire")
+  set(EDGEFL_PC_LIBS_PRIVATE "-ledgefl_net -ledgefl_dataset_trainer -ledgefl_data -ledgefl_tls -ledgefl_wire -ledgefl_secagg")
   string(APPEND EDGEFL_PC_LIBS_PRIVATE " -ledgefl_train -ledgefl_core")
   if(EDGEFL_MBEDTLS_PROVIDER STREQUAL "bundled")
     string(APPEND EDGEFL_PC_LIBS_PRIVATE " -ledgefl_mbedtls -ledgefl_mbedx509 -ledgefl_mbedcrypto")

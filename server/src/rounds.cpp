@@ -438,11 +438,32 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
              std::to_string(model_version_);
     return Status::kCorruptPayload;
   }
+  // A round keeps the kind it was opened with (a secure round logs events from its first offer;
+  // a plain one never does): a restart that would read masked vectors as updates, or updates as
+  // masked vectors, is refused before anything is read.
+  bool has_events = false;
+  const Status seen = storage_->for_each_round_event(
+      open->round_id,
+      [&](const RoundEvent&) {
+        has_events = true;
+        return Status::kCancelled;  // one is enough
+      },
+      error);
+  if (seen != Status::kOk && seen != Status::kCancelled) return seen;
+  uint64_t in_ledger = 0;
+  EDGEFL_RETURN_IF_ERROR(storage_->count_updates(open->round_id, &in_ledger, error));
+  const bool secure = options_.secure_aggregation.enabled;
+  if ((secure && !has_events && in_ledger > 0) || (!secure && has_events)) {
+    *error = "open round " + std::to_string(open->round_id) + " was opened " +
+             (has_events ? "with" : "without") +
+             " secure aggregation: restart with the same --secure-aggregation setting until it ends";
+    return Status::kInvalidArgument;
+  }
   OpenRound round;
   round.record = *open;
   round.opened_wall_ms = now_ms;
   aggregate_.reset();
-  if (options_.secure_aggregation.enabled) {
+  if (secure) {
     // The SecAgg+ log, then the ledger's masked vectors where the masked phase ended.
     EDGEFL_RETURN_IF_ERROR(start_secure_round(*open, error));
     uint32_t masked = 0;

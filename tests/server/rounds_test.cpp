@@ -1718,4 +1718,37 @@ TEST_SUITE("server.rounds.secure") {
       CHECK(worst < 1e-6);
     }
   }
+  TEST_CASE("a restart that would change an open round's kind (secure or not) is refused, with the reason") {
+    RoundOptions o;
+    o.cohort = 3;
+    o.over_selection = 1.0;
+    o.uplink_codec = "q8:shared=0.0002,det";
+    o.secure_aggregation.enabled = true;
+    {
+      Server s(make_temp_dir(), o);
+      REQUIRE(s.open() == Status::kOk);
+      (void)s.offer("dev-0", 0, wire::kCapabilitySecureAggregation);  // an index: the round's log starts
+      s.rounds.reset();
+      s.storage.reset();
+      s.options.secure_aggregation.enabled = false;
+      CHECK(s.open() == Status::kInvalidArgument);
+      s.options.secure_aggregation.enabled = true;  // the same setting again: it goes on
+      s.rounds.reset();
+      s.storage.reset();
+      REQUIRE(s.open() == Status::kOk);
+      CHECK(s.rounds->secure_round()->assigned() == 1);
+    }
+    {
+      o.secure_aggregation.enabled = false;
+      Server s(make_temp_dir(), o);
+      REQUIRE(s.open() == Status::kOk);
+      const wire::TaskOffer offer = s.offer("dev-0");
+      Update u{"dev-0", std::vector<float>(s.model().size(), 0.001f), 1};
+      REQUIRE(std::holds_alternative<wire::Ack>(s.upload(offer, u, "q8:shared=0.0002,det")));
+      s.rounds.reset();
+      s.storage.reset();
+      s.options.secure_aggregation.enabled = true;
+      CHECK(s.open() == Status::kInvalidArgument);  // its acked update would not count
+    }
+  }
 }
