@@ -160,17 +160,7 @@ class MemoryStorage final : public Storage {
     }
     std::sort(rows.begin(), rows.end(),
               [](const UpdateRecord* a, const UpdateRecord* b) { return a->sequence < b->sequence; });
-    // The lock is held throughout (as with SQLite); a callback that calls back in is refused.
-    iterating_.store(std::this_thread::get_id());
-    struct Done {
-      std::atomic<std::thread::id>* mark;
-      ~Done() { mark->store(std::thread::id()); }
-    } done{&iterating_};
-    for (const UpdateRecord* u : rows) {
-      const Status st = fn(*u);
-      if (st != Status::kOk) return st;
-    }
-    return Status::kOk;
+    return visit(rows, [&](const UpdateRecord* u) { return fn(*u); });
   }
 
   Status append_round_event(const RoundEvent& event, std::string* error) override {
@@ -195,16 +185,7 @@ class MemoryStorage final : public Storage {
     EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
     auto it = events_.find(round_id);
     if (it == events_.end()) return Status::kOk;
-    iterating_.store(std::this_thread::get_id());
-    struct Done {
-      std::atomic<std::thread::id>* mark;
-      ~Done() { mark->store(std::thread::id()); }
-    } done{&iterating_};
-    for (const RoundEvent& e : it->second) {
-      const Status st = fn(e);
-      if (st != Status::kOk) return st;
-    }
-    return Status::kOk;
+    return visit(it->second, fn);
   }
 
   Status record_model(const ModelRecord& model, std::string* error) override {
@@ -252,6 +233,22 @@ class MemoryStorage final : public Storage {
   }
 
  private:
+  // Calls fn on each of `rows` until it returns non-kOk. The caller holds the lock throughout (as
+  // with SQLite), and this thread is marked: a callback that calls back in is refused.
+  template <typename Rows, typename Fn>
+  Status visit(const Rows& rows, const Fn& fn) {
+    iterating_.store(std::this_thread::get_id());
+    struct Done {
+      std::atomic<std::thread::id>* mark;
+      ~Done() { mark->store(std::thread::id()); }
+    } done{&iterating_};
+    for (const auto& row : rows) {
+      const Status st = fn(row);
+      if (st != Status::kOk) return st;
+    }
+    return Status::kOk;
+  }
+
   // Takes the lock; refuses a call from inside a for_each_update callback on this thread (which
   // holds it already), as the SQLite store does.
   Status enter(std::unique_lock<std::mutex>* lock, std::string* error) {

@@ -224,11 +224,9 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
     EncodedInfo like;
     EDGEFL_RETURN_IF_ERROR(secure_like(1, &like, error));
     SecureRound probe;
-    RoundRecord record;
-    record.round_id = 1;
-    record.nonce.assign(wire::kRoundNonceLongBytes, 1);
-    EDGEFL_RETURN_IF_ERROR(probe.start(options_.secure_aggregation, storage_, 1, record.nonce,
-                                       offers_per_round_, options_.cohort, like, 0, error));
+    const std::vector<uint8_t> nonce(wire::kRoundNonceLongBytes, 1);
+    EDGEFL_RETURN_IF_ERROR(probe.start(options_.secure_aggregation, storage_, 1, nonce, offers_per_round_,
+                                       options_.cohort, like, 0, error));
     max_upload_bytes_ = std::max<uint64_t>(max_upload_bytes_, probe.masked_bytes());
     // The privacy spent by earlier rounds of this state directory.
     uint64_t last = 0;

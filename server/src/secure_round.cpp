@@ -257,7 +257,7 @@ Status SecureRound::apply(Kind kind, const std::string& device, const std::vecto
 }
 
 void SecureRound::end_phase(Kind kind, int64_t unix_ms) {
-  phase_started_ms_ = unix_ms;
+  const SecurePhase ended = phase_;
   Status s = Status::kOk;
   switch (kind) {
     case kEndKeys:
@@ -291,13 +291,10 @@ void SecureRound::end_phase(Kind kind, int64_t unix_ms) {
     }
     default: return;
   }
+  phase_started_ms_ = unix_ms;
   if (s != Status::kOk) {
     phase_ = SecurePhase::kFailed;
-    failure_ = std::string("secure aggregation failed at the end of the ") +
-               (kind == kEndKeys     ? "keys"
-                : kind == kEndShares ? "shares"
-                : kind == kEndMasked ? "masked"
-                                     : "unmask") +
+    failure_ = std::string("secure aggregation failed at the end of the ") + secure_phase_name(ended) +
                " phase: " + status_name(s);
   }
 }
@@ -313,7 +310,6 @@ Status SecureRound::recover(const std::function<Status(const MaskedVisitor&)>& m
         return Status::kOk;
       },
       error));
-  replaying_ = true;
   bool masked_replayed = false;
   const auto replay_masked = [&]() -> Status {
     masked_replayed = true;
@@ -331,7 +327,6 @@ Status SecureRound::recover(const std::function<Status(const MaskedVisitor&)>& m
     (void)apply(Kind(e.kind), e.device_id, e.payload, e.unix_ms);  // refused then, refused now
   }
   if (s == Status::kOk && !masked_replayed && phase_ == SecurePhase::kMasked) s = replay_masked();
-  replaying_ = false;
   if (s != Status::kOk && error->empty())
     *error = std::string("replaying the secure round: ") + status_name(s);
   return s;
@@ -419,57 +414,68 @@ wire::Message SecureRound::unmask_request_reply(uint32_t index) const {
   return wire::Message{std::move(w)};
 }
 
-wire::Message SecureRound::refuse(Device* d, int phase_slot, wire::ErrorCode code, const std::string& why) {
-  if (d != nullptr) ++d->refused[phase_slot];
+wire::Message SecureRound::refuse(Device* d, Kind kind, wire::ErrorCode code, const std::string& why) {
+  if (d != nullptr) ++d->refused[refusal_slot(kind)];
   log_warn("secagg_refused").kv("round", round_id_).kv("reason", why);
   return error_message(code, why);
+}
+
+wire::Message SecureRound::take(Kind kind, const std::string& device, Device* d,
+                                const std::vector<uint8_t>& payload, wire::SecAggPhase waiting_for,
+                                int64_t now_ms) {
+  const char* what = kind == kKeys ? "keys" : kind == kShares ? "shares" : "answer";
+  if (d->refused[refusal_slot(kind)] >= kMaxAttempts) {
+    return error_message(wire::ErrorCode::kRateLimited, std::string("too many refused messages: ") + what);
+  }
+  std::string error;
+  if (append(kind, device, payload, now_ms, &error) != Status::kOk) {
+    log_error("storage_failure").kv("what", std::string("secagg ") + what).kv("error", error);
+    return error_message(wire::ErrorCode::kInternal,
+                         std::string("server storage failure: ") + what + " not recorded");
+  }
+  const Status s = apply(kind, device, payload, now_ms);
+  if (s != Status::kOk) {
+    return refuse(d, kind, wire::ErrorCode::kBadMessage, std::string(what) + " refused: " + status_name(s));
+  }
+  return status_reply(waiting_for, now_ms);
 }
 
 wire::Message SecureRound::advertise(const std::string& device, const wire::SecAggAdvertise& m,
                                      int64_t now_ms) {
   Device* d = find(device);
   if (d == nullptr)
-    return refuse(nullptr, 0, wire::ErrorCode::kUnauthorized, "this device has no index in the round");
+    return refuse(nullptr, kKeys, wire::ErrorCode::kUnauthorized, "this device has no index in the round");
   std::vector<uint8_t> payload(m.keys.cipher_public.begin(), m.keys.cipher_public.end());
   payload.insert(payload.end(), m.keys.mask_public.begin(), m.keys.mask_public.end());
   if (!d->keys.empty()) {  // sent before: a repeat is answered as a poll
     if (payload != d->keys)
-      return refuse(d, 0, wire::ErrorCode::kUnexpectedMessage, "keys advertised already");
+      return refuse(d, kKeys, wire::ErrorCode::kUnexpectedMessage, "keys advertised already");
     if (phase_ == SecurePhase::kKeys) return status_reply(wire::SecAggPhase::kKeys, now_ms);
     return phase_ == SecurePhase::kFailed ? error_message(wire::ErrorCode::kUnknownRound, failure_)
                                           : keys_reply(d->index);
   }
   if (m.keys.device != d->index) {
-    return refuse(d, 0, wire::ErrorCode::kBadMessage,
+    return refuse(d, kKeys, wire::ErrorCode::kBadMessage,
                   "the keys name index " + std::to_string(m.keys.device) + ", this device's is " +
                       std::to_string(d->index));
   }
   if (phase_ != SecurePhase::kKeys) {
-    return refuse(d, 0, wire::ErrorCode::kUnknownRound,
+    return refuse(d, kKeys, wire::ErrorCode::kUnknownRound,
                   "the keys phase of round " + std::to_string(round_id_) + " is over");
   }
-  if (d->refused[0] >= kMaxAttempts)
-    return error_message(wire::ErrorCode::kRateLimited, "too many refused keys");
-  std::string error;
-  if (append(kKeys, device, payload, now_ms, &error) != Status::kOk) {
-    log_error("storage_failure").kv("what", "secagg keys").kv("error", error);
-    return error_message(wire::ErrorCode::kInternal, "server storage failure: the keys were not recorded");
-  }
-  const Status s = apply(kKeys, device, payload, now_ms);
-  if (s != Status::kOk)
-    return refuse(d, 0, wire::ErrorCode::kBadMessage, std::string("keys refused: ") + status_name(s));
-  return status_reply(wire::SecAggPhase::kKeys, now_ms);
+  return take(kKeys, device, d, payload, wire::SecAggPhase::kKeys, now_ms);
 }
 
 wire::Message SecureRound::shares(const std::string& device, const wire::SecAggShares& m, int64_t now_ms) {
   Device* d = find(device);
   if (d == nullptr)
-    return refuse(nullptr, 1, wire::ErrorCode::kUnauthorized, "this device has no index in the round");
+    return refuse(nullptr, kShares, wire::ErrorCode::kUnauthorized, "this device has no index in the round");
   std::vector<uint8_t> payload(m.seed_commitment.begin(), m.seed_commitment.end());
   payload.reserve(32 + m.shares.size() * kSealedEntryBytes);
   for (const wire::SecAggSealedShare& s : m.shares) {
     if (s.from != d->index) {
-      return refuse(d, 1, wire::ErrorCode::kBadMessage, "shares sent as index " + std::to_string(s.from));
+      return refuse(d, kShares, wire::ErrorCode::kBadMessage,
+                    "shares sent as index " + std::to_string(s.from));
     }
     uint8_t to[4];
     store_le32(to, s.to);
@@ -477,27 +483,18 @@ wire::Message SecureRound::shares(const std::string& device, const wire::SecAggS
     payload.insert(payload.end(), s.sealed.begin(), s.sealed.end());
   }
   if (!d->shares.empty()) {
-    if (payload != d->shares) return refuse(d, 1, wire::ErrorCode::kUnexpectedMessage, "shares sent already");
+    if (payload != d->shares)
+      return refuse(d, kShares, wire::ErrorCode::kUnexpectedMessage, "shares sent already");
     if (phase_ == SecurePhase::kShares) return status_reply(wire::SecAggPhase::kShares, now_ms);
     return phase_ == SecurePhase::kFailed ? error_message(wire::ErrorCode::kUnknownRound, failure_)
                                           : inbox_reply(d->index);
   }
   if (phase_ != SecurePhase::kShares) {
-    return refuse(d, 1, wire::ErrorCode::kUnexpectedMessage,
+    return refuse(d, kShares, wire::ErrorCode::kUnexpectedMessage,
                   std::string("shares are taken in the shares phase; round ") + std::to_string(round_id_) +
                       " is in " + secure_phase_name(phase_));
   }
-  if (d->refused[1] >= kMaxAttempts)
-    return error_message(wire::ErrorCode::kRateLimited, "too many refused shares");
-  std::string error;
-  if (append(kShares, device, payload, now_ms, &error) != Status::kOk) {
-    log_error("storage_failure").kv("what", "secagg shares").kv("error", error);
-    return error_message(wire::ErrorCode::kInternal, "server storage failure: the shares were not recorded");
-  }
-  const Status s = apply(kShares, device, payload, now_ms);
-  if (s != Status::kOk)
-    return refuse(d, 1, wire::ErrorCode::kBadMessage, std::string("shares refused: ") + status_name(s));
-  return status_reply(wire::SecAggPhase::kShares, now_ms);
+  return take(kShares, device, d, payload, wire::SecAggPhase::kShares, now_ms);
 }
 
 wire::Message SecureRound::poll(const std::string& device, const wire::SecAggPoll& m, int64_t now_ms) {
@@ -528,7 +525,7 @@ wire::Message SecureRound::unmask(const std::string& device, const wire::SecAggU
                                   int64_t now_ms) {
   Device* d = find(device);
   if (d == nullptr)
-    return refuse(nullptr, 3, wire::ErrorCode::kUnauthorized, "this device has no index in the round");
+    return refuse(nullptr, kUnmask, wire::ErrorCode::kUnauthorized, "this device has no index in the round");
   std::vector<uint8_t> payload;
   payload.reserve(m.shares.size() * kRevealedEntryBytes);
   for (const wire::SecAggRevealedShare& r : m.shares) {
@@ -543,26 +540,16 @@ wire::Message SecureRound::unmask(const std::string& device, const wire::SecAggU
   }
   if (!d->unmask.empty()) {
     if (payload != d->unmask)
-      return refuse(d, 3, wire::ErrorCode::kUnexpectedMessage, "unmask answered already");
+      return refuse(d, kUnmask, wire::ErrorCode::kUnexpectedMessage, "unmask answered already");
     return status_reply(wire::SecAggPhase::kDone, now_ms);
   }
   if (phase_ == SecurePhase::kFailed) return error_message(wire::ErrorCode::kUnknownRound, failure_);
   if (phase_ != SecurePhase::kUnmask) {
-    return refuse(d, 3, wire::ErrorCode::kUnexpectedMessage,
+    return refuse(d, kUnmask, wire::ErrorCode::kUnexpectedMessage,
                   std::string("unmask answers are taken in the unmask phase; round ") +
                       std::to_string(round_id_) + " is in " + secure_phase_name(phase_));
   }
-  if (d->refused[3] >= kMaxAttempts)
-    return error_message(wire::ErrorCode::kRateLimited, "too many refused answers");
-  std::string error;
-  if (append(kUnmask, device, payload, now_ms, &error) != Status::kOk) {
-    log_error("storage_failure").kv("what", "secagg unmask").kv("error", error);
-    return error_message(wire::ErrorCode::kInternal, "server storage failure: the answer was not recorded");
-  }
-  const Status s = apply(kUnmask, device, payload, now_ms);
-  if (s != Status::kOk)
-    return refuse(d, 3, wire::ErrorCode::kBadMessage, std::string("answer refused: ") + status_name(s));
-  return status_reply(wire::SecAggPhase::kDone, now_ms);
+  return take(kUnmask, device, d, payload, wire::SecAggPhase::kDone, now_ms);
 }
 
 Status SecureRound::check_masked(const std::string& device, Span<const uint8_t> bytes,

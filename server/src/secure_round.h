@@ -154,7 +154,7 @@ class SecureRound {
     uint32_t index = 0;
     std::vector<uint8_t> keys, shares, unmask;  // the payloads it sent (for repeats)
     bool masked = false;                        // its masked vector is in the sum
-    uint32_t refused[4] = {};                   // refused messages per phase
+    uint32_t refused[3] = {};                   // refused keys, shares, answers (refusal_slot)
   };
   Status append(Kind kind, const std::string& device, std::vector<uint8_t> payload, int64_t now_ms,
                 std::string* error);
@@ -167,7 +167,15 @@ class SecureRound {
   wire::Message keys_reply(uint32_t index) const;
   wire::Message inbox_reply(uint32_t index) const;
   wire::Message unmask_request_reply(uint32_t index) const;
-  wire::Message refuse(Device* d, int phase_slot, wire::ErrorCode code, const std::string& why);
+  // A refusal, counted against `d` (when known) for messages of `kind`.
+  wire::Message refuse(Device* d, Kind kind, wire::ErrorCode code, const std::string& why);
+  // A first message of `kind` from `d` in its phase: appended to the log (durable), then applied.
+  // The reply is SecAggStatus(waiting_for), or the refusal (kRateLimited after kMaxAttempts
+  // refusals of this kind, kInternal when the log cannot be written, kBadMessage when the protocol
+  // refuses it).
+  wire::Message take(Kind kind, const std::string& device, Device* d, const std::vector<uint8_t>& payload,
+                     wire::SecAggPhase waiting_for, int64_t now_ms);
+  static int refusal_slot(Kind kind) { return kind == kKeys ? 0 : kind == kShares ? 1 : 2; }
   Device* find(const std::string& device);
 
   SecureAggregationOptions options_;
@@ -187,7 +195,6 @@ class SecureRound {
   std::vector<int32_t> summed_;
   uint32_t contributors_ = 0;
   std::string failure_;
-  bool replaying_ = false;
 };
 
 }  // namespace edgefl::server

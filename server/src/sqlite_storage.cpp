@@ -363,6 +363,31 @@ class SqliteStorage final : public Storage {
     }
     return Status::kIoError;
   }
+  // Steps the SELECT `q` of one round (?1 = round_id), with the storage locked and marked as
+  // iterating (a callback that calls back in is refused), handing each row to `row` until one
+  // returns non-kOk. `what` names the rows in an I/O error.
+  Status each_row(Query q, uint64_t round_id, const char* what,
+                  const std::function<Status(sqlite3_stmt*)>& row, std::string* error) {
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    sqlite3_stmt* s = nullptr;
+    EDGEFL_RETURN_IF_ERROR(statement(q, &s, error));
+    StatementScope scope(s);
+    if (sqlite3_bind_int64(s, 1, int64_t(round_id)) != SQLITE_OK) return io_error("bind", error);
+    struct IterationMark {
+      std::atomic<std::thread::id>* mark;
+      ~IterationMark() { mark->store(std::thread::id()); }
+    } mark{&iterating_};
+    iterating_.store(std::this_thread::get_id());
+    for (;;) {
+      const int rc = sqlite3_step(s);
+      if (rc == SQLITE_DONE) return Status::kOk;
+      if (rc != SQLITE_ROW) return io_error(what, error);
+      const Status st = row(s);
+      if (st != Status::kOk) return st;
+    }
+  }
+
   Status corrupt_row(const char* table, std::string* error) const {
     if (error != nullptr)
       *error = std::string("sqlite: a row of table ") + table + " holds values this build never writes";
@@ -618,30 +643,18 @@ Status SqliteStorage::for_each_round_event(uint64_t round_id,
                                            std::string* error) {
   if (!fn) return invalid_argument(error, "for_each_round_event: no callback");
   if (!fits_i64(round_id)) return invalid_argument(error, "for_each_round_event: round id out of range");
-  std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
-  sqlite3_stmt* s = nullptr;
-  EDGEFL_RETURN_IF_ERROR(statement(kEachEvent, &s, error));
-  StatementScope scope(s);
-  if (sqlite3_bind_int64(s, 1, int64_t(round_id)) != SQLITE_OK) return io_error("bind", error);
-  struct IterationMark {
-    std::atomic<std::thread::id>* mark;
-    ~IterationMark() { mark->store(std::thread::id()); }
-  } mark{&iterating_};
-  iterating_.store(std::this_thread::get_id());
   RoundEvent e;
   e.round_id = round_id;
-  for (;;) {
-    const int rc = sqlite3_step(s);
-    if (rc == SQLITE_DONE) return Status::kOk;
-    if (rc != SQLITE_ROW) return io_error("select round events", error);
-    if (!column_u64(s, 0, &e.sequence) || !column_text(s, 1, &e.device_id) || !column_u32(s, 2, &e.kind) ||
-        !column_i64(s, 3, &e.unix_ms) || !column_bytes(s, 4, &e.payload)) {
-      return corrupt_row("round_events", error);
-    }
-    const Status st = fn(e);
-    if (st != Status::kOk) return st;
-  }
+  return each_row(
+      kEachEvent, round_id, "select round events",
+      [&](sqlite3_stmt* s) -> Status {
+        if (!column_u64(s, 0, &e.sequence) || !column_text(s, 1, &e.device_id) ||
+            !column_u32(s, 2, &e.kind) || !column_i64(s, 3, &e.unix_ms) || !column_bytes(s, 4, &e.payload)) {
+          return corrupt_row("round_events", error);
+        }
+        return fn(e);
+      },
+      error);
 }
 
 Status SqliteStorage::get_round_locked(Query q, uint64_t round_id, std::optional<RoundRecord>* out,
@@ -799,26 +812,14 @@ Status SqliteStorage::for_each_update(uint64_t round_id, const std::function<Sta
                                       std::string* error) {
   if (!fn) return invalid_argument(error, "for_each_update: no callback");
   if (!fits_i64(round_id)) return invalid_argument(error, "for_each_update: round id out of range");
-  std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
-  sqlite3_stmt* s = nullptr;
-  EDGEFL_RETURN_IF_ERROR(statement(kEachUpdate, &s, error));
-  StatementScope scope(s);
-  if (sqlite3_bind_int64(s, 1, int64_t(round_id)) != SQLITE_OK) return io_error("bind", error);
-  struct IterationMark {
-    std::atomic<std::thread::id>* mark;
-    ~IterationMark() { mark->store(std::thread::id()); }
-  } mark{&iterating_};
-  iterating_.store(std::this_thread::get_id());
   UpdateRecord u;  // reused: its payload buffer keeps its capacity from row to row
-  for (;;) {
-    const int rc = sqlite3_step(s);
-    if (rc == SQLITE_DONE) return Status::kOk;
-    if (rc != SQLITE_ROW) return io_error("select updates", error);
-    if (!read_update(s, true, &u)) return corrupt_row("updates", error);
-    const Status st = fn(u);
-    if (st != Status::kOk) return st;
-  }
+  return each_row(
+      kEachUpdate, round_id, "select updates",
+      [&](sqlite3_stmt* s) -> Status {
+        if (!read_update(s, true, &u)) return corrupt_row("updates", error);
+        return fn(u);
+      },
+      error);
 }
 
 Status SqliteStorage::record_model(const ModelRecord& model, std::string* error) {

@@ -2535,6 +2535,46 @@ std::string share_then_drop(uint16_t port, const tls::TlsCredentials& creds) {
   return "";  // and gone
 }
 
+// Devices device-0001.. running edgefl::Client::participate() for one round, FixedTrainer(index
+// + 1) each, on threads of their own; join() waits for them.
+struct SecureDevices {
+  std::vector<std::thread> threads;
+  std::vector<Status> statuses;
+  std::vector<std::string> errors;
+  std::vector<uint32_t> rounds;        // progress() calls
+  std::vector<RoundOutcome> outcomes;  // the last round's
+
+  SecureDevices(const Pki& pki, uint16_t port, uint32_t count, uint64_t seed)
+      : statuses(count, Status::kOk),
+        errors(count),
+        rounds(count, 0),
+        outcomes(count, RoundOutcome::kRejected) {
+    for (uint32_t d = 0; d < count; ++d) {
+      threads.emplace_back([this, &pki, port, seed, d] {
+        Client client(persistent_client(pki, cli::dev_pki_device_id(d + 1), port, seed + d));
+        if (client.init(&errors[d]) != Status::kOk) {
+          statuses[d] = Status::kInvalidArgument;
+          return;
+        }
+        FixedTrainer trainer(d + 1, 1);
+        statuses[d] = client.participate(
+            trainer, 1,
+            [this, d](const RoundResult& r) {
+              ++rounds[d];
+              outcomes[d] = r.outcome;
+            },
+            &errors[d]);
+      });
+    }
+  }
+  ~SecureDevices() { join(); }
+  void join() {
+    for (std::thread& t : threads) {
+      if (t.joinable()) t.join();
+    }
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("e2e.secure") {
@@ -2550,31 +2590,16 @@ TEST_SUITE("e2e.secure") {
                              {"--cohort", "4", "--over-selection", "1.25", "--rounds", "1",
                               "--secure-aggregation", "on", "--secagg-phase", "2", "--deadline", "30"}));
     INFO("server log:\n" << server.all_logs());
-    std::vector<std::thread> devices;
-    std::vector<Status> statuses(4, Status::kOk);
-    std::vector<std::string> errors(4);
-    std::vector<std::vector<RoundResult>> results(4);
-    for (uint32_t d = 0; d < 4; ++d) {
-      devices.emplace_back([&, d] {
-        Client client(persistent_client(pki, cli::dev_pki_device_id(d + 1), server.port(), 10 + d));
-        if (client.init(&errors[d]) != Status::kOk) {
-          statuses[d] = Status::kInvalidArgument;
-          return;
-        }
-        FixedTrainer trainer(d + 1, 1);
-        statuses[d] = client.participate(
-            trainer, 1, [&](const RoundResult& r) { results[d].push_back(r); }, &errors[d]);
-      });
-    }
+    SecureDevices devices(pki, server.port(), 4, 10);
     const std::unique_ptr<tls::TlsCredentials> creds5 = device_credentials(pki, cli::dev_pki_device_id(5));
     const std::string dropped = share_then_drop(server.port(), *creds5);
-    for (std::thread& t : devices) t.join();
+    devices.join();
     CHECK_MESSAGE(dropped.empty(), dropped);
     for (uint32_t d = 0; d < 4; ++d) {
       CAPTURE(d);
-      CHECK_MESSAGE(statuses[d] == Status::kOk, errors[d]);
-      REQUIRE(!results[d].empty());
-      CHECK(results[d].back().outcome == RoundOutcome::kAccepted);
+      CHECK_MESSAGE(devices.statuses[d] == Status::kOk, devices.errors[d]);
+      REQUIRE(devices.rounds[d] > 0);
+      CHECK(devices.outcomes[d] == RoundOutcome::kAccepted);
     }
     REQUIRE(server.wait_exit(20000) == 0);
     const std::vector<float> v1 = read_model(model_path(state, 1));
@@ -2630,22 +2655,7 @@ TEST_SUITE("e2e.secure") {
       ServerProcess server(tmp);
       START_SERVER(server, args);
       INFO("server logs:\n" << server.all_logs());
-      std::vector<std::thread> devices;
-      std::vector<Status> statuses(4, Status::kOk);
-      std::vector<std::string> errors(4);
-      std::vector<RoundOutcome> outcomes(4, RoundOutcome::kRejected);
-      for (uint32_t d = 0; d < 4; ++d) {
-        devices.emplace_back([&, d] {
-          Client client(persistent_client(pki, cli::dev_pki_device_id(d + 1), port, 20 + d));
-          if (client.init(&errors[d]) != Status::kOk) {
-            statuses[d] = Status::kInvalidArgument;
-            return;
-          }
-          FixedTrainer trainer(d + 1, 1);
-          statuses[d] = client.participate(
-              trainer, 1, [&](const RoundResult& r) { outcomes[d] = r.outcome; }, &errors[d]);
-        });
-      }
+      SecureDevices devices(pki, port, 4, 20);
       // The fifth: whether the kill cuts it off before or after it shares, it never sends a
       // masked vector, and the round's sum is the four others'.
       const std::unique_ptr<tls::TlsCredentials> creds5 = device_credentials(pki, cli::dev_pki_device_id(5));
@@ -2663,11 +2673,12 @@ TEST_SUITE("e2e.secure") {
         sleep_ms(20);
       }
       fifth.join();
-      for (std::thread& t : devices) t.join();
+      devices.join();
       for (uint32_t d = 0; d < 4; ++d) {
         CAPTURE(d);
-        CHECK_MESSAGE(statuses[d] == Status::kOk, errors[d]);
-        CHECK((outcomes[d] == RoundOutcome::kAccepted || outcomes[d] == RoundOutcome::kDuplicate));
+        CHECK_MESSAGE(devices.statuses[d] == Status::kOk, devices.errors[d]);
+        CHECK((devices.outcomes[d] == RoundOutcome::kAccepted ||
+               devices.outcomes[d] == RoundOutcome::kDuplicate));
       }
       REQUIRE(server.wait_exit(30000) == 0);
       const std::vector<float> v1 = read_model(model_path(state, 1));
@@ -2710,22 +2721,9 @@ TEST_SUITE("e2e.secure") {
                                       "--secure-aggregation", "on", "--secagg-phase", "5", "--deadline", "30",
                                       "--dp-clip", "10", "--dp-noise", "0.01", "--dp-delta", "1e-5"}));
     INFO("server log:\n" << server.all_logs());
-    std::vector<std::thread> devices;
-    std::vector<Status> statuses(4, Status::kOk);
-    std::vector<std::string> errors(4);
-    for (uint32_t d = 0; d < 4; ++d) {
-      devices.emplace_back([&, d] {
-        Client client(persistent_client(pki, cli::dev_pki_device_id(d + 1), server.port(), 40 + d));
-        if (client.init(&errors[d]) != Status::kOk) {
-          statuses[d] = Status::kInvalidArgument;
-          return;
-        }
-        FixedTrainer trainer(d + 1, 1);
-        statuses[d] = client.participate(trainer, 1, nullptr, &errors[d]);
-      });
-    }
-    for (std::thread& t : devices) t.join();
-    for (uint32_t d = 0; d < 4; ++d) CHECK_MESSAGE(statuses[d] == Status::kOk, errors[d]);
+    SecureDevices devices(pki, server.port(), 4, 40);
+    devices.join();
+    for (uint32_t d = 0; d < 4; ++d) CHECK_MESSAGE(devices.statuses[d] == Status::kOk, devices.errors[d]);
     REQUIRE(server.wait_exit(20000) == 0);
     const std::vector<float> v1 = read_model(model_path(state, 1));
     const std::vector<float> v2 = read_model(model_path(state, 2));
