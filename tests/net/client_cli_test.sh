@@ -40,7 +40,9 @@ grep -q "no round accepted in 2000 ms; last: cannot connect" "$work/unreachable.
 echo "--- a device whose server cannot be reached (exit status $status):"
 cat "$work/unreachable.err"
 
-# 2. Cohort 1, two offers: the slow device trains while the fast one closes the round.
+# 2. Cohort 1, two offers: the slow device trains while the fast one closes the round. The slow
+#    device trains twice on 30,000 samples (3 epochs each: 0.4 s in a release build, about 30 s under
+#    ASan on a slow machine), so its give-up time leaves room for both rounds.
 "$server" --state-dir "$work/state" --ca "$pki/ca.crt" --cert "$pki/server.crt" --key "$pki/server.key" \
   --listen 127.0.0.1:0 --port-file "$work/ports" --model mlp:784-16-10 --rounds 2 --cohort 1 \
   --over-selection 2 --epochs 3 --update-norm-factor 100 --retry-after 100 --retry-window 100 --drain 500 \
@@ -49,7 +51,7 @@ pids+=($!)
 for _ in $(seq 200); do [[ -s $work/ports ]] && break; sleep 0.1; done
 read -r port _ <"$work/ports"
 # shellcheck disable=SC2046
-"$cli" client --server "127.0.0.1:$port" $(device 2) --partition iid --shard 0/1 --rounds 1 --give-up-after 60 \
+"$cli" client --server "127.0.0.1:$port" $(device 2) --partition iid --shard 0/2 --rounds 1 --give-up-after 240 \
   >"$work/slow.out" 2>"$work/slow.err" &
 slow=$!
 pids+=("$slow")
@@ -62,7 +64,7 @@ grep -q "training model v1" "$work/slow.err" || fail "the slow device never star
 # the round first whatever the machine's load.
 kill -STOP "$slow"
 # shellcheck disable=SC2046
-"$cli" client --server "127.0.0.1:$port" $(device 1) --shard 0/100 --rounds 1 --give-up-after 60 \
+"$cli" client --server "127.0.0.1:$port" $(device 1) --shard 0/100 --rounds 1 --give-up-after 240 \
   >"$work/fast.out" 2>"$work/fast.err" || { kill -CONT "$slow"; fail "the fast device failed"; }
 kill -CONT "$slow"
 wait "$slow" || fail "the slow device failed"
