@@ -21,11 +21,36 @@ if(TARGET edgefl_server_lib)
   target_include_directories(edgefl_server_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR})
   target_link_libraries(edgefl_server_tests PRIVATE edgefl_server_lib doctest::doctest)
   edgefl_target_options(edgefl_server_tests)
+  if(EDGEFL_HAVE_POSTGRESQL)
+    target_link_libraries(edgefl_server_tests PRIVATE PkgConfig::EDGEFL_LIBPQ)
+    target_compile_definitions(edgefl_server_tests PRIVATE EDGEFL_HAVE_POSTGRESQL=1)
+  endif()
 
   foreach(suite IN LISTS edgefl_server_test_suites)
     add_test(NAME ${suite} COMMAND edgefl_server_tests --test-suite=${suite} --no-intro=true)
     set_tests_properties(${suite} PROPERTIES LABELS unit TIMEOUT 600)
   endforeach()
+  # server.storage.postgresql: the ledger's cases and the PostgreSQL suite on a private cluster
+  # (tests/support/postgres_cluster.sh, PostgreSQL 15 from Debian), started and stopped by the
+  # fixture's two entries. The cluster lives under /tmp (PostgreSQL runs as `postgres` under root,
+  # and must reach its directory), named after this build tree.
+  if(EDGEFL_HAVE_POSTGRESQL)
+    string(SHA1 edgefl_build_hash "${CMAKE_BINARY_DIR}")
+    string(SUBSTRING "${edgefl_build_hash}" 0 12 edgefl_build_hash)
+    set(edgefl_pg_dir "/tmp/edgefl-pg-${edgefl_build_hash}")
+    set(edgefl_pg_script ${CMAKE_CURRENT_LIST_DIR}/support/postgres_cluster.sh)
+    add_test(NAME postgres.cluster.start
+             COMMAND bash -c "bash '${edgefl_pg_script}' stop '${edgefl_pg_dir}' && bash '${edgefl_pg_script}' start '${edgefl_pg_dir}'")
+    add_test(NAME postgres.cluster.stop COMMAND bash ${edgefl_pg_script} stop ${edgefl_pg_dir})
+    set_tests_properties(postgres.cluster.start PROPERTIES FIXTURES_SETUP edgefl_postgres LABELS unit TIMEOUT 120)
+    set_tests_properties(postgres.cluster.stop PROPERTIES FIXTURES_CLEANUP edgefl_postgres LABELS unit TIMEOUT 120)
+    add_test(NAME server.storage.postgresql
+             COMMAND edgefl_server_tests --test-suite=server.storage,server.storage.postgresql --no-intro=true)
+    set_tests_properties(server.storage.postgresql PROPERTIES
+      LABELS unit TIMEOUT 600 FIXTURES_REQUIRED edgefl_postgres RESOURCE_LOCK edgefl_postgres
+      ENVIRONMENT "EDGEFL_TEST_POSTGRES_DIR=${edgefl_pg_dir};EDGEFL_TEST_POSTGRES_SCRIPT=${edgefl_pg_script}")
+  endif()
+  list(APPEND edgefl_server_test_suites server.storage.postgresql)  # never in server.other
   list(JOIN edgefl_server_test_suites "," edgefl_server_suite_list)
   add_test(NAME server.other COMMAND edgefl_server_tests --test-suite-exclude=${edgefl_server_suite_list}
                                      --no-intro=true)
@@ -52,6 +77,23 @@ if(TARGET edgefl-server AND TARGET edgefl_net)
     add_test(NAME server.e2e.${suite} COMMAND edgefl_e2e_tests --test-suite=e2e.${suite} --no-intro=true)
     set_tests_properties(server.e2e.${suite} PROPERTIES LABELS "unit;e2e" TIMEOUT 600 RESOURCE_LOCK edgefl_e2e)
   endforeach()
+  # The same rounds on PostgreSQL state (one database per server; the cluster of the
+  # edgefl_postgres fixture above): rounds, resumed uploads, SIGKILL restarts, the random kill -9
+  # test (20 s), and the database's own crashes under running devices (suite e2e.postgresql, 20 s).
+  if(EDGEFL_HAVE_POSTGRESQL)
+    target_link_libraries(edgefl_e2e_tests PRIVATE PkgConfig::EDGEFL_LIBPQ)
+    target_compile_definitions(edgefl_e2e_tests PRIVATE EDGEFL_HAVE_POSTGRESQL=1)
+    add_test(NAME server.e2e.postgresql
+             COMMAND edgefl_e2e_tests --test-suite=e2e.rounds,e2e.resume,e2e.restart --no-intro=true)
+    add_test(NAME server.e2e.postgresql.kill
+             COMMAND edgefl_e2e_tests "--test-case=random kill -9 of the server*" --no-intro=true)
+    add_test(NAME server.e2e.postgresql.crash
+             COMMAND edgefl_e2e_tests --test-suite=e2e.postgresql --no-intro=true)
+    set_tests_properties(server.e2e.postgresql server.e2e.postgresql.kill server.e2e.postgresql.crash PROPERTIES
+      LABELS "unit;e2e" TIMEOUT 600 FIXTURES_REQUIRED edgefl_postgres RESOURCE_LOCK "edgefl_e2e;edgefl_postgres"
+      ENVIRONMENT "EDGEFL_TEST_POSTGRES_DIR=${edgefl_pg_dir};EDGEFL_TEST_POSTGRES_SCRIPT=${edgefl_pg_script}")
+  endif()
+  list(APPEND edgefl_e2e_suites postgresql)  # never in server.e2e.other
   list(TRANSFORM edgefl_e2e_suites PREPEND "e2e." OUTPUT_VARIABLE edgefl_e2e_suite_names)
   list(JOIN edgefl_e2e_suite_names "," edgefl_e2e_suite_list)
   add_test(NAME server.e2e.other COMMAND edgefl_e2e_tests --test-suite-exclude=${edgefl_e2e_suite_list}

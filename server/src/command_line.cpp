@@ -13,6 +13,7 @@
 
 #include "edgefl/data.h"
 #include "log.h"
+#include "postgres_storage.h"
 #include "server.h"
 
 namespace {
@@ -22,8 +23,14 @@ const char kUsage[] =
     "\n"
     "Runs federated rounds for devices that authenticate with client certificates issued by the CA\n"
     "(`edgefl certs` makes a development PKI). State (rounds, the ledger of accepted updates, the open\n"
-    "round's payloads, model versions) lives in DIR/state.db (SQLite, WAL, full sync); models are\n"
-    "DIR/model-vNNNNNN.safetensors and DIR/global.safetensors. A restart resumes the open round.\n"
+    "round's payloads, model versions) lives in DIR/state.db (SQLite, WAL, full sync), or in the\n"
+    "PostgreSQL database --state names; models are DIR/model-vNNNNNN.safetensors and\n"
+    "DIR/global.safetensors. A restart resumes the open round.\n"
+    "\n"
+    "state:\n"
+    "  --state-dir DIR         model files, the lock file and (without --state) state.db; required\n"
+    "  --state URL             postgresql://[user@]host[:port]/db[?...]: rounds, ledger and settings in\n"
+    "                          PostgreSQL (synchronous_commit on; a server with fsync off is refused)\n"
     "\n"
     "network:\n"
     "  --listen HOST:PORT      device listener (127.0.0.1:7443; port 0 = any free port)\n"
@@ -246,6 +253,8 @@ bool set_output_option(const std::string& a, const std::string& v, edgefl::serve
                        bool* ok) {
   if (a == "--summary") {
     o->summary_file = v;
+  } else if (a == "--state") {
+    o->state_url = v;
   } else if (a == "--drain") {
     *ok = to_u32(v, &o->drain_ms);
   } else if (a == "--log-level") {
@@ -298,6 +307,12 @@ int server_main(const std::vector<std::string>& args, const ServerCustomization&
     }
   }
   if (o.rounds.state_dir.empty()) return fail("--state-dir is required");
+  if (!o.state_url.empty()) {
+    if (!edgefl::server::is_postgres_url(o.state_url))
+      return fail("--state takes a postgresql:// URL (SQLite is the default: --state-dir alone)");
+    if (!edgefl::server::postgres_storage_available())
+      return fail("--state: this edgefl-server was built without PostgreSQL (libpq-dev)");
+  }
   // An initial model defines the model unless --model names one.
   if (!o.rounds.initial_model.empty() && !o.rounds.model_spec_given) o.rounds.model_spec.clear();
   if (!o.insecure_plaintext_for_tests &&

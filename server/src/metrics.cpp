@@ -75,6 +75,10 @@ std::string Metrics::render() const {
   g("edgefl_round_id", "The current (or last) round id.", static_cast<double>(round_id.load()));
   g("edgefl_model_version", "The global model version.", static_cast<double>(model_version.load()));
   c("edgefl_rounds_committed_total", "Rounds that produced a new model.", rounds_committed);
+  c("edgefl_ledger_writes_total", "Updates written to the ledger (durable before their ack).", ledger_writes);
+  add(&out, "edgefl_ledger_write_seconds_total", "counter",
+      "Time spent writing updates to the ledger, until the commit was durable.",
+      static_cast<double>(ledger_write_us_total.load()) / 1e6);
   c("edgefl_rounds_abandoned_total", "Rounds that ended at their deadline without a quorum.",
     rounds_abandoned);
   c("edgefl_task_offers_total", "Task offers sent.", offers);

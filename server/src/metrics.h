@@ -32,6 +32,9 @@ struct Metrics {
   std::atomic<uint64_t> offers_expired{0};  // offers whose lease ran out before an upload
   std::atomic<uint64_t> close_failures{0};  // round closes that failed (I/O) and were retried
   std::atomic<uint64_t> server_busy{0};     // connections answered RetryLater ServerBusy at the cap
+  // The durable write of accepted updates (Storage::record_update, until its commit returned).
+  std::atomic<uint64_t> ledger_writes{0};
+  std::atomic<uint64_t> ledger_write_us_total{0};  // microseconds
   // Updates by disposition.
   std::atomic<uint64_t> updates_accepted{0};
   std::atomic<uint64_t> updates_duplicate{0};

@@ -3,6 +3,7 @@
 #include <mbedtls/ctr_drbg.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -1244,12 +1245,18 @@ std::optional<Reply> RoundManager::record_upload(const std::string& device, cons
   record->payload = std::move(upload.bytes);
   InsertResult inserted = InsertResult::kInserted;
   std::string error;
-  if (storage_->record_update(*record, &inserted, nullptr, &error) != Status::kOk) {
+  const auto write_start = std::chrono::steady_clock::now();
+  const Status written = storage_->record_update(*record, &inserted, nullptr, &error);
+  const auto write_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - write_start);
+  if (written != Status::kOk) {
     upload.bytes = std::move(record->payload);  // kept for a retried commit
     fatal("record_update", error);
     return error_reply(wire::ErrorCode::kInternal, "server storage failure: the update was not recorded",
                        true);
   }
+  metrics_->ledger_writes.fetch_add(1);
+  metrics_->ledger_write_us_total.fetch_add(uint64_t(write_us.count()));
   if (inserted == InsertResult::kDuplicate) {
     round.uploads.erase(it);
     metrics_->updates_duplicate.fetch_add(1);

@@ -24,6 +24,7 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "postgres_storage.h"
 #include "session.h"
 #include "sqlite_storage.h"
 
@@ -233,7 +234,11 @@ void log_stopped(const Metrics& metrics) {
       .kv("handshakes", handshakes)
       .kv("server_busy", metrics.server_busy.load())
       .kv("handshake_ms_mean",
-          handshakes ? double(metrics.handshake_us_total.load()) / 1e3 / double(handshakes) : 0.0);
+          handshakes ? double(metrics.handshake_us_total.load()) / 1e3 / double(handshakes) : 0.0)
+      .kv("ledger_write_ms_mean",
+          metrics.ledger_writes.load() != 0
+              ? double(metrics.ledger_write_us_total.load()) / 1e3 / double(metrics.ledger_writes.load())
+              : 0.0);
 }
 
 }  // namespace
@@ -243,8 +248,12 @@ int run_server(const ServerOptions& options) {
   if (!load_credentials(options, &credentials) || !lock_state_dir(options.rounds.state_dir)) return 2;
   std::string error;
   std::unique_ptr<Storage> storage;
-  if (open_sqlite_storage(options.rounds.state_dir + "/state.db", &storage, &error) != Status::kOk) {
-    log_error("storage_open").kv("error", error);
+  const bool postgres = !options.state_url.empty();
+  const Status opened = postgres
+                            ? open_postgres_storage(options.state_url, &storage, &error)
+                            : open_sqlite_storage(options.rounds.state_dir + "/state.db", &storage, &error);
+  if (opened != Status::kOk) {
+    log_error("storage_open").kv("backend", postgres ? "postgresql" : "sqlite").kv("error", error);
     return 2;
   }
   Metrics metrics;

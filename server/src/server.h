@@ -41,6 +41,10 @@ struct ServerOptions {
   uint32_t drain_ms = 3000;                 // after the last round: answer kDraining this long, then exit
   std::string summary_file;                 // if set: the per-round summary as JSON lines
   bool progress = false;                    // one human-readable line per round on stdout
+  // Where the rounds, the ledger and the settings live: "" = SQLite in rounds.state_dir/state.db;
+  // a postgresql:// URL = that PostgreSQL database (postgres_storage.h). Model files stay in
+  // rounds.state_dir either way.
+  std::string state_url;
   RoundOptions rounds;
 };
 

@@ -1,6 +1,8 @@
 // storage.cpp: the parts of storage.h shared by every implementation.
 #include "storage.h"
 
+#include "postgres_storage.h"
+
 #include <stdint.h>
 
 namespace edgefl {
@@ -97,6 +99,10 @@ bool valid_relative_path(const std::string& path) {
     start = end + 1;
   }
   return true;
+}
+
+bool is_postgres_url(const std::string& state) {
+  return state.rfind("postgresql://", 0) == 0 || state.rfind("postgres://", 0) == 0;
 }
 
 }  // namespace server

@@ -17,6 +17,10 @@
 //                   counted exactly once
 //   e2e.ops         the state-directory lock, /metrics, /healthz, SIGTERM, a spec mismatch
 //
+// With EDGEFL_TEST_POSTGRES_DIR set (ctest server.e2e.postgresql: a private cluster,
+// tests/support/postgres_cluster.sh), every server keeps its rounds and ledger in a PostgreSQL
+// database of its own (--state postgresql://...), and the tests read the ledger there.
+//
 // EDGEFL_E2E_KEEP=1 keeps the temporary directories (server logs, state) for a look afterwards;
 // EDGEFL_E2E_WRAPPER="valgrind -q" runs every server under a tool (its output lands in the log).
 #include <arpa/inet.h>
@@ -61,12 +65,16 @@
 #include "edgefl/model.h"
 #include "edgefl/wire.h"
 #include "net/tls_stream.h"
+#include "postgres_storage.h"
 #include "round/downlink.h"
 #include "safetensors.h"
 #include "secagg/crypto.h"
 #include "secagg/protocol.h"
 #include "secagg/wire_form.h"
 #include "sqlite_storage.h"
+#if EDGEFL_HAVE_POSTGRESQL
+#include "support/postgres_test.h"
+#endif
 #include "tls/digest.h"
 #include "tls/tls_credentials.h"
 #include "tls/tls_session.h"
@@ -419,7 +427,30 @@ std::vector<std::string> server_args(const Pki& pki, const std::string& state_di
                                    "--drain",        "200",
                                    "--deadline",     "300"};
   args.insert(args.end(), more);
+#if EDGEFL_HAVE_POSTGRESQL
+  if (!testing::postgres_dir().empty()) {
+    args.push_back("--state");
+    args.push_back(testing::postgres_url_for(state_dir));
+  }
+#endif
   return args;
+}
+
+// The state a server with `server_args(..., state_dir, ...)` keeps: SQLite in state_dir, or its
+// PostgreSQL database in a PostgreSQL run.
+std::unique_ptr<server::Storage> open_state(const std::string& state_dir) {
+  std::unique_ptr<server::Storage> storage;
+  std::string error;
+#if EDGEFL_HAVE_POSTGRESQL
+  if (!testing::postgres_dir().empty()) {
+    const std::string conninfo = testing::postgres_conninfo(testing::postgres_db_for(state_dir));
+    REQUIRE_MESSAGE(server::open_postgres_storage(conninfo, &storage, &error) == Status::kOk, error);
+    return storage;
+  }
+#endif
+  REQUIRE_MESSAGE(server::open_sqlite_storage(state_dir + "/state.db", &storage, &error) == Status::kOk,
+                  error);
+  return storage;
 }
 
 #define START_SERVER(server, args)                                        \
@@ -2063,9 +2094,8 @@ class SlowTrainer final : public LocalTrainer {
 };
 
 uint64_t ledger_rows(const std::string& state) {
-  std::unique_ptr<server::Storage> storage;
+  std::unique_ptr<server::Storage> storage = open_state(state);
   std::string error;
-  REQUIRE_MESSAGE(server::open_sqlite_storage(state + "/state.db", &storage, &error) == Status::kOk, error);
   uint64_t last = 0, rows = 0;
   REQUIRE(storage->last_round_id(&last, &error) == Status::kOk);
   for (uint64_t r = 1; r <= last; ++r) {
@@ -2074,6 +2104,143 @@ uint64_t ledger_rows(const std::string& state) {
     rows += n;
   }
   return rows;
+}
+
+// The crash test, extended: devices run edgefl::Client::participate() while something crashes at
+// random moments: the server (kServer: SIGKILL, restarted on the same port) or, in a PostgreSQL
+// run, the database server (kDatabase: an immediate shutdown, started again while edgefl-server
+// keeps running). No device may give up, every acknowledged update is in the ledger exactly once,
+// and each committed model is the FedAvg of its round's ledger (checked by the rebuilt aggregate
+// on restart and by the server's own start-up consistency checks). EDGEFL_CRASH_SECONDS sets the
+// length (default 20 s in CI; tests/server/crash_soak.sh runs it longer for releases).
+enum class Crash { kServer, kDatabase };
+
+void crash_test(Crash what) {
+  const char* env = std::getenv("EDGEFL_CRASH_SECONDS");
+  const int seconds = env ? std::max(5, std::atoi(env)) : 20;
+  constexpr int kDevices = 6;
+  TempDir tmp;
+  const Pki pki = make_pki(tmp / "pki", kDevices);
+  const std::string state = tmp / "state";
+  const uint16_t port = free_port();
+  std::vector<std::string> args = server_args(pki, state, "fp32",
+                                              {"--cohort", "3", "--over-selection", "1.4", "--deadline", "4",
+                                               "--min-quorum", "2", "--max-connections", "4"});
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--listen") args[i + 1] = "127.0.0.1:" + std::to_string(port);
+  }
+  ServerProcess server(tmp);
+  START_SERVER(server, args);
+  INFO("server logs:\n" << server.all_logs());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> acked{0};
+  std::vector<Status> statuses(kDevices, Status::kOk);
+  std::vector<std::string> errors(kDevices);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int d = 0; d < kDevices; ++d) {
+    ClientOptions o = persistent_client(pki, cli::dev_pki_device_id(uint32_t(d + 1)), port, 100 + d);
+    o.give_up_after_ms = 0;    // only cancel() ends them
+    o.error_feedback = false;  // fp32 is exact: each update is synthetic_delta(device) itself
+    clients.push_back(std::make_unique<Client>(o));
+    std::string error;
+    REQUIRE_MESSAGE(clients.back()->init(&error) == Status::kOk, error);
+  }
+  std::vector<std::thread> devices;
+  for (int d = 0; d < kDevices; ++d) {
+    devices.emplace_back([&, d] {
+      SlowTrainer trainer(uint32_t(d + 1), 50 + 30 * d);
+      statuses[d] = clients[d]->participate(
+          trainer, 0,
+          [&](const RoundResult& r) {
+            if (r.outcome == RoundOutcome::kAccepted || r.outcome == RoundOutcome::kDuplicate) ++acked;
+          },
+          &errors[d]);
+    });
+  }
+  uint64_t seed = 0x5EEDull;
+  int kills = 0;
+  const auto end = Clock::now() + std::chrono::seconds(seconds);
+  while (Clock::now() < end) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    sleep_ms(int(300 + (seed >> 33) % 1500));
+    ++kills;
+    if (what == Crash::kServer) {
+      server.kill_now();
+      sleep_ms(int((seed >> 20) % 300));
+      START_SERVER(server, args);
+    } else {
+#if EDGEFL_HAVE_POSTGRESQL
+      testing::postgres_cluster("kill");  // immediate: no checkpoint, connections cut
+      sleep_ms(int((seed >> 20) % 1500));
+      testing::postgres_cluster("resume");
+#endif
+    }
+  }
+  // A last life long enough for the devices to finish what they had acked in flight.
+  sleep_ms(2000);
+  for (auto& c : clients) c->cancel();
+  for (auto& t : devices) t.join();
+  server.signal(SIGTERM);
+  CHECK(server.wait_exit(10000) == 0);
+  for (int d = 0; d < kDevices; ++d) {
+    CAPTURE(d);
+    CHECK_MESSAGE(statuses[d] == Status::kCancelled, errors[d]);  // none ended on its own
+  }
+  const std::string logs = server.all_logs();
+  MESSAGE(kills << " kills; " << acked.load() << " acks seen by devices; "
+                << lines_with(logs, {"event=round_committed"}).size() << " rounds committed");
+  CHECK(kills >= 3);
+  CHECK(acked.load() > 0);
+  // Acks a device saw (accepted, or duplicate after a lost ack) = rows in the ledger: exactly
+  // once each. A device may have had an ack in flight when it was cancelled (counted in the
+  // ledger, never seen): at most one per device.
+  const uint64_t rows = ledger_rows(state);
+  CHECK(rows >= acked.load());
+  CHECK(rows <= acked.load() + kDevices);
+  CHECK(lines_with(logs, {"event=start_failed"}).empty());
+  if (what == Crash::kServer) {
+    CHECK(lines_with(logs, {"event=storage_failure"}).empty());
+    // Every restart found its models intact (digests checked at start).
+    CHECK(lines_with(logs, {"event=model_loaded"}).size() >= size_t(kills));
+  } else {
+    // The server lived through every outage: one start, storage failures answered as retryable.
+    CHECK(lines_with(logs, {"event=listening"}).size() == 1);
+    MESSAGE(lines_with(logs, {"event=storage_failure"}).size()
+            << " storage failures logged; " << lines_with(logs, {"event=round_close_failed"}).size()
+            << " closes retried");
+  }
+  // Each committed model is its predecessor plus the FedAvg of its round's ledger, once.
+  std::unique_ptr<server::Storage> storage = open_state(state);
+  std::string error;
+  uint64_t last = 0, committed = 0;
+  REQUIRE(storage->last_round_id(&last, &error) == Status::kOk);
+  const size_t n = parameter_count(model_spec());
+  for (uint64_t r = 1; r <= last; ++r) {
+    std::optional<server::RoundRecord> round;
+    REQUIRE(storage->get_round(r, &round, &error) == Status::kOk);
+    if (!round || round->state != server::RoundState::kCommitted) continue;
+    CAPTURE(r);
+    std::vector<Update> updates;
+    REQUIRE(storage->for_each_update(
+                r,
+                [&](const server::UpdateRecord& u) {
+                  Update x;
+                  x.device = u.device_id;
+                  x.samples = u.sample_count;
+                  x.decoded = synthetic_delta(n, uint32_t(std::stoul(u.device_id.substr(7))));
+                  updates.push_back(std::move(x));
+                  return Status::kOk;
+                },
+                &error) == Status::kOk);
+    REQUIRE(!updates.empty());
+    std::vector<const Update*> counted;
+    for (const Update& u : updates) counted.push_back(&u);
+    check_fedavg(read_model(model_path(state, round->result_model_version - 1)), counted,
+                 read_model(model_path(state, round->result_model_version)));
+    ++committed;
+  }
+  MESSAGE(committed << " committed models checked against their ledgers");
+  CHECK(committed >= 2);
 }
 
 }  // namespace
@@ -2237,124 +2404,9 @@ TEST_SUITE("e2e.faults") {
     CHECK(ledger_rows(state) == 2);
   }
 
-  // The crash test, extended: devices run edgefl::Client::participate() while the server is
-  // killed (SIGKILL) at random moments and restarted on the same port. No device may give up, every
-  // acknowledged update is in the ledger exactly once, and each committed model is the FedAvg of
-  // its round's ledger (checked by the rebuilt aggregate on restart and by the server's own
-  // start-up consistency checks). EDGEFL_CRASH_SECONDS sets the length (default 20 s in CI;
-  // tests/server/crash_soak.sh runs it longer for releases).
   TEST_CASE(
       "random kill -9 of the server while devices participate: nobody gives up, every ack counts once") {
-    const char* env = std::getenv("EDGEFL_CRASH_SECONDS");
-    const int seconds = env ? std::max(5, std::atoi(env)) : 20;
-    constexpr int kDevices = 6;
-    TempDir tmp;
-    const Pki pki = make_pki(tmp / "pki", kDevices);
-    const std::string state = tmp / "state";
-    const uint16_t port = free_port();
-    std::vector<std::string> args = server_args(pki, state, "fp32",
-                                                {"--cohort", "3", "--over-selection", "1.4", "--deadline",
-                                                 "4", "--min-quorum", "2", "--max-connections", "4"});
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (args[i] == "--listen") args[i + 1] = "127.0.0.1:" + std::to_string(port);
-    }
-    ServerProcess server(tmp);
-    START_SERVER(server, args);
-    INFO("server logs:\n" << server.all_logs());
-    std::atomic<bool> stop{false};
-    std::atomic<uint64_t> acked{0};
-    std::vector<Status> statuses(kDevices, Status::kOk);
-    std::vector<std::string> errors(kDevices);
-    std::vector<std::unique_ptr<Client>> clients;
-    for (int d = 0; d < kDevices; ++d) {
-      ClientOptions o = persistent_client(pki, cli::dev_pki_device_id(uint32_t(d + 1)), port, 100 + d);
-      o.give_up_after_ms = 0;    // only cancel() ends them
-      o.error_feedback = false;  // fp32 is exact: each update is synthetic_delta(device) itself
-      clients.push_back(std::make_unique<Client>(o));
-      std::string error;
-      REQUIRE_MESSAGE(clients.back()->init(&error) == Status::kOk, error);
-    }
-    std::vector<std::thread> devices;
-    for (int d = 0; d < kDevices; ++d) {
-      devices.emplace_back([&, d] {
-        SlowTrainer trainer(uint32_t(d + 1), 50 + 30 * d);
-        statuses[d] = clients[d]->participate(
-            trainer, 0,
-            [&](const RoundResult& r) {
-              if (r.outcome == RoundOutcome::kAccepted || r.outcome == RoundOutcome::kDuplicate) ++acked;
-            },
-            &errors[d]);
-      });
-    }
-    uint64_t seed = 0x5EEDull;
-    int kills = 0;
-    const auto end = Clock::now() + std::chrono::seconds(seconds);
-    while (Clock::now() < end) {
-      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-      sleep_ms(int(300 + (seed >> 33) % 1500));
-      server.kill_now();
-      ++kills;
-      sleep_ms(int((seed >> 20) % 300));
-      START_SERVER(server, args);
-    }
-    // A last life long enough for the devices to finish what they had acked in flight.
-    sleep_ms(2000);
-    for (auto& c : clients) c->cancel();
-    for (auto& t : devices) t.join();
-    server.signal(SIGTERM);
-    CHECK(server.wait_exit(10000) == 0);
-    for (int d = 0; d < kDevices; ++d) {
-      CAPTURE(d);
-      CHECK_MESSAGE(statuses[d] == Status::kCancelled, errors[d]);  // none ended on its own
-    }
-    const std::string logs = server.all_logs();
-    MESSAGE(kills << " kills; " << acked.load() << " acks seen by devices; "
-                  << lines_with(logs, {"event=round_committed"}).size() << " rounds committed");
-    CHECK(kills >= 3);
-    CHECK(acked.load() > 0);
-    // Acks a device saw (accepted, or duplicate after a lost ack) = rows in the ledger: exactly
-    // once each. A device may have had an ack in flight when it was cancelled (counted in the
-    // ledger, never seen): at most one per device.
-    const uint64_t rows = ledger_rows(state);
-    CHECK(rows >= acked.load());
-    CHECK(rows <= acked.load() + kDevices);
-    CHECK(lines_with(logs, {"event=start_failed"}).empty());
-    CHECK(lines_with(logs, {"event=storage_failure"}).empty());
-    // Every restart found its models intact (digests checked at start).
-    CHECK(lines_with(logs, {"event=model_loaded"}).size() >= size_t(kills));
-    // Each committed model is its predecessor plus the FedAvg of its round's ledger, once.
-    std::unique_ptr<server::Storage> storage;
-    std::string error;
-    REQUIRE_MESSAGE(server::open_sqlite_storage(state + "/state.db", &storage, &error) == Status::kOk, error);
-    uint64_t last = 0, committed = 0;
-    REQUIRE(storage->last_round_id(&last, &error) == Status::kOk);
-    const size_t n = parameter_count(model_spec());
-    for (uint64_t r = 1; r <= last; ++r) {
-      std::optional<server::RoundRecord> round;
-      REQUIRE(storage->get_round(r, &round, &error) == Status::kOk);
-      if (!round || round->state != server::RoundState::kCommitted) continue;
-      CAPTURE(r);
-      std::vector<Update> updates;
-      REQUIRE(storage->for_each_update(
-                  r,
-                  [&](const server::UpdateRecord& u) {
-                    Update x;
-                    x.device = u.device_id;
-                    x.samples = u.sample_count;
-                    x.decoded = synthetic_delta(n, uint32_t(std::stoul(u.device_id.substr(7))));
-                    updates.push_back(std::move(x));
-                    return Status::kOk;
-                  },
-                  &error) == Status::kOk);
-      REQUIRE(!updates.empty());
-      std::vector<const Update*> counted;
-      for (const Update& u : updates) counted.push_back(&u);
-      check_fedavg(read_model(model_path(state, round->result_model_version - 1)), counted,
-                   read_model(model_path(state, round->result_model_version)));
-      ++committed;
-    }
-    MESSAGE(committed << " committed models checked against their ledgers");
-    CHECK(committed >= 2);
+    crash_test(Crash::kServer);
   }
   TEST_CASE("the deny list is live: a file change or SIGHUP revokes a device without a restart") {
     TempDir tmp;
@@ -2451,6 +2503,16 @@ TEST_SUITE("e2e.faults") {
     CHECK(server.running());
   }
 }  // TEST_SUITE("e2e.faults")
+
+// --- PostgreSQL state (ctest server.e2e.postgresql*, on the edgefl_postgres fixture's cluster) ----
+
+TEST_SUITE("e2e.postgresql") {
+  TEST_CASE("the database server crashes again and again while devices participate: every ack counts once") {
+    REQUIRE_MESSAGE(std::getenv("EDGEFL_TEST_POSTGRES_DIR") != nullptr,
+                    "a PostgreSQL run only (ctest server.e2e.postgresql.kill sets EDGEFL_TEST_POSTGRES_DIR)");
+    crash_test(Crash::kDatabase);
+  }
+}
 
 // === e2e.secure ==================================================================================
 

@@ -11,6 +11,8 @@
 #   bash tests/server/load.sh 1000        # the README's load table: 1,000 and 3,000 devices
 #   bash tests/server/load.sh 3000
 #   EDGEFL_LOAD_SERVER_ARGS="--max-connections 256" bash tests/server/load.sh 1500   # past the cap
+#   EDGEFL_LOAD_POSTGRES=1 bash tests/server/load.sh 1000   # state in a private PostgreSQL cluster
+#                                                            # (tests/support/postgres_cluster.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -28,12 +30,21 @@ work=$(mktemp -d /tmp/edgefl-load-XXXXXX)
 server_pid=""
 cleanup() {
   if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  if [[ -n "${EDGEFL_LOAD_POSTGRES:-}" ]]; then bash tests/support/postgres_cluster.sh stop "$work/pg"; fi
   if [[ -z "${EDGEFL_LOAD_KEEP:-}" ]]; then rm -rf "$work"; else echo "load.sh: kept $work"; fi
 }
 trap cleanup EXIT
 
 "$edgefl" certs --out "$work/pki" --devices "$devices" >/dev/null
-"$server_bin" --state-dir "$work/state" --ca "$work/pki/ca.crt" --cert "$work/pki/server.crt" \
+state_args=()
+state_name=SQLite
+if [[ -n "${EDGEFL_LOAD_POSTGRES:-}" ]]; then
+  state_name=PostgreSQL
+  chmod 755 "$work"  # the cluster runs as `postgres` under root
+  bash tests/support/postgres_cluster.sh start "$work/pg"
+  state_args=(--state "$(cat "$work/pg/url")/postgres")
+fi
+"$server_bin" "${state_args[@]}" --state-dir "$work/state" --ca "$work/pki/ca.crt" --cert "$work/pki/server.crt" \
   --key "$work/pki/server.key" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --port-file "$work/port" \
   --rounds "$rounds" --cohort "$cohort" --deadline 600 --drain 5000 ${EDGEFL_LOAD_SERVER_ARGS:-} \
   2>"$work/server.log" >"$work/server.out" &
@@ -70,12 +81,14 @@ handshakes=$(field handshakes)
 busy=$(grep -c 'event=connection_limit' "$work/server.log" || true)
 busy_answers=$(field server_busy)
 failed_handshakes=$(grep -c 'event=tls_handshake_failed' "$work/server.log" || true)
+ledger_ms=$(field ledger_write_ms_mean)
 
 echo "swarm: $(cat "$work/swarm.txt")"
 if [[ -s "$work/swarm.err" ]]; then echo "swarm failures (first 10):"; head -10 "$work/swarm.err"; fi
-printf '| devices | rounds committed | updates accepted | server peak RSS | p50 / p99 upload-to-ack | handshakes (failed) | ServerBusy answers | sockets closed at the cap | wall |\n'
-printf '| %s | %s of %s | %s | %.1f MiB | %.3f / %.3f s | %s (%s) | %s | %s | %.0f s |\n' \
-  "$devices" "$committed" "$rounds" "$accepted" "$(awk "BEGIN {print $peak_kb / 1024}")" "$p50" "$p99" \
+printf '| devices | state | rounds committed | updates accepted | ledger write per update | server peak RSS | p50 / p99 upload-to-ack | handshakes (failed) | ServerBusy answers | sockets closed at the cap | wall |\n'
+printf '| %s | %s | %s of %s | %s | %.2f ms | %.1f MiB | %.3f / %.3f s | %s (%s) | %s | %s | %.0f s |\n' \
+  "$devices" "$state_name" "$committed" "$rounds" "$accepted" "$ledger_ms" \
+  "$(awk "BEGIN {print $peak_kb / 1024}")" "$p50" "$p99" \
   "$handshakes" "$failed_handshakes" "$busy_answers" "$busy" "$(awk "BEGIN {print $end - $start}")"
 if ((swarm_status != 0)) || [[ "$committed" != "$rounds" ]]; then
   echo "load.sh: FAILED (swarm exit $swarm_status, $committed of $rounds rounds committed)" >&2

@@ -1,7 +1,11 @@
-// storage_test.cpp: Storage over SQLite (server/src/sqlite_storage.h): WAL and full sync, an
-// acknowledged update surviving a killed process, the ledger's rules (one update per device per
-// round, duplicates change nothing, closed rounds refuse updates, close drops payloads only),
-// reopening, and files that are not our database.
+// storage_test.cpp: Storage over SQLite (server/src/sqlite_storage.h) and PostgreSQL
+// (postgres_storage.h): WAL and full sync, an acknowledged update surviving a killed process, the
+// ledger's rules (one update per device per round, duplicates change nothing, closed rounds refuse
+// updates, close drops payloads only), reopening, and stores that are not ours.
+//
+// The ledger's cases run over SQLite and MemoryStorage (ctest server.storage), or over PostgreSQL
+// when EDGEFL_TEST_POSTGRES_DIR names a running private cluster (tests/support/postgres_cluster.sh;
+// ctest server.storage.postgresql starts one), together with suite server.storage.postgresql.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -11,14 +15,21 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "memory_storage.h"
+#if EDGEFL_HAVE_POSTGRESQL
+#include "support/postgres_test.h"
+#endif
+#include "postgres_storage.h"
 #include "sqlite_storage.h"
 #include "storage.h"
 
@@ -50,15 +61,36 @@ class TempDir {
 };
 
 // The ledger's rules hold for every Storage: the cases marked STORAGE_BACKENDS() run once over
-// SQLite and once over MemoryStorage (memory_storage.h), which the round-logic tests use.
-bool g_memory_backend = false;
-#define STORAGE_BACKENDS()    \
-  SUBCASE("sqlite") {         \
-    g_memory_backend = false; \
-  }                           \
-  SUBCASE("memory") {         \
-    g_memory_backend = true;  \
+// SQLite and once over MemoryStorage (memory_storage.h), which the round-logic tests use, or over
+// PostgreSQL in the PostgreSQL run; DURABLE_BACKENDS() cases over SQLite or PostgreSQL.
+enum class Backend { kSqlite, kMemory, kPostgres };
+Backend g_backend = Backend::kSqlite;
+
+// The private cluster's directory in the PostgreSQL run (its connection string is DIR/conninfo);
+// "" otherwise.
+std::string postgres_dir() {
+#if EDGEFL_HAVE_POSTGRESQL
+  return testing::postgres_dir();
+#else
+  return "";
+#endif
+}
+bool postgres_run() {
+  return !postgres_dir().empty();
+}
+
+#define STORAGE_BACKENDS()          \
+  if (postgres_run()) {             \
+    g_backend = Backend::kPostgres; \
+  } else {                          \
+    SUBCASE("sqlite") {             \
+      g_backend = Backend::kSqlite; \
+    }                               \
+    SUBCASE("memory") {             \
+      g_backend = Backend::kMemory; \
+    }                               \
   }
+#define DURABLE_BACKENDS() g_backend = postgres_run() ? Backend::kPostgres : Backend::kSqlite
 
 std::unique_ptr<Storage> open_db(const std::string& path) {
   std::unique_ptr<Storage> s;
@@ -70,9 +102,60 @@ std::unique_ptr<Storage> open_db(const std::string& path) {
   return s;
 }
 
-// The store of the STORAGE_BACKENDS() subcase under way.
+#if EDGEFL_HAVE_POSTGRESQL
+using testing::pg_query;
+using testing::postgres_conninfo;
+using testing::postgres_db_for;
+
+Status open_postgres_for(const std::string& path, std::unique_ptr<Storage>* out, std::string* error) {
+  return open_postgres_storage(postgres_conninfo(postgres_db_for(path)), out, error);
+}
+
+std::unique_ptr<Storage> open_postgres(const std::string& path) {
+  std::unique_ptr<Storage> s;
+  std::string error;
+  const Status st = open_postgres_for(path, &s, &error);
+  INFO(error);
+  REQUIRE(st == Status::kOk);
+  REQUIRE(s != nullptr);
+  return s;
+}
+
+#else
+// A build without libpq has no PostgreSQL run (postgres_run() is false there).
+std::unique_ptr<Storage> open_postgres(const std::string&) {
+  FAIL("this build has no PostgreSQL storage");
+  return nullptr;
+}
+std::string postgres_conninfo(const std::string& = "") {
+  FAIL("this build has no PostgreSQL storage");
+  return "";
+}
+std::string postgres_db_for(const std::string&) {
+  FAIL("this build has no PostgreSQL storage");
+  return "";
+}
+std::string pg_query(const std::string&, const std::string&) {
+  FAIL("this build has no PostgreSQL storage");
+  return "";
+}
+#endif
+
+// The store of the STORAGE_BACKENDS() / DURABLE_BACKENDS() case under way.
 std::unique_ptr<Storage> open_backend(const std::string& path) {
-  return g_memory_backend ? make_memory_storage() : open_db(path);
+  switch (g_backend) {
+    case Backend::kMemory: return make_memory_storage();
+    case Backend::kPostgres: return open_postgres(path);
+    case Backend::kSqlite: break;
+  }
+  return open_db(path);
+}
+
+std::string raw_query(const std::string& path, const char* sql);
+
+// One value of `sql`, read past the Storage (SQLite or PostgreSQL backend).
+std::string backend_query(const std::string& path, const char* sql) {
+  return g_backend == Backend::kPostgres ? pg_query(postgres_db_for(path), sql) : raw_query(path, sql);
 }
 
 RoundRecord make_round(uint64_t id, uint64_t base_version = 1) {
@@ -339,21 +422,26 @@ TEST_SUITE("server.storage") {
   }
 
   TEST_CASE("an acknowledged update survives its process dying right after record_update") {
+    DURABLE_BACKENDS();
     for (const bool sigkill : {true, false}) {
       CAPTURE(sigkill);
       TempDir dir;
       const std::string path = dir.file("state.db");
       {
-        auto s = open_db(path);
+        auto s = open_backend(path);
         create(*s, make_round(7));
         CHECK(record(*s, make_update(7, "dev-before", 1)) == InsertResult::kInserted);
       }  // no connection crosses the fork
+      const std::string conninfo =
+          g_backend == Backend::kPostgres ? postgres_conninfo(postgres_db_for(path)) : "";
       const UpdateRecord update = make_update(7, "dev-crash", 42, 300'000);
       const pid_t child = fork();
       REQUIRE(child >= 0);
       if (child == 0) {
         std::unique_ptr<Storage> s;
-        if (open_sqlite_storage(path, &s, nullptr) != Status::kOk) _exit(2);
+        const Status opened = conninfo.empty() ? open_sqlite_storage(path, &s, nullptr)
+                                               : open_postgres_storage(conninfo, &s, nullptr);
+        if (opened != Status::kOk) _exit(2);
         InsertResult result{};
         if (s->record_update(update, &result, nullptr, nullptr) != Status::kOk ||
             result != InsertResult::kInserted) {
@@ -372,9 +460,11 @@ TEST_SUITE("server.storage") {
         REQUIRE(WIFEXITED(wstatus));
         REQUIRE(WEXITSTATUS(wstatus) == 0);
       }
-      CHECK(std::filesystem::exists(path + "-wal"));  // the update lives in the WAL, not yet checkpointed
+      if (g_backend == Backend::kSqlite) {
+        CHECK(std::filesystem::exists(path + "-wal"));  // the update lives in the WAL, not yet checkpointed
+      }
 
-      auto s = open_db(path);
+      auto s = open_backend(path);
       std::optional<UpdateRecord> found;
       REQUIRE(s->find_update(7, "dev-crash", &found, nullptr) == Status::kOk);
       REQUIRE(found.has_value());
@@ -538,9 +628,9 @@ TEST_SUITE("server.storage") {
       CHECK(updates[i].payload_bytes == 1000);
       CHECK(updates[i].digest == make_update(1, "x", i).digest);
     }
-    if (!g_memory_backend) {  // and on disk
-      CHECK(raw_query(path, "SELECT count(*) FROM updates WHERE payload IS NOT NULL") == "0");
-      CHECK(raw_query(path, "SELECT count(*) FROM updates") == "3");
+    if (g_backend != Backend::kMemory) {  // and in the store
+      CHECK(backend_query(path, "SELECT count(*) FROM updates WHERE payload IS NOT NULL") == "0");
+      CHECK(backend_query(path, "SELECT count(*) FROM updates") == "3");
     }
   }
 
@@ -604,7 +694,7 @@ TEST_SUITE("server.storage") {
     CHECK(s->for_each_round_event(
               1, [&](const RoundEvent& ev) { return s->append_round_event(ev, nullptr); }, nullptr) ==
           Status::kInvalidArgument);
-    if (!g_memory_backend) {  // survives a restart
+    if (g_backend != Backend::kMemory) {  // survives a restart
       s.reset();
       s = open_backend(path);
       check_events(read_all(*s));
@@ -612,7 +702,7 @@ TEST_SUITE("server.storage") {
     REQUIRE(s->close_round(1, RoundState::kAbandoned, 0, 90, &error) == Status::kOk);
     CHECK(read_all(*s).empty());
     CHECK(s->append_round_event(e, nullptr) == Status::kInvalidArgument);  // closed
-    if (!g_memory_backend) CHECK(raw_query(path, "SELECT count(*) FROM round_events") == "0");
+    if (g_backend != Backend::kMemory) CHECK(backend_query(path, "SELECT count(*) FROM round_events") == "0");
   }
 
   TEST_CASE("a database of schema version 1 is migrated to version 2, keeping its rows") {
@@ -682,10 +772,11 @@ TEST_SUITE("server.storage") {
   }
 
   TEST_CASE("reopening keeps rounds, ledger, models and settings") {
+    DURABLE_BACKENDS();
     TempDir dir;
     const std::string path = dir.file("state.db");
     {
-      auto s = open_db(path);
+      auto s = open_backend(path);
       record_model_for(*s, 1, 0);
       create(*s, make_round(1));
       CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
@@ -696,7 +787,7 @@ TEST_SUITE("server.storage") {
       REQUIRE(s->put_setting("model_spec", "cnn", nullptr) == Status::kOk);
       REQUIRE(s->put_setting("model_spec", "mlp:784-128-10", nullptr) == Status::kOk);
     }
-    auto s = open_db(path);
+    auto s = open_backend(path);
     std::optional<RoundRecord> round;
     REQUIRE(s->get_round(1, &round, nullptr) == Status::kOk);
     REQUIRE(round.has_value());
@@ -837,6 +928,157 @@ TEST_SUITE("server.storage") {
     CHECK(error.find("newer") != std::string::npos);
   }
 }
+
+#if EDGEFL_HAVE_POSTGRESQL
+using testing::postgres_cluster;
+
+TEST_SUITE("server.storage.postgresql") {
+  TEST_CASE("a new database gets the current schema; durability settings are read back") {
+    REQUIRE_MESSAGE(postgres_run(), "set EDGEFL_TEST_POSTGRES_DIR (ctest server.storage.postgresql does)");
+    CHECK(postgres_storage_available());
+    TempDir dir;
+    const std::string path = dir.file("db");
+    { auto s = open_postgres(path); }
+    const std::string db = postgres_db_for(path);
+    CHECK(pg_query(db, "SELECT version FROM edgefl_schema") == std::to_string(kPostgresSchemaVersion));
+    CHECK(pg_query(db, "SELECT count(*) FROM edgefl_schema") == "1");
+    auto s = open_postgres(path);  // a second open migrates nothing
+    CHECK(pg_query(db, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == "6");
+    // The ack promise: the session commits synchronously even when the database's default is off.
+    pg_query(db, "ALTER DATABASE " + db + " SET synchronous_commit = off");
+    s = open_postgres(path);
+    create(*s, make_round(1));
+    CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
+    CHECK(pg_query(db, "SELECT count(*) FROM updates") == "1");
+  }
+
+  TEST_CASE("a newer schema, and a database of another application, are refused and left alone") {
+    REQUIRE(postgres_run());
+    TempDir dir;
+    const std::string newer = dir.file("newer"), other = dir.file("other");
+    { auto s = open_postgres(newer); }
+    pg_query(postgres_db_for(newer), "UPDATE edgefl_schema SET version = 99");
+    std::unique_ptr<Storage> s;
+    std::string error;
+    CHECK(open_postgres_for(newer, &s, &error) == Status::kUnsupportedVersion);
+    CHECK(error.find("newer") != std::string::npos);
+    CHECK(s == nullptr);
+
+    pg_query(postgres_db_for(other), "CREATE TABLE invoices (id bigint)");
+    error.clear();
+    CHECK(open_postgres_for(other, &s, &error) == Status::kIoError);
+    CHECK(error.find("not an edgefl state database") != std::string::npos);
+    CHECK(pg_query(postgres_db_for(other), "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") ==
+          "1");
+
+    error.clear();
+    CHECK(open_postgres_storage("host=127.0.0.1 port=1 connect_timeout=2", &s, &error) == Status::kIoError);
+    CHECK(error.find("cannot connect") != std::string::npos);
+    CHECK(error.find("port=1") == std::string::npos);  // the connection string is never echoed
+  }
+
+  TEST_CASE("text the database cannot store is kInvalidArgument and writes nothing") {
+    REQUIRE(postgres_run());
+    TempDir dir;
+    auto s = open_postgres(dir.file("db"));
+    create(*s, make_round(1));
+    InsertResult result{};
+    std::string error;
+    CHECK(s->record_update(make_update(1, "dev-\xff", 1), &result, nullptr, &error) ==
+          Status::kInvalidArgument);
+    CHECK(error.find("SQLSTATE 22") != std::string::npos);
+    CHECK(count(*s, 1) == 0);
+    CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kInserted);  // the connection still works
+  }
+
+  TEST_CASE("a connection the database drops is opened again; nothing is written twice") {
+    REQUIRE(postgres_run());
+    TempDir dir;
+    const std::string path = dir.file("db");
+    const std::string db = postgres_db_for(path);
+    auto s = open_postgres(path);
+    create(*s, make_round(1));
+    const std::string terminate =
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '" + db +
+        "' AND pid <> pg_backend_pid()";
+    CHECK(pg_query(db, terminate) == "1");
+    uint64_t first = 0;
+    CHECK(record(*s, make_update(1, "dev-a", 1), &first) == InsertResult::kInserted);
+    CHECK(pg_query(db, terminate) == "1");
+    uint64_t again = 0;
+    CHECK(record(*s, make_update(1, "dev-a", 1), &again) == InsertResult::kDuplicate);
+    CHECK(again == first);
+    CHECK(pg_query(db, terminate) == "1");
+    CHECK(count(*s, 1) == 1);
+    CHECK(pg_query(db, "SELECT count(*) FROM updates") == "1");
+  }
+
+  TEST_CASE("the database server crashes mid-round: acknowledged updates stay, calls fail until it is back") {
+    REQUIRE(postgres_run());
+    TempDir dir;
+    const std::string path = dir.file("db");
+    auto s = open_postgres(path);
+    create(*s, make_round(1));
+    for (uint8_t i = 0; i < 3; ++i) {
+      CHECK(record(*s, make_update(1, "dev-" + std::to_string(i), i, 5000)) == InsertResult::kInserted);
+    }
+    postgres_cluster("kill");  // immediate shutdown: no checkpoint, as a power loss
+    InsertResult result{};
+    std::string error;
+    CHECK(s->record_update(make_update(1, "dev-late", 9), &result, nullptr, &error) == Status::kIoError);
+    CHECK(error.find("connection lost") != std::string::npos);
+    uint64_t n = 0;
+    CHECK(s->count_updates(1, &n, nullptr) == Status::kIoError);
+    postgres_cluster("resume");
+    CHECK(record(*s, make_update(1, "dev-late", 9)) == InsertResult::kInserted);
+    const auto updates = all_updates(*s, 1);
+    REQUIRE(updates.size() == 4);
+    for (uint8_t i = 0; i < 3; ++i)
+      CHECK(updates[i].payload == make_update(1, "dev-" + std::to_string(i), i, 5000).payload);
+    CHECK(updates[3].device_id == "dev-late");
+  }
+
+  TEST_CASE("two stores on one database: an update is in the ledger before the close counts it, or refused") {
+    REQUIRE(postgres_run());
+    TempDir dir;
+    const std::string path = dir.file("db");
+    auto a = open_postgres(path);
+    auto b = open_postgres(path);
+    create(*a, make_round(1));
+    std::atomic<bool> closed{false};
+    std::atomic<int> inserted{0}, refused{0}, other{0};
+    std::thread writer([&] {
+      for (int i = 0; i < 400 && !closed.load(); ++i) {
+        InsertResult result{};
+        const Status st = b->record_update(make_update(1, "dev-" + std::to_string(i), uint8_t(i)), &result,
+                                           nullptr, nullptr);
+        if (st == Status::kOk && result == InsertResult::kInserted) {
+          ++inserted;
+        } else if (st == Status::kInvalidArgument) {
+          ++refused;  // the round closed
+          break;
+        } else {
+          ++other;
+        }
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::string error;
+    REQUIRE(a->close_round(1, RoundState::kAbandoned, 0, 10, &error) == Status::kOk);
+    closed = true;
+    writer.join();
+    CHECK(other.load() == 0);
+    std::optional<RoundRecord> round;
+    REQUIRE(a->get_round(1, &round, nullptr) == Status::kOk);
+    REQUIRE(round.has_value());
+    CAPTURE(inserted.load());
+    CHECK(inserted.load() > 0);
+    CHECK(round->accepted_updates == uint32_t(inserted.load()));  // every acknowledged update counted
+    CHECK(count(*a, 1) == uint64_t(inserted.load()));
+  }
+}
+
+#endif  // EDGEFL_HAVE_POSTGRESQL
 
 }  // namespace server
 }  // namespace edgefl
