@@ -93,6 +93,14 @@ if(TARGET edgefl-server AND TARGET edgefl_net)
       LABELS "unit;e2e" TIMEOUT 600 FIXTURES_REQUIRED edgefl_postgres RESOURCE_LOCK "edgefl_e2e;edgefl_postgres"
       ENVIRONMENT "EDGEFL_TEST_POSTGRES_DIR=${edgefl_pg_dir};EDGEFL_TEST_POSTGRES_SCRIPT=${edgefl_pg_script}")
   endif()
+  # HAProxy (Debian 12: haproxy) in front, TCP mode, mutual TLS passed through to the server.
+  find_program(EDGEFL_HAPROXY haproxy PATHS /usr/sbin)
+  if(EDGEFL_HAPROXY AND TARGET edgefl)
+    add_test(NAME server.haproxy
+             COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/server/haproxy_test.sh $<TARGET_FILE:edgefl>
+                     $<TARGET_FILE:edgefl-server> ${CMAKE_CURRENT_BINARY_DIR}/haproxy_test)
+    set_tests_properties(server.haproxy PROPERTIES LABELS "unit;e2e" TIMEOUT 300 RESOURCE_LOCK edgefl_e2e)
+  endif()
   list(APPEND edgefl_e2e_suites postgresql)  # never in server.e2e.other
   list(TRANSFORM edgefl_e2e_suites PREPEND "e2e." OUTPUT_VARIABLE edgefl_e2e_suite_names)
   list(JOIN edgefl_e2e_suite_names "," edgefl_e2e_suite_list)

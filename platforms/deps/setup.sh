@@ -20,6 +20,7 @@ packages=(
   libsqlite3-dev         # server state
   libpq-dev              # server state in PostgreSQL (--state postgresql://...): its client library
   postgresql-15          # the tests' private PostgreSQL cluster (initdb, pg_ctl; tests/support/postgres_cluster.sh)
+  haproxy                # the load balancer in front of edgefl-server (platforms/haproxy; ctest server.haproxy)
   dataset-fashion-mnist  # real training data in /usr/share/datasets/fashion-mnist
   clang                  # libFuzzer targets and the clang build
   libclang-rt-14-dev     # libFuzzer and the sanitizer runtimes for clang (only recommended by clang)

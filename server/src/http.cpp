@@ -9,7 +9,8 @@ using asio::awaitable;
 using asio::ip::tcp;
 constexpr size_t kMaxHttpRequestBytes = 8 * 1024;
 
-// GET /metrics (Prometheus text) and GET /healthz; anything else 404. HTTP/1.0 style: one
+// GET /metrics (Prometheus text) and GET /healthz (200 "ok ..." when ready, 503 with the reason);
+// anything else 404. HTTP/1.0 style: one
 // request per connection, bounded size and time.
 awaitable<void> serve_http(Context* ctx, tcp::socket socket) {
   auto dog = std::make_shared<Watchdog>(socket.get_executor());
@@ -34,9 +35,21 @@ awaitable<void> serve_http(Context* ctx, tcp::socket socket) {
     body = ctx->metrics->render();
   } else if (request.rfind("GET /healthz ", 0) == 0) {
     type = "text/plain; charset=utf-8";
+    // Readiness, for a load balancer: 503 while stopping or draining (no round will open again),
+    // or while the state store does not answer (updates could not be acknowledged).
+    std::string storage_error;
     if (ctx->stopping) {
       status = "503 Service Unavailable";
       body = "stopping\n";
+    } else if (ctx->rounds->finished()) {
+      status = "503 Service Unavailable";
+      body = "draining: the last round is over\n";
+    } else if (ctx->rounds->check_storage(&storage_error) != Status::kOk) {
+      status = "503 Service Unavailable";
+      for (char& c : storage_error) {
+        if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+      }
+      body = "state store unavailable: " + storage_error + "\n";
     } else {
       body = "ok round=" + std::to_string(ctx->metrics->round_id.load()) +
              " model_version=" + std::to_string(ctx->metrics->model_version.load()) + "\n";

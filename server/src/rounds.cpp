@@ -98,6 +98,11 @@ RoundManager::RoundManager(RoundOptions options, Storage* storage, Metrics* metr
 
 RoundManager::~RoundManager() = default;
 
+Status RoundManager::check_storage(std::string* error) {
+  uint64_t last = 0;
+  return storage_->last_round_id(&last, error);
+}
+
 void RoundManager::fatal(const std::string& what, const std::string& error) {
   // Storage or file failures after start() leave the server unable to keep its promises: it stops
   // taking updates (every session then gets kInternal) and says why.

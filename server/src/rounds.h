@@ -167,6 +167,9 @@ class RoundManager {
 
   // All `rounds` rounds have ended (never, when rounds == 0).
   bool finished() const { return finished_; }
+  // Whether the state store answers now (a read of it: SQLite's file, PostgreSQL's connection,
+  // opened again if it was lost); kIoError with *error saying why. For /healthz.
+  Status check_storage(std::string* error);
   // Milliseconds until the open round's deadline (0 if none is open).
   int64_t ms_to_deadline(int64_t now_ms) const;
 

@@ -2512,6 +2512,29 @@ TEST_SUITE("e2e.postgresql") {
                     "a PostgreSQL run only (ctest server.e2e.postgresql.kill sets EDGEFL_TEST_POSTGRES_DIR)");
     crash_test(Crash::kDatabase);
   }
+
+  TEST_CASE("/healthz says 503 while the database is down and ok again when it is back") {
+    REQUIRE(std::getenv("EDGEFL_TEST_POSTGRES_DIR") != nullptr);
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 1);
+    ServerProcess server(tmp);
+    START_SERVER(server, server_args(pki, tmp / "state", "fp32", {"--cohort", "1"}));
+    INFO("server log:\n" << server.all_logs());
+    std::string health = http_get(server.metrics_port(), "/healthz");
+    CHECK(health.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    testing::postgres_cluster("kill");
+    health = http_get(server.metrics_port(), "/healthz");
+    testing::postgres_cluster("resume");
+    CHECK(health.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0) == 0);
+    CHECK(health.find("\r\n\r\nstate store unavailable: postgresql: connection lost") != std::string::npos);
+    health = http_get(server.metrics_port(), "/healthz");
+    CHECK(health.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    CHECK(health.find("\r\n\r\nok round=1 model_version=1\n") != std::string::npos);
+    // And the round goes on: a device contributes after the outage.
+    const auto device = device_credentials(pki, "device-0001");
+    contribute(server.port(), *device, "device-0001", 1, 3);
+    REQUIRE(server.wait_for_log({"event=round_committed", "round=1 "}));
+  }
 }
 
 // === e2e.secure ==================================================================================
