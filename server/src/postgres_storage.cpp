@@ -381,10 +381,10 @@ class PostgresStorage final : public Storage {
   Status query(const char* what, const char* sql, const Params& params, Result* out, std::string* error) {
     return exec(what, sql, params, PGRES_TUPLES_OK, out, error);
   }
-  // A statement without parameters or rows, in text mode (BEGIN, SET, DDL).
-  Status simple(const char* sql, std::string* error) {
+  // A statement without parameters, in text mode (BEGIN, SET, DDL); its rows, if any, unread.
+  Status simple(const char* sql, std::string* error, ExecStatusType expect = PGRES_COMMAND_OK) {
     Result r(PQexec(conn_, sql));
-    if (r.get() == nullptr || PQresultStatus(r.get()) != PGRES_COMMAND_OK) return failed(sql, r.get(), error);
+    if (r.get() == nullptr || PQresultStatus(r.get()) != expect) return failed(sql, r.get(), error);
     return Status::kOk;
   }
 
@@ -453,7 +453,15 @@ class PostgresStorage final : public Storage {
 
 Status PostgresStorage::connect(std::string* error) {
   PQfinish(conn_);
-  conn_ = PQconnectdb(conninfo_.c_str());
+  // Bounds on a database that does not answer, each overridden by the connection string's own
+  // value (later keywords win; the string expands in place of "dbname"): connect within 5 s,
+  // notice a silent peer by TCP keepalives (5 s idle, 2 s apart, 3 probes) and unacknowledged
+  // sends after 10 s.
+  static const char* const kKeywords[] = {
+      "connect_timeout",  "keepalives",       "keepalives_idle", "keepalives_interval",
+      "keepalives_count", "tcp_user_timeout", "dbname",          nullptr};
+  const char* const values[] = {"5", "1", "5", "2", "3", "10000", conninfo_.c_str(), nullptr};
+  conn_ = PQconnectdbParams(kKeywords, values, /*expand_dbname=*/1);
   if (conn_ == nullptr) {
     if (error != nullptr) *error = "postgresql: out of memory connecting";
     return Status::kIoError;
@@ -464,6 +472,18 @@ Status PostgresStorage::connect(std::string* error) {
   }
   EDGEFL_RETURN_IF_ERROR(simple("SET client_min_messages TO warning", error));
   EDGEFL_RETURN_IF_ERROR(simple("SET synchronous_commit TO on", error));
+  // A statement or a lock wait that does not end is an error (retried by the caller), not a
+  // server wedged on its state store: 60 s (a whole round's updates are read in one statement)
+  // and 10 s, unless the connection string's options (or the role's or database's settings)
+  // chose their own.
+  EDGEFL_RETURN_IF_ERROR(
+      simple("SELECT set_config('statement_timeout', '60s', false) "
+             "WHERE current_setting('statement_timeout') = '0'",
+             error, PGRES_TUPLES_OK));
+  EDGEFL_RETURN_IF_ERROR(
+      simple("SELECT set_config('lock_timeout', '10s', false) "
+             "WHERE current_setting('lock_timeout') = '0'",
+             error, PGRES_TUPLES_OK));
   Result r(PQexec(conn_, "SELECT current_setting('synchronous_commit'), current_setting('fsync')"));
   if (r.get() == nullptr || PQresultStatus(r.get()) != PGRES_TUPLES_OK || r.rows() != 1)
     return failed("read the durability settings", r.get(), error);

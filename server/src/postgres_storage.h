@@ -19,6 +19,10 @@
 //    outcome is unknown: the retry reads what is stored and reports the first attempt's result
 //    when it took effect (the same upload id in the ledger, the same round, model, event), so
 //    nothing is acknowledged without its commit and nothing is written twice.
+//  * A database that does not answer: connecting gives up after 5 s, TCP keepalives and
+//    tcp_user_timeout notice a silent peer within about 11 s, a statement ends after 60 s and a
+//    lock wait after 10 s (statement_timeout, lock_timeout; each unless the connection string or
+//    the database's settings chose another value): the call fails, and the caller retries later.
 //  * Data the database refuses (text that is not UTF-8, a NUL byte in a device id) is
 //    kInvalidArgument; other server errors are kIoError with the message and SQLSTATE.
 //

@@ -25,7 +25,7 @@ server_bin="$bin/server/edgefl-server"
 [[ -x "$edgefl" && -x "$server_bin" ]] || { echo "load.sh: build first (cmake --workflow --preset build)" >&2; exit 2; }
 
 # Each device holds a TLS connection, and so does the server for it: two descriptors per device.
-ulimit -n "$(( devices * 4 + 4096 ))" 2>/dev/null || ulimit -n 65536
+ulimit -n "$(( devices * 4 + 4096 ))" 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 work=$(mktemp -d /tmp/edgefl-load-XXXXXX)
 server_pid=""
 cleanup() {
@@ -61,11 +61,22 @@ read -r port metrics_port <"$work/port"
 ) >"$work/rss.txt" &
 sampler=$!
 
+# A swarm process holds about four descriptors per device (socket, epoll, timers): the devices
+# are split into processes of at most EDGEFL_LOAD_PER_SWARM (2,500), each under the file limit.
+per_swarm=${EDGEFL_LOAD_PER_SWARM:-2500}
 start=$(date +%s.%N)
 swarm_status=0
-"$edgefl" swarm --pki "$work/pki" --devices "$devices" --server "127.0.0.1:$port" --rounds "$rounds" \
-  >"$work/swarm.txt" 2>"$work/swarm.err" || swarm_status=$?
+swarm_pids=()
+for ((first = 1; first <= devices; first += per_swarm)); do
+  n=$((devices - first + 1 < per_swarm ? devices - first + 1 : per_swarm))
+  "$edgefl" swarm --pki "$work/pki" --devices "$n" --first "$first" --server "127.0.0.1:$port" \
+    --rounds "$rounds" >"$work/swarm-$first.txt" 2>"$work/swarm-$first.err" &
+  swarm_pids+=($!)
+done
+for pid in "${swarm_pids[@]}"; do wait "$pid" || swarm_status=$?; done
 end=$(date +%s.%N)
+cat "$work"/swarm-*.txt >"$work/swarm.txt"
+cat "$work"/swarm-*.err >"$work/swarm.err"
 wait "$server_pid" || true
 server_pid=""
 wait "$sampler" 2>/dev/null || true

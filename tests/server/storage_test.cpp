@@ -1038,6 +1038,36 @@ TEST_SUITE("server.storage.postgresql") {
     CHECK(updates[3].device_id == "dev-late");
   }
 
+  TEST_CASE("a lock that is never released ends the write with kIoError, not a hung server") {
+    REQUIRE(postgres_run());
+    TempDir dir;
+    const std::string path = dir.file("db");
+    const std::string db = postgres_db_for(path);
+    { auto s = open_postgres(path); }  // the schema
+    std::unique_ptr<Storage> s;
+    std::string error;
+    // The connection string's own lock_timeout (300 ms) wins over the 10 s default.
+    REQUIRE(open_postgres_storage(postgres_conninfo(db) + " options='-c lock_timeout=300'", &s, &error) ==
+            Status::kOk);
+    create(*s, make_round(1));
+    PGconn* other = PQconnectdb(postgres_conninfo(db).c_str());
+    REQUIRE(PQstatus(other) == CONNECTION_OK);
+    PQclear(PQexec(other, "BEGIN"));
+    PGresult* locked = PQexec(other, "LOCK TABLE updates IN ACCESS EXCLUSIVE MODE");
+    REQUIRE(PQresultStatus(locked) == PGRES_COMMAND_OK);
+    PQclear(locked);
+    InsertResult result{};
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(s->record_update(make_update(1, "dev-a", 1), &result, nullptr, &error) == Status::kIoError);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    CHECK(error.find("lock timeout") != std::string::npos);
+    CHECK(waited < std::chrono::seconds(5));
+    PQclear(PQexec(other, "ROLLBACK"));
+    PQfinish(other);
+    CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
+    CHECK(count(*s, 1) == 1);
+  }
+
   TEST_CASE("two stores on one database: an update is in the ledger before the close counts it, or refused") {
     REQUIRE(postgres_run());
     TempDir dir;
