@@ -44,6 +44,7 @@ const char kUsage[] =
     "  --idle-timeout S        close a connection idle this long (60); --handshake-timeout S (10)\n"
     "  --max-connections N     (1024); beyond it devices are told to come back (RetryLater ServerBusy)\n"
     "  --max-connections-per-device N   (4)\n"
+    "  --max-handshakes N      TLS handshakes at once (128); more connections wait in the backlog\n"
     "  --insecure-plaintext-for-tests   no TLS at all; device ids are made up. Tests only.\n"
     "rounds:\n"
     "  --model SPEC            built-in model (cnn); --codec SPEC uplink codec devices use (sparq:0.1;\n"
@@ -146,6 +147,8 @@ bool set_network_option(const std::string& a, const std::string& v, edgefl::serv
     o->handshake_timeout_ms = u * 1000;
   } else if (a == "--max-connections") {
     *ok = to_u32(v, &o->max_connections) && o->max_connections > 0;
+  } else if (a == "--max-handshakes") {
+    *ok = to_u32(v, &o->max_handshakes) && o->max_handshakes > 0;
   } else if (a == "--max-connections-per-device") {
     *ok = to_u32(v, &o->max_connections_per_device) && o->max_connections_per_device > 0;
   } else {

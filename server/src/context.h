@@ -28,6 +28,7 @@ struct Context {
   uint64_t next_connection = 1;
   bool stopping = false;
   uint32_t busy_sessions = 0;  // handshakes under way only to answer ServerBusy
+  uint32_t handshakes = 0;     // TLS handshakes under way (accepted, not yet finished or failed)
   double busy_tokens = 0;      // busy answers allowed now (refilled per second)
   Clock::time_point busy_refilled{};
   std::map<std::string, uint32_t> per_device;  // open sessions by device id

@@ -45,15 +45,30 @@ class Session {
     peer_ = ec ? "unknown" : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
   }
 
+  ~Session() { release_handshake_slot(); }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Context::handshakes was counted for this session by the accept loop: given back once, when
+  // the handshake ends (or the session, without one).
+  void release_handshake_slot() {
+    if (holds_handshake_slot_) {
+      holds_handshake_slot_ = false;
+      --ctx_->handshakes;
+    }
+  }
+
   awaitable<void> run() {
     auto alive = std::make_shared<bool>(true);
     dog_->arm(ctx_->options->handshake_timeout_ms);
     asio::co_spawn(socket_.get_executor(), watch(dog_, &socket_, alive), asio::detached);
+    if (ctx_->options->insecure_plaintext_for_tests) release_handshake_slot();
     if (busy_) {
       co_await answer_busy();
     } else {
       co_await serve();
     }
+    release_handshake_slot();
     if (counted_device_) {
       auto it = ctx_->per_device.find(device_);
       if (it != ctx_->per_device.end() && --it->second == 0) ctx_->per_device.erase(it);
@@ -199,6 +214,10 @@ class Session {
 
   // identify: check the peer as a device (CN, deny list, CRL) and log it; off for busy answers.
   awaitable<bool> handshake(bool identify) {
+    struct SlotRelease {  // the accept loop's handshake slot, given back however this ends
+      Session* session;
+      ~SlotRelease() { session->release_handshake_slot(); }
+    } release{this};
     std::string error;
     const auto started = Clock::now();
     if (tls_.init(ctx_->credentials->config(), nullptr, &error) != Status::kOk) {
@@ -365,6 +384,7 @@ class Session {
   tcp::socket socket_;
   uint64_t id_;
   bool busy_ = false;
+  bool holds_handshake_slot_ = true;
   bool counted_device_ = false;  // device_ holds a slot in ctx_->per_device
   std::shared_ptr<Watchdog> dog_;
   std::string peer_;
@@ -399,8 +419,15 @@ awaitable<void> run_busy_session(Context* ctx, tcp::socket socket) {
 }  // namespace
 
 awaitable<void> accept_devices(Context* ctx, tcp::acceptor* acceptor) {
+  asio::steady_timer pause(acceptor->get_executor());
   for (;;) {
     std::error_code ec;
+    // Admission: at the handshake limit, leave new connections in the kernel's backlog until a
+    // handshake under way ends (checked every 5 ms).
+    while (ctx->handshakes >= ctx->options->max_handshakes && !ctx->stopping) {
+      pause.expires_after(std::chrono::milliseconds(5));
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
     tcp::socket socket = co_await acceptor->async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ctx->stopping || ec == asio::error::operation_aborted) co_return;
@@ -420,6 +447,7 @@ awaitable<void> accept_devices(Context* ctx, tcp::acceptor* acceptor) {
       ctx->busy_refilled = now;
       if (ctx->busy_sessions < ctx->options->busy_reserve && ctx->busy_tokens >= 1) {
         ctx->busy_tokens -= 1;
+        ++ctx->handshakes;  // given back by the session
         asio::co_spawn(acceptor->get_executor(), run_busy_session(ctx, std::move(socket)), asio::detached);
       } else {
         log_warn("connection_limit")
@@ -430,6 +458,7 @@ awaitable<void> accept_devices(Context* ctx, tcp::acceptor* acceptor) {
       }
       continue;
     }
+    ++ctx->handshakes;  // given back by the session
     asio::co_spawn(acceptor->get_executor(), run_session(ctx, std::move(socket)), asio::detached);
   }
 }

@@ -2288,6 +2288,31 @@ TEST_SUITE("e2e.faults") {
     CHECK(metrics.find("edgefl_server_busy_total 0") == std::string::npos);
   }
 
+  TEST_CASE("at the handshake limit new connections wait in the backlog until a handshake ends") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 1);
+    ServerProcess server(tmp);
+    START_SERVER(server, server_args(pki, tmp / "state", "fp32",
+                                     {"--cohort", "1", "--max-handshakes", "1", "--handshake-timeout", "2"}));
+    INFO("server log:\n" << server.all_logs());
+    RawLink stalled;  // connects and never sends a ClientHello: holds the one handshake slot
+    REQUIRE(stalled.connect(server.port()));
+    sleep_ms(200);
+    const auto device = device_credentials(pki, "device-0001");
+    const auto start = Clock::now();
+    contribute(server.port(), *device, "device-0001", 1, 3);  // waits for the slot, then succeeds
+    const double waited_s = std::chrono::duration<double>(Clock::now() - start).count();
+    CAPTURE(waited_s);
+    CHECK(waited_s > 1.0);  // held back until the stalled handshake timed out (2 s after its accept)
+    const std::string log = server.log();
+    const size_t timed_out = log.find("reason=\"handshake timed out\"");
+    const size_t connected = log.find("event=device_connected");
+    REQUIRE(timed_out != std::string::npos);
+    REQUIRE(connected != std::string::npos);
+    CHECK(timed_out < connected);
+    REQUIRE(server.wait_for_log({"event=round_committed", "round=1 "}));
+  }
+
   TEST_CASE("a device gets at most N connections at once; more are answered RateLimited") {
     TempDir tmp;
     const Pki pki = make_pki(tmp / "pki", 1);
