@@ -501,29 +501,8 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
     error->clear();
     return Status::kOk;
   }
-  uint32_t rebuilt = 0;
-  Status s = storage_->for_each_update(
-      open->round_id,
-      [&](const UpdateRecord& u) -> Status {
-        // As commit() counted it: decoded into scratch_, then added (the same bits). No seed or
-        // norm check: the update was accepted under the rules of its day.
-        const UpdateCheck check = check_upload({u.payload.data(), u.payload.size()}, nullptr, HUGE_VAL);
-        if (check.status != Status::kOk) return check.status;
-        if (check.verdict != UpdateVerdict::kAccepted) return Status::kCorruptPayload;
-        const Status st = aggregate_.add_dense({scratch_.data(), n_}, static_cast<double>(u.sample_count));
-        if (st != Status::kOk) return st;
-        round.offered[u.device_id] = std::numeric_limits<int64_t>::max();
-        round.contributed.insert(u.device_id);
-        round.upload_bytes += u.payload_bytes;
-        ++rebuilt;
-        return Status::kOk;
-      },
-      error);
-  if (s != Status::kOk) {
-    if (error->empty()) *error = std::string("rebuilding the open round's aggregate: ") + status_name(s);
-    return s;
-  }
-  round.accepted = rebuilt;
+  EDGEFL_RETURN_IF_ERROR(rebuild_aggregate(&round, error));
+  const uint32_t rebuilt = round.accepted;
   open_ = std::move(round);
   open_->norm_bound = update_norm_bound();
   metrics_->round_id.store(open->round_id);
@@ -534,6 +513,36 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
   // A close that fails on I/O here is retried by tick(): the server starts either way.
   if (rebuilt >= options_.cohort) (void)close_round(true, now_ms, error);
   error->clear();
+  return Status::kOk;
+}
+
+Status RoundManager::rebuild_aggregate(OpenRound* round, std::string* error) {
+  aggregate_.reset();
+  round->contributed.clear();
+  round->upload_bytes = 0;
+  uint32_t rebuilt = 0;
+  const Status s = storage_->for_each_update(
+      round->record.round_id,
+      [&](const UpdateRecord& u) -> Status {
+        // As commit() counted it: decoded into scratch_, then added (the same bits). No seed or
+        // norm check: the update was accepted under the rules of its day.
+        const UpdateCheck check = check_upload({u.payload.data(), u.payload.size()}, nullptr, HUGE_VAL);
+        if (check.status != Status::kOk) return check.status;
+        if (check.verdict != UpdateVerdict::kAccepted) return Status::kCorruptPayload;
+        const Status st = aggregate_.add_dense({scratch_.data(), n_}, static_cast<double>(u.sample_count));
+        if (st != Status::kOk) return st;
+        round->offered[u.device_id] = std::numeric_limits<int64_t>::max();
+        round->contributed.insert(u.device_id);
+        round->upload_bytes += u.payload_bytes;
+        ++rebuilt;
+        return Status::kOk;
+      },
+      error);
+  if (s != Status::kOk) {
+    if (error->empty()) *error = std::string("rebuilding the open round's aggregate: ") + status_name(s);
+    return s;
+  }
+  round->accepted = rebuilt;
   return Status::kOk;
 }
 
@@ -706,7 +715,26 @@ Status RoundManager::compute_candidate(std::string* error) {
 Status RoundManager::try_close(int64_t now_ms, std::string* error) {
   OpenRound& round = *open_;
   Status s = Status::kOk;
-  if (round.closing_commit && !candidate_ready_) {
+  if (round.closing_commit && !candidate_ready_ && !secure_ && robust_spec_.rule == RobustRule::kMean) {
+    // The ledger is the truth: a write whose commit was in doubt (a networked store that went
+    // away during COMMIT) may be in the ledger though record_update() failed and the update was
+    // never added. The model is the mean of the ledger, so a count that differs rebuilds the sum.
+    uint64_t in_ledger = 0;
+    s = storage_->count_updates(round.record.round_id, &in_ledger, error);
+    if (s == Status::kOk && (in_ledger != round.accepted || round.aggregate_stale)) {
+      const uint32_t before = round.accepted;
+      round.aggregate_stale = true;
+      s = rebuild_aggregate(&round, error);
+      if (s == Status::kOk) {
+        round.aggregate_stale = false;
+        log_warn("aggregate_rebuilt")
+            .kv("round", round.record.round_id)
+            .kv("counted", uint64_t{before})
+            .kv("in_ledger", in_ledger);
+      }
+    }
+  }
+  if (s == Status::kOk && round.closing_commit && !candidate_ready_) {
     std::string why;
     s = compute_candidate(&why);
     if (s == Status::kIoError) {

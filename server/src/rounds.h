@@ -208,7 +208,8 @@ class RoundManager {
     uint64_t upload_bytes = 0;
     uint64_t download_bytes = 0;
     uint32_t accepted = 0;
-    double norm_bound = 0;  // max L2 norm of one update in this round
+    bool aggregate_stale = false;  // a rebuild from the ledger failed part way: redo it
+    double norm_bound = 0;         // max L2 norm of one update in this round
     // Set once the round has decided to close: no update is taken any more, and the close is
     // retried (same result: the candidate model is computed once) until it is durable.
     bool closing = false;
@@ -225,6 +226,9 @@ class RoundManager {
   Status resolve_model(std::string* error);  // spec_, tensors_, initial_values_ from the options
   Status load_or_create_model(int64_t now_ms, std::string* error);
   Status recover_open_round(int64_t now_ms, std::string* error);
+  // Sets the aggregate, round->accepted, contributed and upload_bytes from the round's ledger
+  // (the plain rounds' rule: every ledger update decoded and added, in acceptance order).
+  Status rebuild_aggregate(OpenRound* round, std::string* error);
   Status open_next_round(int64_t now_ms, std::string* error);
   // Decides to close the open round (commit or abandon) and tries to make it durable. kOk when
   // the round is closed (and the next one opened); an I/O failure leaves it closing, retried by

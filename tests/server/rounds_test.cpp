@@ -72,6 +72,9 @@ class FaultyStorage final : public Storage {
   explicit FaultyStorage(Storage* borrowed) : inner_(borrowed) {}
   std::map<std::string, int> failing;  // call -> failures left (-1: always)
   std::map<std::string, int> calls;
+  // record_update calls that take effect and still fail (kIoError): a networked store whose
+  // connection dropped during COMMIT. The caller cannot tell; the ledger holds the update.
+  int record_update_in_doubt = 0;
 
   Status create_round(const RoundRecord& r, std::string* e) override {
     if (fail("create_round", e)) return Status::kIoError;
@@ -90,7 +93,13 @@ class FaultyStorage final : public Storage {
   Status last_round_id(uint64_t* out, std::string* e) override { return inner_->last_round_id(out, e); }
   Status record_update(const UpdateRecord& u, InsertResult* r, uint64_t* seq, std::string* e) override {
     if (fail("record_update", e)) return Status::kIoError;
-    return inner_->record_update(u, r, seq, e);
+    const Status st = inner_->record_update(u, r, seq, e);
+    if (st == Status::kOk && record_update_in_doubt > 0) {
+      --record_update_in_doubt;
+      if (e != nullptr) *e = "injected: the connection dropped during COMMIT (it took effect)";
+      return Status::kIoError;
+    }
+    return st;
   }
   Status find_update(uint64_t id, const std::string& d, std::optional<UpdateRecord>* out,
                      std::string* e) override {
@@ -581,6 +590,41 @@ TEST_SUITE("server.rounds.close") {
       run_round(s, next);
       CHECK(s.rounds->model_version() == 3);
       CHECK(s.model() == fedavg(v2, next));
+      fs::remove_all(dir);
+    }
+  }
+
+  TEST_CASE(
+      "an update whose write failed but took effect is in the model, once: the close follows the ledger") {
+    for (const bool device_retries : {false, true}) {
+      CAPTURE(device_retries);
+      const std::string dir = make_temp_dir();
+      RoundOptions o;
+      o.cohort = 2;
+      Server s(dir, o);
+      REQUIRE(s.open() == Status::kOk);
+      const std::vector<float> v1 = s.model();
+      const Update doubtful = honest("a", 4, 7);
+      const wire::TaskOffer offer = s.offer("a");
+      s.faults->record_update_in_doubt = 1;
+      const wire::Message reply = s.upload(offer, doubtful);  // the device hears an Internal error
+      REQUIRE(std::holds_alternative<wire::Error>(reply));
+      CHECK(std::get<wire::Error>(reply).code == wire::ErrorCode::kInternal);
+      if (device_retries) {  // the same upload again: the ledger has it, so it is a duplicate
+        CHECK(disposition(s.upload(offer, doubtful)) == wire::UpdateDisposition::kDuplicate);
+      }
+      const std::vector<Update> others = {honest("b", 5, 9), honest("c", 6, 3)};
+      run_round(s, others);
+      for (int i = 0; i < 20 && s.rounds->model_version() == 1; ++i) {
+        s.now += 1000;
+        s.rounds->tick(s.now);
+      }
+      REQUIRE(s.rounds->model_version() == 2);
+      // The model is the FedAvg of the ledger's three updates, the doubtful one counted once.
+      const std::vector<Update> ledger = {doubtful, others[0], others[1]};
+      CHECK(s.model() == fedavg(v1, ledger));
+      REQUIRE(s.rounds->history().size() == 1);
+      CHECK(s.rounds->history()[0].accepted == 3);
       fs::remove_all(dir);
     }
   }
