@@ -324,16 +324,19 @@ class SyntheticTrainer final : public LocalTrainer {
 
 const char kSwarmUsage[] =
     "usage: edgefl swarm --pki DIR --devices N [--server HOST:PORT] [--rounds R] [--first I]\n"
+    "                    [--ramp PER_SECOND]\n"
     "\n"
     "N devices as threads of one process (device-<first> .. from DIR/devices, made by `edgefl certs`),\n"
     "each with its own mutual-TLS connection, uploading seeded random updates: a load test of\n"
-    "edgefl-server. Prints per-device outcomes and the client-side round times (median, p99).\n";
+    "edgefl-server. Prints per-device outcomes and the client-side round times (median, p99).\n"
+    "--ramp R starts R devices a second (device i after i / R s); without it, all start at once.\n";
 
 }  // namespace
 
 int run_swarm_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   std::string pki, host = "127.0.0.1";
   uint64_t devices = 0, rounds = 1, first = 1, port = 7443;
+  double ramp = 0;  // devices started per second; 0: all at once
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -354,6 +357,10 @@ int run_swarm_command(int argc, const char* const* argv, std::ostream& out, std:
       ok = to_u64(v, &rounds) && rounds > 0;
     } else if (a == "--first") {
       ok = to_u64(v, &first) && first > 0;
+    } else if (a == "--ramp") {
+      char* end = nullptr;
+      ramp = std::strtod(v.c_str(), &end);
+      ok = end != v.c_str() && *end == '\0' && ramp > 0 && ramp <= 1e6;
     } else if (a == "--server") {
       const size_t colon = v.rfind(':');
       ok = colon != std::string::npos && colon > 0 && to_u64(v.substr(colon + 1), &port) && port > 0 &&
@@ -380,6 +387,9 @@ int run_swarm_command(int argc, const char* const* argv, std::ostream& out, std:
   const auto started = std::chrono::steady_clock::now();
   for (uint64_t d = 0; d < devices; ++d) {
     threads.emplace_back([&, d] {
+      if (ramp > 0) {  // device d starts d / ramp seconds in: arrivals at a steady rate
+        std::this_thread::sleep_until(started + std::chrono::microseconds(int64_t(double(d) * 1e6 / ramp)));
+      }
       char id[32];
       std::snprintf(id, sizeof id, "device-%04llu", static_cast<unsigned long long>(first + d));
       ClientOptions o;

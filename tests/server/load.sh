@@ -11,6 +11,8 @@
 #   bash tests/server/load.sh 1000        # the README's load table: 1,000 and 3,000 devices
 #   bash tests/server/load.sh 3000
 #   EDGEFL_LOAD_SERVER_ARGS="--max-connections 256" bash tests/server/load.sh 1500   # past the cap
+#   EDGEFL_LOAD_RAMP=100 EDGEFL_LOAD_SERVER_ARGS="--max-connections 10000" \
+#     bash tests/server/load.sh 9999 5 1000                  # 9,999 devices arriving at 100 a second
 #   EDGEFL_LOAD_POSTGRES=1 bash tests/server/load.sh 1000   # state in a private PostgreSQL cluster
 #                                                            # (tests/support/postgres_cluster.sh)
 set -euo pipefail
@@ -63,14 +65,21 @@ sampler=$!
 
 # A swarm process holds about four descriptors per device (socket, epoll, timers): the devices
 # are split into processes of at most EDGEFL_LOAD_PER_SWARM (2,500), each under the file limit.
+# EDGEFL_LOAD_RAMP=R: devices arrive at R a second in all (each process starts its share at
+# R / processes a second); by default all start at once.
 per_swarm=${EDGEFL_LOAD_PER_SWARM:-2500}
+processes=$(( (devices + per_swarm - 1) / per_swarm ))
+ramp_args=()
+if [[ -n "${EDGEFL_LOAD_RAMP:-}" ]]; then
+  ramp_args=(--ramp "$(awk "BEGIN {print $EDGEFL_LOAD_RAMP / $processes}")")
+fi
 start=$(date +%s.%N)
 swarm_status=0
 swarm_pids=()
 for ((first = 1; first <= devices; first += per_swarm)); do
   n=$((devices - first + 1 < per_swarm ? devices - first + 1 : per_swarm))
   "$edgefl" swarm --pki "$work/pki" --devices "$n" --first "$first" --server "127.0.0.1:$port" \
-    --rounds "$rounds" >"$work/swarm-$first.txt" 2>"$work/swarm-$first.err" &
+    --rounds "$rounds" "${ramp_args[@]}" >"$work/swarm-$first.txt" 2>"$work/swarm-$first.err" &
   swarm_pids+=($!)
 done
 for pid in "${swarm_pids[@]}"; do wait "$pid" || swarm_status=$?; done
