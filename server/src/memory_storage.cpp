@@ -3,10 +3,8 @@
 #include <stdint.h>
 
 #include <algorithm>
-#include <atomic>
 #include <map>
 #include <mutex>
-#include <thread>
 
 namespace edgefl {
 namespace server {
@@ -17,7 +15,7 @@ class MemoryStorage final : public Storage {
   Status create_round(const RoundRecord& round, std::string* error) override {
     EDGEFL_RETURN_IF_ERROR(check_new_round(round, error));
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     if (rounds_.count(round.round_id) != 0) {
       return invalid_argument(error, "create_round: round " + std::to_string(round.round_id) + " exists");
     }
@@ -33,7 +31,7 @@ class MemoryStorage final : public Storage {
                      int64_t closed_unix_ms, std::string* error) override {
     EDGEFL_RETURN_IF_ERROR(check_close(round_id, state, result_model_version, error));
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     auto it = rounds_.find(round_id);
     if (it == rounds_.end())
       return invalid_argument(error, "close_round: no round " + std::to_string(round_id));
@@ -70,7 +68,7 @@ class MemoryStorage final : public Storage {
   Status open_round(std::optional<RoundRecord>* out, std::string* error) override {
     if (out == nullptr) return invalid_argument(error, "open_round: null output");
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     const RoundRecord* open = find_open();
     *out = open != nullptr ? std::optional<RoundRecord>(*open) : std::nullopt;
     return Status::kOk;
@@ -80,7 +78,7 @@ class MemoryStorage final : public Storage {
     if (out == nullptr) return invalid_argument(error, "get_round: null output");
     if (!fits_i64(round_id)) return invalid_argument(error, "get_round: round id out of range");
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     auto it = rounds_.find(round_id);
     *out = it != rounds_.end() ? std::optional<RoundRecord>(it->second) : std::nullopt;
     return Status::kOk;
@@ -89,7 +87,7 @@ class MemoryStorage final : public Storage {
   Status last_round_id(uint64_t* out, std::string* error) override {
     if (out == nullptr) return invalid_argument(error, "last_round_id: null output");
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     *out = rounds_.empty() ? 0 : rounds_.rbegin()->first;
     return Status::kOk;
   }
@@ -98,7 +96,7 @@ class MemoryStorage final : public Storage {
                        std::string* error) override {
     EDGEFL_RETURN_IF_ERROR(check_new_update(update, result, error));
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     auto round = rounds_.find(update.round_id);
     if (round == rounds_.end())
       return invalid_argument(error, "record_update: no round " + std::to_string(update.round_id));
@@ -125,7 +123,7 @@ class MemoryStorage final : public Storage {
     if (out == nullptr) return invalid_argument(error, "find_update: null output");
     if (!fits_i64(round_id)) return invalid_argument(error, "find_update: round id out of range");
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     auto it = updates_.find({round_id, device_id});
     if (it == updates_.end()) {
       out->reset();
@@ -141,7 +139,7 @@ class MemoryStorage final : public Storage {
     if (out == nullptr) return invalid_argument(error, "count_updates: null output");
     if (!fits_i64(round_id)) return invalid_argument(error, "count_updates: round id out of range");
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     uint64_t n = 0;
     for (const auto& entry : updates_) n += entry.first.first == round_id;
     *out = n;
@@ -153,7 +151,7 @@ class MemoryStorage final : public Storage {
     if (!fn) return invalid_argument(error, "for_each_update: no callback");
     if (!fits_i64(round_id)) return invalid_argument(error, "for_each_update: round id out of range");
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     std::vector<const UpdateRecord*> rows;
     for (const auto& [key, update] : updates_) {
       if (key.first == round_id) rows.push_back(&update);
@@ -166,7 +164,7 @@ class MemoryStorage final : public Storage {
   Status append_round_event(const RoundEvent& event, std::string* error) override {
     EDGEFL_RETURN_IF_ERROR(check_new_event(event, error));
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     auto it = rounds_.find(event.round_id);
     if (it == rounds_.end() || it->second.state != RoundState::kOpen) {
       return invalid_argument(error,
@@ -182,7 +180,7 @@ class MemoryStorage final : public Storage {
                               std::string* error) override {
     if (!fn) return invalid_argument(error, "for_each_round_event: no callback");
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     auto it = events_.find(round_id);
     if (it == events_.end()) return Status::kOk;
     return visit(it->second, fn);
@@ -191,7 +189,7 @@ class MemoryStorage final : public Storage {
   Status record_model(const ModelRecord& model, std::string* error) override {
     EDGEFL_RETURN_IF_ERROR(check_new_model(model, error));
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     if (!models_.empty() && model.version <= models_.rbegin()->first) {
       return invalid_argument(error, "record_model: version " + std::to_string(model.version) +
                                          " is not above " + std::to_string(models_.rbegin()->first));
@@ -210,7 +208,7 @@ class MemoryStorage final : public Storage {
   Status latest_model(std::optional<ModelRecord>* out, std::string* error) override {
     if (out == nullptr) return invalid_argument(error, "latest_model: null output");
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     *out = models_.empty() ? std::nullopt : std::optional<ModelRecord>(models_.rbegin()->second);
     return Status::kOk;
   }
@@ -218,7 +216,7 @@ class MemoryStorage final : public Storage {
   Status put_setting(const std::string& key, const std::string& value, std::string* error) override {
     if (key.empty()) return invalid_argument(error, "put_setting: empty key");
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     settings_[key] = value;
     return Status::kOk;
   }
@@ -226,7 +224,7 @@ class MemoryStorage final : public Storage {
   Status get_setting(const std::string& key, std::optional<std::string>* value, std::string* error) override {
     if (value == nullptr) return invalid_argument(error, "get_setting: null output");
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     auto it = settings_.find(key);
     *value = it != settings_.end() ? std::optional<std::string>(it->second) : std::nullopt;
     return Status::kOk;
@@ -237,11 +235,7 @@ class MemoryStorage final : public Storage {
   // with SQLite), and this thread is marked: a callback that calls back in is refused.
   template <typename Rows, typename Fn>
   Status visit(const Rows& rows, const Fn& fn) {
-    iterating_.store(std::this_thread::get_id());
-    struct Done {
-      std::atomic<std::thread::id>* mark;
-      ~Done() { mark->store(std::thread::id()); }
-    } done{&iterating_};
+    StorageGate::Iteration iteration(&gate_);
     for (const auto& row : rows) {
       const Status st = fn(row);
       if (st != Status::kOk) return st;
@@ -249,15 +243,6 @@ class MemoryStorage final : public Storage {
     return Status::kOk;
   }
 
-  // Takes the lock; refuses a call from inside a for_each_update callback on this thread (which
-  // holds it already), as the SQLite store does.
-  Status enter(std::unique_lock<std::mutex>* lock, std::string* error) {
-    if (iterating_.load() == std::this_thread::get_id()) {
-      return invalid_argument(error, "storage: called from inside a for_each_update callback");
-    }
-    *lock = std::unique_lock<std::mutex>(mutex_);
-    return Status::kOk;
-  }
   const RoundRecord* find_open() const {
     for (const auto& entry : rounds_) {
       if (entry.second.state == RoundState::kOpen) return &entry.second;
@@ -265,8 +250,7 @@ class MemoryStorage final : public Storage {
     return nullptr;
   }
 
-  std::mutex mutex_;
-  std::atomic<std::thread::id> iterating_{};
+  StorageGate gate_;
   std::map<uint64_t, RoundRecord> rounds_;
   std::map<std::pair<uint64_t, std::string>, UpdateRecord> updates_;  // (round, device) -> row
   std::map<uint64_t, ModelRecord> models_;                            // by version

@@ -6,7 +6,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include <atomic>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -300,15 +299,6 @@ class PostgresStorage final : public Storage {
   Status get_setting(const std::string& key, std::optional<std::string>* value, std::string* error) override;
 
  private:
-  // Serialises calls; refuses a call from inside an iteration's callback on the same thread.
-  Status enter(std::unique_lock<std::mutex>* lock, std::string* error) {
-    if (iterating_.load() == std::this_thread::get_id()) {
-      return invalid_argument(error, "storage: called from inside a for_each_update callback");
-    }
-    *lock = std::unique_lock<std::mutex>(mu_);
-    return Status::kOk;
-  }
-
   bool connected() const { return conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK; }
 
   // Opens the connection and sets up the session: synchronous_commit on (read back), fsync on
@@ -322,7 +312,7 @@ class PostgresStorage final : public Storage {
   template <typename Body>
   Status with_retry(Body&& body, std::string* error) {
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     Attempt attempt;
     std::string message;
     for (;;) {
@@ -447,8 +437,7 @@ class PostgresStorage final : public Storage {
   std::string conninfo_;
   PGconn* conn_ = nullptr;
   bool in_commit_ = false;  // the last statement sent was a COMMIT
-  std::mutex mu_;
-  std::atomic<std::thread::id> iterating_{};
+  StorageGate gate_;        // serialises calls; refuses calls from an iteration's callback
 };
 
 Status PostgresStorage::connect(std::string* error) {
@@ -806,11 +795,7 @@ Status PostgresStorage::each_row(const char* what, const char* sql, uint64_t rou
       PQsetSingleRowMode(conn_) != 1) {
     return failed(what, nullptr, error);
   }
-  struct IterationMark {
-    std::atomic<std::thread::id>* mark;
-    ~IterationMark() { mark->store(std::thread::id()); }
-  } mark{&iterating_};
-  iterating_.store(std::this_thread::get_id());
+  StorageGate::Iteration iteration(&gate_);
   Status st = Status::kOk;
   bool stopped = false;
   for (;;) {
@@ -837,7 +822,7 @@ Status PostgresStorage::for_each_update(uint64_t round_id,
   if (!fits_i64(round_id)) return invalid_argument(error, "for_each_update: round id out of range");
   UpdateRecord u;  // reused: its payload buffer keeps its capacity from row to row
   bool called = false;
-  const Status st = with_retry(
+  return with_retry(
       [&](const Attempt&, std::string* message) -> Status {
         if (called) {  // never hand a row twice: a connection lost mid-iteration ends the call
           if (message != nullptr) *message = "postgresql: connection lost while reading the updates";
@@ -853,7 +838,6 @@ Status PostgresStorage::for_each_update(uint64_t round_id,
             message);
       },
       error);
-  return st;
 }
 
 Status PostgresStorage::append_round_event(const RoundEvent& event, std::string* error) {

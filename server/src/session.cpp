@@ -68,7 +68,6 @@ class Session {
     } else {
       co_await serve();
     }
-    release_handshake_slot();
     if (counted_device_) {
       auto it = ctx_->per_device.find(device_);
       if (it != ctx_->per_device.end() && --it->second == 0) ctx_->per_device.erase(it);

@@ -7,9 +7,7 @@
 #include <string.h>
 
 #include <array>
-#include <atomic>
 #include <mutex>
-#include <thread>
 #include <utility>
 
 namespace edgefl {
@@ -346,16 +344,6 @@ class SqliteStorage final : public Storage {
     bool active_ = false;
   };
 
-  // Serialises calls; refuses a call from inside a for_each_update callback on the same thread
-  // (the iteration holds the lock and a cached statement).
-  Status enter(std::unique_lock<std::mutex>* lock, std::string* error) {
-    if (iterating_.load() == std::this_thread::get_id()) {
-      return invalid_argument(error, "storage: called from inside a for_each_update callback");
-    }
-    *lock = std::unique_lock<std::mutex>(mu_);
-    return Status::kOk;
-  }
-
   Status io_error(const char* what, std::string* error) const {
     if (error != nullptr) {
       *error = std::string("sqlite: ") + what + ": " + sqlite3_errmsg(db_) + " (code " +
@@ -369,16 +357,12 @@ class SqliteStorage final : public Storage {
   Status each_row(Query q, uint64_t round_id, const char* what,
                   const std::function<Status(sqlite3_stmt*)>& row, std::string* error) {
     std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
     sqlite3_stmt* s = nullptr;
     EDGEFL_RETURN_IF_ERROR(statement(q, &s, error));
     StatementScope scope(s);
     if (sqlite3_bind_int64(s, 1, int64_t(round_id)) != SQLITE_OK) return io_error("bind", error);
-    struct IterationMark {
-      std::atomic<std::thread::id>* mark;
-      ~IterationMark() { mark->store(std::thread::id()); }
-    } mark{&iterating_};
-    iterating_.store(std::this_thread::get_id());
+    StorageGate::Iteration iteration(&gate_);
     for (;;) {
       const int rc = sqlite3_step(s);
       if (rc == SQLITE_DONE) return Status::kOk;
@@ -441,8 +425,7 @@ class SqliteStorage final : public Storage {
 
   sqlite3* db_;
   std::array<sqlite3_stmt*, kQueryCount> statements_{};
-  std::mutex mu_;
-  std::atomic<std::thread::id> iterating_{};
+  StorageGate gate_;  // serialises calls; an iteration holds the lock and a cached statement
 };
 
 Status SqliteStorage::init(std::string* error) {
@@ -530,7 +513,7 @@ static_assert(kApplicationId == 1162103878, "the PRAGMA above spells kApplicatio
 Status SqliteStorage::create_round(const RoundRecord& round, std::string* error) {
   EDGEFL_RETURN_IF_ERROR(check_new_round(round, error));
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   Transaction txn(this);
   EDGEFL_RETURN_IF_ERROR(txn.begin(error));
   std::optional<RoundRecord> existing;
@@ -560,7 +543,7 @@ Status SqliteStorage::close_round(uint64_t round_id, RoundState state, uint64_t 
                                   int64_t closed_unix_ms, std::string* error) {
   EDGEFL_RETURN_IF_ERROR(check_close(round_id, state, result_model_version, error));
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   Transaction txn(this);
   EDGEFL_RETURN_IF_ERROR(txn.begin(error));
   std::optional<RoundRecord> round;
@@ -614,7 +597,7 @@ Status SqliteStorage::close_round(uint64_t round_id, RoundState state, uint64_t 
 Status SqliteStorage::append_round_event(const RoundEvent& event, std::string* error) {
   EDGEFL_RETURN_IF_ERROR(check_new_event(event, error));
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   Transaction txn(this);
   EDGEFL_RETURN_IF_ERROR(txn.begin(error));
   std::optional<RoundRecord> round;
@@ -679,7 +662,7 @@ Status SqliteStorage::get_round_locked(Query q, uint64_t round_id, std::optional
 Status SqliteStorage::open_round(std::optional<RoundRecord>* out, std::string* error) {
   if (out == nullptr) return invalid_argument(error, "open_round: null output");
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   std::optional<RoundRecord> r;
   EDGEFL_RETURN_IF_ERROR(get_round_locked(kGetOpenRound, 0, &r, error));
   *out = std::move(r);
@@ -690,7 +673,7 @@ Status SqliteStorage::get_round(uint64_t round_id, std::optional<RoundRecord>* o
   if (out == nullptr) return invalid_argument(error, "get_round: null output");
   if (!fits_i64(round_id)) return invalid_argument(error, "get_round: round id out of range");
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   std::optional<RoundRecord> r;
   EDGEFL_RETURN_IF_ERROR(get_round_locked(kGetRound, round_id, &r, error));
   *out = std::move(r);
@@ -700,7 +683,7 @@ Status SqliteStorage::get_round(uint64_t round_id, std::optional<RoundRecord>* o
 Status SqliteStorage::last_round_id(uint64_t* out, std::string* error) {
   if (out == nullptr) return invalid_argument(error, "last_round_id: null output");
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   sqlite3_stmt* s = nullptr;
   EDGEFL_RETURN_IF_ERROR(statement(kLastRoundId, &s, error));
   StatementScope scope(s);
@@ -715,7 +698,7 @@ Status SqliteStorage::record_update(const UpdateRecord& update, InsertResult* re
                                     std::string* error) {
   EDGEFL_RETURN_IF_ERROR(check_new_update(update, result, error));
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   Transaction txn(this);
   EDGEFL_RETURN_IF_ERROR(txn.begin(error));
   std::optional<RoundRecord> round;
@@ -772,7 +755,7 @@ Status SqliteStorage::find_update(uint64_t round_id, const std::string& device_i
   if (out == nullptr) return invalid_argument(error, "find_update: null output");
   if (!fits_i64(round_id)) return invalid_argument(error, "find_update: round id out of range");
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   sqlite3_stmt* s = nullptr;
   EDGEFL_RETURN_IF_ERROR(statement(kFindUpdate, &s, error));
   StatementScope scope(s);
@@ -795,7 +778,7 @@ Status SqliteStorage::count_updates(uint64_t round_id, uint64_t* out, std::strin
   if (out == nullptr) return invalid_argument(error, "count_updates: null output");
   if (!fits_i64(round_id)) return invalid_argument(error, "count_updates: round id out of range");
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   sqlite3_stmt* s = nullptr;
   EDGEFL_RETURN_IF_ERROR(statement(kCountUpdates, &s, error));
   StatementScope scope(s);
@@ -825,7 +808,7 @@ Status SqliteStorage::for_each_update(uint64_t round_id, const std::function<Sta
 Status SqliteStorage::record_model(const ModelRecord& model, std::string* error) {
   EDGEFL_RETURN_IF_ERROR(check_new_model(model, error));
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   Transaction txn(this);
   EDGEFL_RETURN_IF_ERROR(txn.begin(error));
   sqlite3_stmt* s = nullptr;
@@ -870,7 +853,7 @@ Status SqliteStorage::record_model(const ModelRecord& model, std::string* error)
 Status SqliteStorage::latest_model(std::optional<ModelRecord>* out, std::string* error) {
   if (out == nullptr) return invalid_argument(error, "latest_model: null output");
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   sqlite3_stmt* s = nullptr;
   EDGEFL_RETURN_IF_ERROR(statement(kLatestModel, &s, error));
   StatementScope scope(s);
@@ -893,7 +876,7 @@ Status SqliteStorage::latest_model(std::optional<ModelRecord>* out, std::string*
 Status SqliteStorage::put_setting(const std::string& key, const std::string& value, std::string* error) {
   if (key.empty()) return invalid_argument(error, "put_setting: empty key");
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   Transaction txn(this);
   EDGEFL_RETURN_IF_ERROR(txn.begin(error));
   sqlite3_stmt* s = nullptr;
@@ -911,7 +894,7 @@ Status SqliteStorage::get_setting(const std::string& key, std::optional<std::str
                                   std::string* error) {
   if (value == nullptr) return invalid_argument(error, "get_setting: null output");
   std::unique_lock<std::mutex> lock;
-  EDGEFL_RETURN_IF_ERROR(enter(&lock, error));
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
   sqlite3_stmt* s = nullptr;
   EDGEFL_RETURN_IF_ERROR(statement(kGetSetting, &s, error));
   StatementScope scope(s);

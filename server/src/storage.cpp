@@ -101,6 +101,14 @@ bool valid_relative_path(const std::string& path) {
   return true;
 }
 
+Status StorageGate::enter(std::unique_lock<std::mutex>* lock, std::string* error) {
+  if (iterating_.load() == std::this_thread::get_id()) {
+    return invalid_argument(error, "storage: called from inside a for_each_update callback");
+  }
+  *lock = std::unique_lock<std::mutex>(mutex_);
+  return Status::kOk;
+}
+
 bool is_postgres_url(const std::string& state) {
   return state.rfind("postgresql://", 0) == 0 || state.rfind("postgres://", 0) == 0;
 }

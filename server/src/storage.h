@@ -21,9 +21,12 @@
 #include <stdint.h>
 
 #include <array>
+#include <atomic>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -107,6 +110,35 @@ Status check_close(uint64_t round_id, RoundState state, uint64_t result_model_ve
 Status check_new_update(const UpdateRecord& update, const InsertResult* result, std::string* error);
 Status check_new_model(const ModelRecord& model, std::string* error);
 Status check_new_event(const RoundEvent& event, std::string* error);
+
+// What every implementation does around its calls: one mutex serialises them, and a call made
+// from inside one of the object's own iteration callbacks (for_each_update,
+// for_each_round_event), on the thread that holds the lock already, is refused.
+class StorageGate {
+ public:
+  // Takes the lock into *lock; kInvalidArgument (with the message) for a call from inside an
+  // iteration callback on this thread.
+  Status enter(std::unique_lock<std::mutex>* lock, std::string* error);
+
+  // Marks the calling thread as iterating (its callbacks may not call in) while alive. The
+  // caller holds the lock.
+  class Iteration {
+   public:
+    explicit Iteration(StorageGate* gate) : gate_(gate) {
+      gate_->iterating_.store(std::this_thread::get_id());
+    }
+    ~Iteration() { gate_->iterating_.store(std::thread::id()); }
+    Iteration(const Iteration&) = delete;
+    Iteration& operator=(const Iteration&) = delete;
+
+   private:
+    StorageGate* gate_;
+  };
+
+ private:
+  std::mutex mutex_;
+  std::atomic<std::thread::id> iterating_{};
+};
 
 class Storage {
  public:
