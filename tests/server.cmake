@@ -13,7 +13,8 @@ if(TARGET edgefl_server_lib)
       ${CMAKE_CURRENT_LIST_DIR}/server/rounds_test.cpp)
   set(edgefl_server_test_suites server.storage server.model_files server.safetensors server.rounds.influence server.rounds.close
                                 server.rounds.leases server.rounds.ids server.rounds.seeds
-                                server.rounds.logic server.rounds.downlink server.rounds.models server.rounds.secure)
+                                server.rounds.logic server.rounds.downlink server.rounds.models server.rounds.secure
+                                server.storage.shared server.rounds.aggregators)
 
   add_executable(edgefl_server_tests ${CMAKE_CURRENT_LIST_DIR}/main.cpp ${edgefl_server_test_sources})
   set_target_properties(edgefl_server_tests PROPERTIES CXX_EXTENSIONS OFF)
@@ -30,7 +31,8 @@ if(TARGET edgefl_server_lib)
     add_test(NAME ${suite} COMMAND edgefl_server_tests --test-suite=${suite} --no-intro=true)
     set_tests_properties(${suite} PROPERTIES LABELS unit TIMEOUT 600)
   endforeach()
-  # server.storage.postgresql: the ledger's cases and the PostgreSQL suite on a private cluster
+  # server.storage.postgresql: the ledger's cases, the shared-store cases and the PostgreSQL suite
+  # on a private cluster
   # (tests/support/postgres_cluster.sh, PostgreSQL 15 from Debian), started and stopped by the
   # fixture's two entries. The cluster lives under /tmp (PostgreSQL runs as `postgres` under root,
   # and must reach its directory), named after this build tree.
@@ -45,7 +47,8 @@ if(TARGET edgefl_server_lib)
     set_tests_properties(postgres.cluster.start PROPERTIES FIXTURES_SETUP edgefl_postgres LABELS unit TIMEOUT 120)
     set_tests_properties(postgres.cluster.stop PROPERTIES FIXTURES_CLEANUP edgefl_postgres LABELS unit TIMEOUT 120)
     add_test(NAME server.storage.postgresql
-             COMMAND edgefl_server_tests --test-suite=server.storage,server.storage.postgresql --no-intro=true)
+             COMMAND edgefl_server_tests --test-suite=server.storage,server.storage.shared,server.storage.postgresql
+                     --no-intro=true)
     set_tests_properties(server.storage.postgresql PROPERTIES
       LABELS unit TIMEOUT 600 FIXTURES_REQUIRED edgefl_postgres RESOURCE_LOCK edgefl_postgres
       ENVIRONMENT "EDGEFL_TEST_POSTGRES_DIR=${edgefl_pg_dir};EDGEFL_TEST_POSTGRES_SCRIPT=${edgefl_pg_script}")
@@ -89,7 +92,11 @@ if(TARGET edgefl-server AND TARGET edgefl_net)
              COMMAND edgefl_e2e_tests "--test-case=random kill -9 of the server*" --no-intro=true)
     add_test(NAME server.e2e.postgresql.crash
              COMMAND edgefl_e2e_tests --test-suite=e2e.postgresql --no-intro=true)
-    set_tests_properties(server.e2e.postgresql server.e2e.postgresql.kill server.e2e.postgresql.crash PROPERTIES
+    # Three aggregators on one database, the coordinator killed at random (20 s).
+    add_test(NAME server.e2e.aggregators
+             COMMAND edgefl_e2e_tests --test-suite=e2e.aggregators --no-intro=true)
+    set_tests_properties(server.e2e.postgresql server.e2e.postgresql.kill server.e2e.postgresql.crash
+                         server.e2e.aggregators PROPERTIES
       LABELS "unit;e2e" TIMEOUT 600 FIXTURES_REQUIRED edgefl_postgres RESOURCE_LOCK "edgefl_e2e;edgefl_postgres"
       ENVIRONMENT "EDGEFL_TEST_POSTGRES_DIR=${edgefl_pg_dir};EDGEFL_TEST_POSTGRES_SCRIPT=${edgefl_pg_script}")
   endif()
@@ -101,7 +108,7 @@ if(TARGET edgefl-server AND TARGET edgefl_net)
                      $<TARGET_FILE:edgefl-server> ${CMAKE_CURRENT_BINARY_DIR}/haproxy_test)
     set_tests_properties(server.haproxy PROPERTIES LABELS "unit;e2e" TIMEOUT 300 RESOURCE_LOCK edgefl_e2e)
   endif()
-  list(APPEND edgefl_e2e_suites postgresql)  # never in server.e2e.other
+  list(APPEND edgefl_e2e_suites postgresql aggregators)  # never in server.e2e.other
   list(TRANSFORM edgefl_e2e_suites PREPEND "e2e." OUTPUT_VARIABLE edgefl_e2e_suite_names)
   list(JOIN edgefl_e2e_suite_names "," edgefl_e2e_suite_list)
   add_test(NAME server.e2e.other COMMAND edgefl_e2e_tests --test-suite-exclude=${edgefl_e2e_suite_list}

@@ -31,6 +31,10 @@ const char kUsage[] =
     "  --state-dir DIR         model files, the lock file and (without --state) state.db; required\n"
     "  --state URL             postgresql://[user@]host[:port]/db[?...]: rounds, ledger and settings in\n"
     "                          PostgreSQL (synchronous_commit on; a server with fsync off is refused)\n"
+    "  --aggregator-id NAME    several aggregators, one round: this server's name among those sharing\n"
+    "                          the --state database and the --state-dir directory (a shared file\n"
+    "                          system); the one holding the database's lease coordinates the rounds\n"
+    "  --coordinator-lease S   a coordinator that stops renewing is replaced after S seconds (10)\n"
     "\n"
     "network:\n"
     "  --listen HOST:PORT      device listener (127.0.0.1:7443; port 0 = any free port)\n"
@@ -161,6 +165,11 @@ bool set_round_option(const std::string& a, const std::string& v, edgefl::server
   double d = 0;
   if (a == "--state-dir") {
     r->state_dir = v;
+  } else if (a == "--aggregator-id") {
+    r->aggregator_id = v;
+  } else if (a == "--coordinator-lease") {
+    *ok = to_double(v, &d) && d >= 0.1 && d <= 3600;
+    r->coordinator_lease_ms = static_cast<uint32_t>(d * 1000);
   } else if (a == "--model") {
     r->model_spec = v;
     r->model_spec_given = true;
@@ -310,6 +319,8 @@ int server_main(const std::vector<std::string>& args, const ServerCustomization&
     }
   }
   if (o.rounds.state_dir.empty()) return fail("--state-dir is required");
+  if (!o.rounds.aggregator_id.empty() && o.state_url.empty())
+    return fail("--aggregator-id needs --state postgresql://... (the database the aggregators share)");
   if (!o.state_url.empty()) {
     if (!edgefl::server::is_postgres_url(o.state_url))
       return fail("--state takes a postgresql:// URL (SQLite is the default: --state-dir alone)");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
 
 namespace edgefl {
@@ -16,6 +17,7 @@ class MemoryStorage final : public Storage {
     EDGEFL_RETURN_IF_ERROR(check_new_round(round, error));
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(check_fence("create_round", error));
     if (rounds_.count(round.round_id) != 0) {
       return invalid_argument(error, "create_round: round " + std::to_string(round.round_id) + " exists");
     }
@@ -32,6 +34,7 @@ class MemoryStorage final : public Storage {
     EDGEFL_RETURN_IF_ERROR(check_close(round_id, state, result_model_version, error));
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(check_fence("close_round", error));
     auto it = rounds_.find(round_id);
     if (it == rounds_.end())
       return invalid_argument(error, "close_round: no round " + std::to_string(round_id));
@@ -103,6 +106,10 @@ class MemoryStorage final : public Storage {
     if (round->second.state != RoundState::kOpen) {
       return invalid_argument(error, "record_update: round " + std::to_string(update.round_id) + " is " +
                                          round_state_name(round->second.state));
+    }
+    if (round->second.sealed) {
+      return invalid_argument(
+          error, "record_update: round " + std::to_string(update.round_id) + " is sealed (closing)");
     }
     auto existing = updates_.find({update.round_id, update.device_id});
     if (existing != updates_.end()) {  // the same upload retried, or a second one: the first stands
@@ -190,6 +197,7 @@ class MemoryStorage final : public Storage {
     EDGEFL_RETURN_IF_ERROR(check_new_model(model, error));
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(check_fence("record_model", error));
     if (!models_.empty() && model.version <= models_.rbegin()->first) {
       return invalid_argument(error, "record_model: version " + std::to_string(model.version) +
                                          " is not above " + std::to_string(models_.rbegin()->first));
@@ -230,6 +238,44 @@ class MemoryStorage final : public Storage {
     return Status::kOk;
   }
 
+  Status acquire_lease(const std::string& holder, uint32_t ttl_ms, int64_t now_ms, Lease* out,
+                       std::string* error) override {
+    if (holder.empty() || ttl_ms == 0 || out == nullptr)
+      return invalid_argument(error, "acquire_lease: empty holder, zero ttl or null output");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    Shared& s = *shared_;
+    s.clock_ms = std::max(s.clock_ms, now_ms);
+    const bool mine = s.lease.holder == holder && s.lease.expires_unix_ms > s.clock_ms;
+    if (mine || s.lease.holder.empty() || s.lease.expires_unix_ms <= s.clock_ms) {
+      if (!mine) ++s.lease.epoch;
+      s.lease.holder = holder;
+      s.lease.expires_unix_ms = s.clock_ms + int64_t{ttl_ms};
+    }
+    *out = s.lease;
+    out->held = s.lease.holder == holder;
+    return Status::kOk;
+  }
+
+  Status set_fence(const std::string& holder, uint64_t epoch, std::string* error) override {
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    fence_holder_ = holder;
+    fence_epoch_ = holder.empty() ? 0 : epoch;
+    return Status::kOk;
+  }
+
+  Status seal_round(uint64_t round_id, std::string* error) override {
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    EDGEFL_RETURN_IF_ERROR(check_fence("seal_round", error));
+    auto it = rounds_.find(round_id);
+    if (it == rounds_.end() || it->second.state != RoundState::kOpen)
+      return invalid_argument(error, "seal_round: round " + std::to_string(round_id) + " is not open");
+    it->second.sealed = true;
+    return Status::kOk;
+  }
+
  private:
   // Calls fn on each of `rows` until it returns non-kOk. The caller holds the lock throughout (as
   // with SQLite), and this thread is marked: a callback that calls back in is refused.
@@ -250,20 +296,65 @@ class MemoryStorage final : public Storage {
     return nullptr;
   }
 
-  StorageGate gate_;
-  std::map<uint64_t, RoundRecord> rounds_;
-  std::map<std::pair<uint64_t, std::string>, UpdateRecord> updates_;  // (round, device) -> row
-  std::map<uint64_t, ModelRecord> models_;                            // by version
-  std::map<std::string, std::string> settings_;
-  uint64_t last_sequence_ = 0;
-  std::map<uint64_t, std::vector<RoundEvent>> events_;  // by round, in append order
-  uint64_t last_event_sequence_ = 0;
+  // Fails (kProtocolError) when this client's fence is set and its lease is not held now.
+  Status check_fence(const char* call, std::string* error) const {
+    if (fence_holder_.empty()) return Status::kOk;
+    const Shared& s = *shared_;
+    if (s.lease.holder == fence_holder_ && s.lease.epoch == fence_epoch_ &&
+        s.lease.expires_unix_ms > s.clock_ms)
+      return Status::kOk;
+    if (error != nullptr) {
+      *error = std::string(call) + ": not the coordinator: the lease of '" + fence_holder_ + "' at epoch " +
+               std::to_string(fence_epoch_) + " is no longer held (holder '" + s.lease.holder + "', epoch " +
+               std::to_string(s.lease.epoch) + ")";
+    }
+    return Status::kProtocolError;
+  }
+
+  // The rows, shared by every client made by make_memory_storage_sharing(); each client has its
+  // own fence, as each server has its own connection to a shared database.
+  struct Shared {
+    StorageGate gate;
+    std::map<uint64_t, RoundRecord> rounds;
+    std::map<std::pair<uint64_t, std::string>, UpdateRecord> updates;  // (round, device) -> row
+    std::map<uint64_t, ModelRecord> models;                            // by version
+    std::map<std::string, std::string> settings;
+    uint64_t last_sequence = 0;
+    std::map<uint64_t, std::vector<RoundEvent>> events;  // by round, in append order
+    uint64_t last_event_sequence = 0;
+    Lease lease;           // `held` unused
+    int64_t clock_ms = 0;  // the latest now_ms given to acquire_lease: this store's clock
+  };
+
+ public:
+  MemoryStorage() : MemoryStorage(std::make_shared<Shared>()) {}
+  explicit MemoryStorage(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+  const std::shared_ptr<Shared>& shared() const { return shared_; }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+  StorageGate& gate_ = shared_->gate;
+  std::map<uint64_t, RoundRecord>& rounds_ = shared_->rounds;
+  std::map<std::pair<uint64_t, std::string>, UpdateRecord>& updates_ = shared_->updates;
+  std::map<uint64_t, ModelRecord>& models_ = shared_->models;
+  std::map<std::string, std::string>& settings_ = shared_->settings;
+  uint64_t& last_sequence_ = shared_->last_sequence;
+  std::map<uint64_t, std::vector<RoundEvent>>& events_ = shared_->events;
+  uint64_t& last_event_sequence_ = shared_->last_event_sequence;
+  std::string fence_holder_;
+  uint64_t fence_epoch_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Storage> make_memory_storage() {
   return std::make_unique<MemoryStorage>();
+}
+
+std::unique_ptr<Storage> make_memory_storage_sharing(Storage* other) {
+  auto* memory = dynamic_cast<MemoryStorage*>(other);
+  if (memory == nullptr) return nullptr;
+  return std::make_unique<MemoryStorage>(memory->shared());
 }
 
 }  // namespace server

@@ -15,6 +15,12 @@ namespace server {
 
 std::unique_ptr<Storage> make_memory_storage();
 
+// Another client of the rows of `other` (a store made here; null otherwise), as a second server
+// has its own connection to a shared database: the same rounds, ledger, models, settings and
+// lease, its own fence (Storage::set_fence). `other` must outlive nothing: the rows live as long
+// as any client.
+std::unique_ptr<Storage> make_memory_storage_sharing(Storage* other);
+
 }  // namespace server
 }  // namespace edgefl
 

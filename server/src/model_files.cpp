@@ -186,6 +186,25 @@ Status read_file(const std::string& path, uint64_t max_bytes, std::vector<uint8_
   return Status::kOk;
 }
 
+Status make_directory(const std::string& dir, const std::string& name, std::string* error) {
+  if (dir.empty() || name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+    if (error != nullptr) *error = "make_directory: empty directory or a bad name '" + name + "'";
+    return Status::kInvalidArgument;
+  }
+  const std::string path = join(dir, name);
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return sys_error(error, "creating " + path, errno);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return sys_error(error, "stat " + path, errno);
+  if (!S_ISDIR(st.st_mode)) {
+    if (error != nullptr) *error = path + " exists and is not a directory";
+    return Status::kIoError;
+  }
+  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (d.get() < 0) return sys_error(error, "opening directory " + dir, errno);
+  if (::fsync(d.get()) != 0) return sys_error(error, "fsync directory " + dir, errno);
+  return Status::kOk;
+}
+
 Status remove_temp_files(const std::string& dir, size_t* removed, std::string* error) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return sys_error(error, "listing " + dir, errno);

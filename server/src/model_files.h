@@ -36,6 +36,11 @@ Status write_file_atomic(const std::string& dir, const std::string& name, Span<c
 // read, not a regular file, or larger than max_bytes), kInvalidArgument (null out).
 Status read_file(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* out, std::string* error);
 
+// Creates the directory dir/name (mode 0755) unless it exists, and makes its entry durable
+// (fsync of dir). kInvalidArgument for a name with '/' or "." / ".."; kIoError when it cannot be
+// created, or exists and is not a directory (a symlink is not one).
+Status make_directory(const std::string& dir, const std::string& name, std::string* error);
+
 // Removes the temporary files write_file_atomic leaves behind when a process dies mid-write
 // (".*.tmp-<digits>" in `dir`). *removed (if non-null) gets their number. kIoError if `dir` cannot
 // be listed or a file cannot be removed.

@@ -23,6 +23,7 @@ bool postgres_storage_available() {
 namespace {
 
 // Type OIDs of the parameters and columns used here (pg_type.h, stable across versions).
+constexpr Oid kBoolOid = 16;
 constexpr Oid kByteaOid = 17;
 constexpr Oid kInt8Oid = 20;
 constexpr Oid kTextOid = 25;
@@ -90,13 +91,25 @@ CREATE TABLE round_events (
 ALTER TABLE round_events ALTER COLUMN payload SET STORAGE EXTERNAL;
 CREATE INDEX round_events_by_round ON round_events (round_id, sequence);
 )sql",
+    // Version 2: several servers on one database. A round is sealed when its close begins (the
+    // ledger then takes nothing more); one row holds the coordinator lease, its times by the
+    // database's clock in Unix milliseconds.
+    R"sql(
+ALTER TABLE rounds ADD COLUMN sealed boolean NOT NULL DEFAULT false;
+CREATE TABLE coordinator_lease (
+  id              integer PRIMARY KEY CHECK (id = 1),
+  holder          text    NOT NULL CHECK (length(holder) > 0),
+  epoch           bigint  NOT NULL CHECK (epoch > 0),
+  expires_unix_ms bigint  NOT NULL
+);
+)sql",
 };
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == kPostgresSchemaVersion,
               "one migration per schema version");
 
 #define EDGEFL_ROUND_COLUMNS                                                                       \
   "round_id, nonce, base_model_version, state, opened_unix_ms, deadline_unix_ms, closed_unix_ms, " \
-  "result_model_version, accepted_updates"
+  "result_model_version, accepted_updates, sealed"
 #define EDGEFL_UPDATE_COLUMNS \
   "sequence, round_id, device_id, upload_id, sample_count, digest, payload_bytes, accepted_unix_ms"
 
@@ -114,6 +127,9 @@ constexpr const char* kEachUpdateSql =
 constexpr const char* kLatestModelSql =
     "SELECT version, round_id, path, digest, bytes, created_unix_ms FROM models ORDER BY version DESC LIMIT "
     "1";
+
+// The database's clock in Unix milliseconds (the lease's times).
+#define EDGEFL_PG_NOW_MS "(floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint"
 
 // Parameters in binary format: integers big-endian, bytes and text as they are.
 class Params {
@@ -216,6 +232,12 @@ bool column_array(PGresult* r, int row, int col, std::array<uint8_t, N>* out) {
   return true;
 }
 
+bool column_bool(PGresult* r, int row, int col, bool* out) {
+  if (PQftype(r, col) != kBoolOid || PQgetisnull(r, row, col) || PQgetlength(r, row, col) != 1) return false;
+  *out = PQgetvalue(r, row, col)[0] != 0;
+  return true;
+}
+
 bool column_text(PGresult* r, int row, int col, std::string* out) {
   if (PQftype(r, col) != kTextOid || PQgetisnull(r, row, col)) return false;
   out->assign(PQgetvalue(r, row, col), size_t(PQgetlength(r, row, col)));
@@ -228,7 +250,7 @@ bool read_round(PGresult* r, int row, RoundRecord* out) {
       !column_u64(r, row, 2, &out->base_model_version) || !column_u64(r, row, 3, &state) ||
       !column_i64(r, row, 4, &out->opened_unix_ms) || !column_i64(r, row, 5, &out->deadline_unix_ms) ||
       !column_i64(r, row, 6, &out->closed_unix_ms) || !column_u64(r, row, 7, &out->result_model_version) ||
-      !column_u32(r, row, 8, &out->accepted_updates)) {
+      !column_u32(r, row, 8, &out->accepted_updates) || !column_bool(r, row, 9, &out->sealed)) {
     return false;
   }
   if (state < 1 || state > 3 || (out->nonce.size() != 16 && out->nonce.size() != 32)) return false;
@@ -297,6 +319,10 @@ class PostgresStorage final : public Storage {
   Status latest_model(std::optional<ModelRecord>* out, std::string* error) override;
   Status put_setting(const std::string& key, const std::string& value, std::string* error) override;
   Status get_setting(const std::string& key, std::optional<std::string>* value, std::string* error) override;
+  Status acquire_lease(const std::string& holder, uint32_t ttl_ms, int64_t now_ms, Lease* out,
+                       std::string* error) override;
+  Status set_fence(const std::string& holder, uint64_t epoch, std::string* error) override;
+  Status seal_round(uint64_t round_id, std::string* error) override;
 
  private:
   bool connected() const { return conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK; }
@@ -406,6 +432,27 @@ class PostgresStorage final : public Storage {
     bool open_ = false;
   };
 
+  // Inside a write transaction: kProtocolError unless the fence is unset or its holder holds the
+  // lease at its epoch, unexpired by the database's clock. The lease row stays share-locked until
+  // the transaction ends, so a takeover waits for this write and the next write of the old
+  // holder fails.
+  Status check_fence(const char* call, std::string* error) {
+    if (fence_holder_.empty()) return Status::kOk;
+    Params p;
+    p.text(fence_holder_).u64(fence_epoch_);
+    Result r;
+    EDGEFL_RETURN_IF_ERROR(query("check the coordinator lease",
+                                 "SELECT holder, epoch FROM coordinator_lease WHERE id = 1 AND holder = $1 "
+                                 "AND epoch = $2 AND expires_unix_ms > " EDGEFL_PG_NOW_MS " FOR SHARE",
+                                 p, &r, error));
+    if (r.rows() == 1) return Status::kOk;
+    if (error != nullptr) {
+      *error = std::string(call) + ": not the coordinator: the lease of '" + fence_holder_ + "' at epoch " +
+               std::to_string(fence_epoch_) + " is no longer held";
+    }
+    return Status::kProtocolError;
+  }
+
   Status corrupt_row(const char* table, std::string* error) const {
     if (error != nullptr)
       *error = std::string("postgresql: a row of table ") + table + " holds values this build never writes";
@@ -436,8 +483,10 @@ class PostgresStorage final : public Storage {
 
   std::string conninfo_;
   PGconn* conn_ = nullptr;
-  bool in_commit_ = false;  // the last statement sent was a COMMIT
-  StorageGate gate_;        // serialises calls; refuses calls from an iteration's callback
+  bool in_commit_ = false;    // the last statement sent was a COMMIT
+  std::string fence_holder_;  // set_fence's; "" = no fence
+  uint64_t fence_epoch_ = 0;
+  StorageGate gate_;  // serialises calls; refuses calls from an iteration's callback
 };
 
 Status PostgresStorage::connect(std::string* error) {
@@ -557,6 +606,7 @@ Status PostgresStorage::create_round(const RoundRecord& round, std::string* erro
       [&](const Attempt& attempt, std::string* message) -> Status {
         Transaction txn(this);
         EDGEFL_RETURN_IF_ERROR(txn.begin(message));
+        EDGEFL_RETURN_IF_ERROR(check_fence("create_round", message));
         // One creator at a time: the existence checks below and the insert are then one step.
         EDGEFL_RETURN_IF_ERROR(simple("LOCK TABLE rounds IN SHARE ROW EXCLUSIVE MODE", message));
         std::optional<RoundRecord> existing;
@@ -596,6 +646,7 @@ Status PostgresStorage::close_round(uint64_t round_id, RoundState state, uint64_
       [&](const Attempt& attempt, std::string* message) -> Status {
         Transaction txn(this);
         EDGEFL_RETURN_IF_ERROR(txn.begin(message));
+        EDGEFL_RETURN_IF_ERROR(check_fence("close_round", message));
         std::optional<RoundRecord> round;
         EDGEFL_RETURN_IF_ERROR(select_round(kLockRoundUpdateSql, round_id, &round, message));
         if (!round) return invalid_argument(message, "close_round: no round " + std::to_string(round_id));
@@ -712,6 +763,10 @@ Status PostgresStorage::record_update(const UpdateRecord& update, InsertResult* 
         if (round->state != RoundState::kOpen) {
           return invalid_argument(message, "record_update: round " + std::to_string(update.round_id) +
                                                " is " + round_state_name(round->state));
+        }
+        if (round->sealed) {
+          return invalid_argument(
+              message, "record_update: round " + std::to_string(update.round_id) + " is sealed (closing)");
         }
         EDGEFL_RETURN_IF_ERROR(query("select update", kFindUpdateSql, find, &r, message));
         if (r.rows() == 1) {
@@ -917,6 +972,7 @@ Status PostgresStorage::record_model(const ModelRecord& model, std::string* erro
       [&](const Attempt& attempt, std::string* message) -> Status {
         Transaction txn(this);
         EDGEFL_RETURN_IF_ERROR(txn.begin(message));
+        EDGEFL_RETURN_IF_ERROR(check_fence("record_model", message));
         // One writer of versions at a time: "above every recorded version" holds at commit.
         EDGEFL_RETURN_IF_ERROR(simple("LOCK TABLE models IN SHARE ROW EXCLUSIVE MODE", message));
         Result r;
@@ -1016,6 +1072,78 @@ Status PostgresStorage::get_setting(const std::string& key, std::optional<std::s
 
 #undef EDGEFL_ROUND_COLUMNS
 #undef EDGEFL_UPDATE_COLUMNS
+
+Status PostgresStorage::acquire_lease(const std::string& holder, uint32_t ttl_ms, int64_t /*now_ms*/,
+                                      Lease* out, std::string* error) {
+  if (holder.empty() || ttl_ms == 0 || out == nullptr)
+    return invalid_argument(error, "acquire_lease: empty holder, zero ttl or null output");
+  return with_retry(
+      [&](const Attempt&, std::string* message) -> Status {
+        Transaction txn(this);
+        EDGEFL_RETURN_IF_ERROR(txn.begin(message));
+        // Taken when free, expired or already the caller's; a change of hands (or a lapse) is a
+        // new epoch. One statement: concurrent callers serialise on the row.
+        Params p;
+        p.text(holder).i64(int64_t{ttl_ms});
+        EDGEFL_RETURN_IF_ERROR(
+            command("take the coordinator lease",
+                    "INSERT INTO coordinator_lease AS l (id, holder, epoch, expires_unix_ms) "
+                    "VALUES (1, $1, 1, " EDGEFL_PG_NOW_MS " + $2) "
+                    "ON CONFLICT (id) DO UPDATE SET "
+                    "epoch = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_unix_ms > " EDGEFL_PG_NOW_MS
+                    " THEN l.epoch ELSE l.epoch + 1 END, "
+                    "holder = EXCLUDED.holder, expires_unix_ms = EXCLUDED.expires_unix_ms "
+                    "WHERE l.holder = EXCLUDED.holder OR l.expires_unix_ms <= " EDGEFL_PG_NOW_MS,
+                    p, message));
+        Result r;
+        EDGEFL_RETURN_IF_ERROR(
+            query("read the coordinator lease",
+                  "SELECT holder, epoch, expires_unix_ms FROM coordinator_lease WHERE id = 1", Params(), &r,
+                  message));
+        Lease lease;
+        if (r.rows() != 1 || !column_text(r.get(), 0, 0, &lease.holder) ||
+            !column_u64(r.get(), 0, 1, &lease.epoch) || !column_i64(r.get(), 0, 2, &lease.expires_unix_ms)) {
+          return corrupt_row("coordinator_lease", message);
+        }
+        EDGEFL_RETURN_IF_ERROR(txn.commit(message));
+        lease.held = lease.holder == holder;
+        *out = lease;
+        return Status::kOk;
+      },
+      error);
+}
+
+Status PostgresStorage::set_fence(const std::string& holder, uint64_t epoch, std::string* error) {
+  if (!fits_i64(epoch)) return invalid_argument(error, "set_fence: epoch out of range");
+  std::unique_lock<std::mutex> lock;
+  EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+  fence_holder_ = holder;
+  fence_epoch_ = holder.empty() ? 0 : epoch;
+  return Status::kOk;
+}
+
+Status PostgresStorage::seal_round(uint64_t round_id, std::string* error) {
+  if (!fits_i64(round_id)) return invalid_argument(error, "seal_round: round id out of range");
+  return with_retry(
+      [&](const Attempt&, std::string* message) -> Status {
+        Transaction txn(this);
+        EDGEFL_RETURN_IF_ERROR(txn.begin(message));
+        EDGEFL_RETURN_IF_ERROR(check_fence("seal_round", message));
+        // FOR UPDATE waits for every record_update holding the row FOR SHARE: those commit first
+        // (and are in the ledger), the ones after see the seal.
+        std::optional<RoundRecord> round;
+        EDGEFL_RETURN_IF_ERROR(select_round(kLockRoundUpdateSql, round_id, &round, message));
+        if (!round || round->state != RoundState::kOpen)
+          return invalid_argument(message, "seal_round: round " + std::to_string(round_id) + " is not open");
+        if (round->sealed) return Status::kOk;  // sealed already (or by an attempt whose commit was in doubt)
+        Params p;
+        p.u64(round_id);
+        EDGEFL_RETURN_IF_ERROR(
+            command("seal round", "UPDATE rounds SET sealed = true WHERE round_id = $1", p, message));
+        return txn.commit(message);
+      },
+      error);
+}
 
 }  // namespace
 

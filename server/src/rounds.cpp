@@ -209,6 +209,24 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
   if (parse_codec_spec("fp32", &fp32) == Status::kOk)
     max_upload_bytes_ = std::max<uint64_t>(max_upload_bytes_, encoded_bound(fp32, n_));
 
+  shared_ = !options_.aggregator_id.empty();
+  if (shared_) {
+    if (options_.aggregator_id.size() > 64 ||
+        options_.aggregator_id.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != std::string::npos) {
+      *error = "aggregator id '" + options_.aggregator_id + "': 1 to 64 of [A-Za-z0-9._-]";
+      return Status::kInvalidArgument;
+    }
+    if (options_.secure_aggregation.enabled) {
+      *error = "several aggregators cannot run secure rounds (a SecAgg+ round's state lives in one server)";
+      return Status::kInvalidArgument;
+    }
+    if (options_.coordinator_lease_ms < 100 || options_.follow_interval_ms == 0 ||
+        options_.follow_interval_ms > options_.coordinator_lease_ms) {
+      *error = "coordinator lease >= 100 ms and a follow interval in (0, lease]";
+      return Status::kInvalidArgument;
+    }
+  }
   const SecureAggregationOptions& sa = options_.secure_aggregation;
   if ((sa.dp_clip > 0) != (sa.dp_noise > 0) || ((sa.dp_clip > 0) && !sa.enabled) ||
       !std::isfinite(sa.dp_clip) || !std::isfinite(sa.dp_noise)) {
@@ -297,6 +315,8 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
   mean_.resize(n_);
   candidate_.resize(n_);
 
+  files_dir_ = options_.state_dir;
+  if (shared_) return start_shared(now_ms, error);
   size_t stale = 0;  // temp files of a write a crash interrupted
   EDGEFL_RETURN_IF_ERROR(remove_temp_files(options_.state_dir, &stale, error));
   if (stale != 0) log_info("stale_temp_files_removed").kv("count", uint64_t{stale});
@@ -330,6 +350,7 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
     }
     // Versions count from 1 (the initial model); round 0 stands for "no round".
     model_version_ = 1;
+    model_dir_ = files_dir_;
     EDGEFL_RETURN_IF_ERROR(public_.reset({global_.data(), n_}, 1, error));
     EDGEFL_RETURN_IF_ERROR(write_model(
         {global_.data(), n_}, {optimizer_memory_.data(), optimizer_memory_.size()}, 1, 0, now_ms, error));
@@ -340,38 +361,52 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
         .kv("parameters", uint64_t{n_})
         .kv("from", options_.initial_model.empty() ? std::string("seed") : options_.initial_model);
   } else {
-    std::vector<uint8_t> file;
-    const std::string path = options_.state_dir + "/" + latest->path;
-    EDGEFL_RETURN_IF_ERROR(read_file(path, uint64_t{1} << 33, &file, error));
-    const tls::Sha256Digest digest = tls::sha256({file.data(), file.size()});
-    if (std::memcmp(digest.data(), latest->digest.data(), digest.size()) != 0) {
-      *error = "model file " + path + " does not match the digest recorded for version " +
-               std::to_string(latest->version) + " (corrupted or replaced)";
-      return Status::kChecksumMismatch;
-    }
-    std::map<std::string, std::string> metadata;
-    EDGEFL_RETURN_IF_ERROR(
-        decode_safetensors({file.data(), file.size()}, tensors_, &global_, &metadata, error));
-    // The user's metadata as the latest file carries it (the initial file may be gone).
-    user_metadata_.clear();
-    for (const auto& [key, value] : metadata) {
-      if (key.rfind("edgefl.", 0) != 0 && key != "format") user_metadata_.emplace_back(key, value);
-    }
-    model_version_ = latest->version;
-    if (!optimizer_memory_.empty()) {
-      std::vector<uint8_t> state;
-      const std::string opt_path = options_.state_dir + "/" + optimizer_file_name(model_version_);
-      if (read_file(opt_path, optimizer_memory_.size(), &state, error) == Status::kOk &&
-          state.size() == optimizer_memory_.size()) {
-        std::memcpy(optimizer_memory_.data(), state.data(), state.size());
-      } else if (model_version_ != 1) {
-        *error = "optimizer state " + opt_path + " is missing or has the wrong size";
-        return Status::kIoError;
-      }
-    }
-    EDGEFL_RETURN_IF_ERROR(public_.load(options_.state_dir, model_version_, {global_.data(), n_}, error));
-    log_info("model_loaded").kv("version", model_version_).kv("file", latest->path);
+    EDGEFL_RETURN_IF_ERROR(load_model(*latest, error));
   }
+  metrics_->model_version.store(model_version_);
+  return Status::kOk;
+}
+
+Status RoundManager::load_model(const ModelRecord& model, std::string* error) {
+  // The model's files sit together: state_dir, or the directory its path names.
+  const size_t slash = model.path.rfind('/');
+  const std::string dir = slash == std::string::npos ? options_.state_dir
+                                                     : options_.state_dir + "/" + model.path.substr(0, slash);
+  std::vector<uint8_t> file;
+  const std::string path = options_.state_dir + "/" + model.path;
+  EDGEFL_RETURN_IF_ERROR(read_file(path, uint64_t{1} << 33, &file, error));
+  const tls::Sha256Digest digest = tls::sha256({file.data(), file.size()});
+  if (std::memcmp(digest.data(), model.digest.data(), digest.size()) != 0) {
+    *error = "model file " + path + " does not match the digest recorded for version " +
+             std::to_string(model.version) + " (corrupted or replaced)";
+    return Status::kChecksumMismatch;
+  }
+  // Read whole into its own buffers first: a failure changes nothing held.
+  std::map<std::string, std::string> metadata;
+  std::vector<float> values;
+  EDGEFL_RETURN_IF_ERROR(decode_safetensors({file.data(), file.size()}, tensors_, &values, &metadata, error));
+  std::vector<uint8_t> state;
+  if (!optimizer_memory_.empty()) {
+    const std::string opt_path = dir + "/" + optimizer_file_name(model.version);
+    const bool read = read_file(opt_path, optimizer_memory_.size(), &state, error) == Status::kOk &&
+                      state.size() == optimizer_memory_.size();
+    if (!read) state.clear();
+    if (!read && model.version != 1) {  // version 1 may start from the optimizer's initial state
+      *error = "optimizer state " + opt_path + " is missing or has the wrong size";
+      return Status::kIoError;
+    }
+  }
+  EDGEFL_RETURN_IF_ERROR(public_.load(dir, model.version, {values.data(), n_}, error));
+  global_ = std::move(values);
+  if (!state.empty()) std::memcpy(optimizer_memory_.data(), state.data(), state.size());
+  model_version_ = model.version;
+  // The user's metadata as the latest file carries it (the initial file may be gone).
+  user_metadata_.clear();
+  for (const auto& [key, value] : metadata) {
+    if (key.rfind("edgefl.", 0) != 0 && key != "format") user_metadata_.emplace_back(key, value);
+  }
+  model_dir_ = dir;
+  log_info("model_loaded").kv("version", model_version_).kv("file", model.path);
   metrics_->model_version.store(model_version_);
   return Status::kOk;
 }
@@ -392,21 +427,20 @@ Status RoundManager::write_model(Span<const float> model, Span<const uint8_t> op
   EDGEFL_RETURN_IF_ERROR(encode_safetensors(tensors_, model, metadata, &file, error));
   if (optimizer_state.size() != 0) {
     EDGEFL_RETURN_IF_ERROR(
-        write_file_atomic(options_.state_dir, optimizer_file_name(version), optimizer_state, error));
+        write_file_atomic(files_dir_, optimizer_file_name(version), optimizer_state, error));
   }
   // The public model's files (and the patch that made it) before the version is recorded.
-  EDGEFL_RETURN_IF_ERROR(version == public_.version()
-                             ? public_.write_current(options_.state_dir, error)
-                             : public_.write_candidate(options_.state_dir, version, error));
+  EDGEFL_RETURN_IF_ERROR(version == public_.version() ? public_.write_current(files_dir_, error)
+                                                      : public_.write_candidate(files_dir_, version, error));
   const std::string name = model_file_name(version);
-  EDGEFL_RETURN_IF_ERROR(write_file_atomic(options_.state_dir, name, {file.data(), file.size()}, error));
+  EDGEFL_RETURN_IF_ERROR(write_file_atomic(files_dir_, name, {file.data(), file.size()}, error));
   // The newest model also under a fixed name, for tools (PyTorch, Hugging Face) to pick up.
   EDGEFL_RETURN_IF_ERROR(
-      write_file_atomic(options_.state_dir, "global.safetensors", {file.data(), file.size()}, error));
+      write_file_atomic(files_dir_, "global.safetensors", {file.data(), file.size()}, error));
   ModelRecord record;
   record.version = version;
   record.round_id = round_id;
-  record.path = name;
+  record.path = files_prefix_.empty() ? name : files_prefix_ + "/" + name;
   const tls::Sha256Digest digest = tls::sha256({file.data(), file.size()});
   std::memcpy(record.digest.data(), digest.data(), digest.size());
   record.bytes = file.size();
@@ -510,8 +544,11 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
       .kv("round", open->round_id)
       .kv("updates", uint64_t{rebuilt})
       .kv("deadline_in_ms", open->deadline_unix_ms - now_ms);
-  // A close that fails on I/O here is retried by tick(): the server starts either way.
-  if (rebuilt >= options_.cohort) (void)close_round(true, now_ms, error);
+  // A close that fails on I/O here is retried by tick(): the server starts either way. A sealed
+  // round (several aggregators) was being closed by a coordinator that is gone: its ledger is
+  // final, and it commits if it holds the quorum.
+  if (open->sealed || rebuilt >= options_.cohort)
+    (void)close_round(rebuilt >= (open->sealed ? min_quorum_ : options_.cohort), now_ms, error);
   error->clear();
   return Status::kOk;
 }
@@ -715,7 +752,26 @@ Status RoundManager::compute_candidate(std::string* error) {
 Status RoundManager::try_close(int64_t now_ms, std::string* error) {
   OpenRound& round = *open_;
   Status s = Status::kOk;
-  if (round.closing_commit && !candidate_ready_ && !secure_ && robust_spec_.rule == RobustRule::kMean) {
+  if (shared_ && !round.record.sealed) {
+    // Several aggregators: the ledger is sealed before it is read, so that no update can be
+    // acknowledged by another server after the sum was taken. The decision follows the sealed
+    // ledger (updates acknowledged elsewhere count).
+    uint64_t in_ledger = 0;
+    s = storage_->seal_round(round.record.round_id, error);
+    if (s == Status::kOk) round.record.sealed = true;
+    if (s == Status::kOk) s = storage_->count_updates(round.record.round_id, &in_ledger, error);
+    if (s == Status::kOk) {
+      round.in_ledger = in_ledger;
+      round.closing_commit = in_ledger >= min_quorum_;
+      log_info("round_sealed")
+          .kv("round", round.record.round_id)
+          .kv("in_ledger", in_ledger)
+          .kv("here", uint64_t{round.accepted})
+          .kv("commit", round.closing_commit ? 1 : 0);
+    }
+  }
+  if (s == Status::kOk && round.closing_commit && !candidate_ready_ && !secure_ &&
+      robust_spec_.rule == RobustRule::kMean) {
     // The ledger is the truth: a write whose commit was in doubt (a networked store that went
     // away during COMMIT) may be in the ledger though record_update() failed and the update was
     // never added. The model is the mean of the ledger, so a count that differs rebuilds the sum.
@@ -727,13 +783,16 @@ Status RoundManager::try_close(int64_t now_ms, std::string* error) {
       s = rebuild_aggregate(&round, error);
       if (s == Status::kOk) {
         round.aggregate_stale = false;
-        log_warn("aggregate_rebuilt")
+        // Several aggregators: the normal way to merge the updates others acknowledged.
+        (shared_ ? log_info("aggregate_merged") : log_warn("aggregate_rebuilt"))
             .kv("round", round.record.round_id)
             .kv("counted", uint64_t{before})
             .kv("in_ledger", in_ledger);
       }
     }
   }
+  if (s == Status::kOk && shared_ && robust_spec_.rule != RobustRule::kMean)
+    round.accepted = static_cast<uint32_t>(round.in_ledger);  // the robust rules read the whole ledger
   if (s == Status::kOk && round.closing_commit && !candidate_ready_) {
     std::string why;
     s = compute_candidate(&why);
@@ -806,6 +865,7 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
               optimizer_memory_.begin());
     candidate_ready_ = false;
     model_version_ = result_version;
+    model_dir_ = files_dir_;
     public_.commit_candidate();
     metrics_->model_version.store(model_version_);
   }
@@ -888,6 +948,18 @@ int64_t RoundManager::ms_to_deadline(int64_t now_ms) const {
 
 void RoundManager::tick(int64_t now_ms) {
   std::string error;
+  if (shared_) {
+    if (now_ms >= next_lease_ms_) renew_lease(now_ms);
+    if (!coordinating_) {
+      if (now_ms >= next_look_ms_) {
+        next_look_ms_ = now_ms + options_.follow_interval_ms;
+        if (follow(now_ms, &error) != Status::kOk) log_warn("follow_failed").kv("error", error);
+      }
+      if (open_ && !open_->closing && open_->offered.size() >= offers_per_round_)
+        reclaim_expired_offers(now_ms);
+      return;
+    }
+  }
   if (!open_) {
     if (!finished_ && now_ms >= next_open_attempt_ms_) (void)open_or_schedule(now_ms, &error);
     return;
@@ -900,11 +972,153 @@ void RoundManager::tick(int64_t now_ms) {
     secure_tick(now_ms);
     return;
   }
+  if (shared_ && now_ms >= next_look_ms_) {
+    // Updates acknowledged by the other aggregators count towards the cohort.
+    next_look_ms_ = now_ms + options_.follow_interval_ms;
+    uint64_t in_ledger = 0;
+    if (storage_->count_updates(open_->record.round_id, &in_ledger, &error) == Status::kOk) {
+      open_->in_ledger = in_ledger;
+      if (in_ledger >= options_.cohort) {
+        (void)close_round(true, now_ms, &error);
+        return;
+      }
+    }
+  }
   if (now_ms >= open_->record.deadline_unix_ms) {
+    // Several aggregators: the decision is taken again on the sealed ledger (try_close).
     (void)close_round(open_->accepted >= min_quorum_, now_ms, &error);
     return;
   }
   if (open_->offered.size() >= offers_per_round_) reclaim_expired_offers(now_ms);
+}
+
+// --- several aggregators, one round (RoundOptions::aggregator_id) ------------------------------
+
+Status RoundManager::start_shared(int64_t now_ms, std::string* error) {
+  Lease lease;
+  EDGEFL_RETURN_IF_ERROR(
+      storage_->acquire_lease(options_.aggregator_id, options_.coordinator_lease_ms, now_ms, &lease, error));
+  next_lease_ms_ = now_ms + std::max<int64_t>(1, options_.coordinator_lease_ms / 4);
+  if (lease.held) return become_coordinator(lease, now_ms, error);
+  coordinating_ = false;
+  log_info("aggregator_following")
+      .kv("aggregator", options_.aggregator_id)
+      .kv("coordinator", lease.holder)
+      .kv("epoch", lease.epoch);
+  // A store the coordinator has not set up yet (no model) is looked at again by tick().
+  return follow(now_ms, error);
+}
+
+Status RoundManager::become_coordinator(const Lease& lease, int64_t now_ms, std::string* error) {
+  EDGEFL_RETURN_IF_ERROR(storage_->set_fence(options_.aggregator_id, lease.epoch, error));
+  lease_epoch_ = lease.epoch;
+  // This epoch's own directory: a deposed coordinator still writing cannot replace these files.
+  files_prefix_ = "coordinator-" + std::to_string(lease.epoch);
+  EDGEFL_RETURN_IF_ERROR(make_directory(options_.state_dir, files_prefix_, error));
+  files_dir_ = options_.state_dir + "/" + files_prefix_;
+  size_t stale = 0;
+  EDGEFL_RETURN_IF_ERROR(remove_temp_files(files_dir_, &stale, error));
+  // As after a restart: the latest model, then the open round from the shared ledger.
+  open_.reset();
+  candidate_ready_ = false;
+  expired_offers_.clear();
+  EDGEFL_RETURN_IF_ERROR(load_or_create_model(now_ms, error));
+  EDGEFL_RETURN_IF_ERROR(recover_open_round(now_ms, error));
+  coordinating_ = true;
+  log_info("coordinator_elected")
+      .kv("aggregator", options_.aggregator_id)
+      .kv("epoch", lease.epoch)
+      .kv("files", files_prefix_);
+  if (!open_ && !finished_) (void)open_or_schedule(now_ms, error);
+  error->clear();
+  return Status::kOk;
+}
+
+void RoundManager::renew_lease(int64_t now_ms) {
+  next_lease_ms_ = now_ms + std::max<int64_t>(1, options_.coordinator_lease_ms / 4);
+  Lease lease;
+  std::string error;
+  if (storage_->acquire_lease(options_.aggregator_id, options_.coordinator_lease_ms, now_ms, &lease,
+                              &error) != Status::kOk) {
+    // Unknown: a coordinator's writes stay fenced, so nothing wrong can be recorded meanwhile.
+    log_warn("lease_renewal_failed").kv("aggregator", options_.aggregator_id).kv("error", error);
+    return;
+  }
+  if (coordinating_ && (!lease.held || lease.epoch != lease_epoch_)) {
+    // Deposed (the lease lapsed and was taken, or lapsed and taken again as a new epoch): what this
+    // server held of the open round is dropped; it follows the store from now on, and its updates
+    // already acknowledged are in the shared ledger.
+    log_error("coordinator_lease_lost")
+        .kv("aggregator", options_.aggregator_id)
+        .kv("epoch", lease_epoch_)
+        .kv("holder", lease.holder)
+        .kv("holder_epoch", lease.epoch);
+    coordinating_ = false;
+    (void)storage_->set_fence("", 0, &error);
+    open_.reset();
+    candidate_ready_ = false;
+    next_look_ms_ = now_ms;
+    if (!lease.held) return;
+  }
+  if (!coordinating_ && lease.held && become_coordinator(lease, now_ms, &error) != Status::kOk) {
+    coordinating_ = false;
+    log_error("coordinator_start_failed").kv("aggregator", options_.aggregator_id).kv("error", error);
+  }
+}
+
+Status RoundManager::follow(int64_t now_ms, std::string* error) {
+  std::optional<ModelRecord> latest;
+  EDGEFL_RETURN_IF_ERROR(storage_->latest_model(&latest, error));
+  if (!latest) return Status::kOk;  // the coordinator has not written version 1 yet
+  if (model_version_ == 0) {
+    // Whether version 1 is the seeded initial model: the coordinator fixed it with version 1.
+    std::optional<std::string> seed_setting;
+    EDGEFL_RETURN_IF_ERROR(storage_->get_setting("initial_model_seed", &seed_setting, error));
+    if (!seed_setting) return Status::kOk;
+    initial_model_seed_ = std::strtoull(seed_setting->c_str(), nullptr, 10);
+    EDGEFL_RETURN_IF_ERROR(public_.init(downlink_, n_, initial_model_seed_ != 0, error));
+  }
+  if (latest->version != model_version_) EDGEFL_RETURN_IF_ERROR(load_model(*latest, error));
+  uint64_t last = 0;
+  std::optional<RoundRecord> open;
+  EDGEFL_RETURN_IF_ERROR(storage_->last_round_id(&last, error));
+  EDGEFL_RETURN_IF_ERROR(storage_->open_round(&open, error));
+  if (open_ && (!open || open->round_id != open_->record.round_id)) {
+    // The round this server took devices for has ended: its straggler and late answers come from
+    // its record (closed_round()).
+    metrics_->round_id.store(0);
+    open_.reset();
+  }
+  rounds_ended_ = static_cast<uint32_t>(last - (open ? 1 : 0));
+  finished_ = options_.rounds != 0 && rounds_ended_ >= options_.rounds;
+  if (!open) return Status::kOk;
+  uint64_t in_ledger = 0;
+  EDGEFL_RETURN_IF_ERROR(storage_->count_updates(open->round_id, &in_ledger, error));
+  if (!open_) {
+    if (open->base_model_version != model_version_) return Status::kOk;  // its model comes next look
+    OpenRound round;
+    round.record = *open;
+    round.opened_wall_ms = now_ms;
+    aggregate_.reset();
+    open_ = std::move(round);
+    open_->norm_bound = update_norm_bound();
+    metrics_->round_id.store(open->round_id);
+    log_info("round_followed")
+        .kv("round", open->round_id)
+        .kv("model_version", model_version_)
+        .kv("in_ledger", in_ledger)
+        .kv("update_norm_bound", open_->norm_bound);
+  }
+  open_->in_ledger = in_ledger;
+  // Sealed (its close has begun), or the model moved past its base (its close is being recorded):
+  // nothing more is taken here.
+  if ((open->sealed || open->base_model_version != model_version_) && !open_->closing) {
+    open_->closing = true;
+    open_->closing_commit = true;
+    open_->uploads.clear();
+    open_->next_close_attempt_ms = now_ms + options_.follow_interval_ms;
+  }
+  return Status::kOk;
 }
 
 std::optional<RoundManager::ClosedRound> RoundManager::closed_round(uint64_t round_id) {
@@ -1011,7 +1225,9 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
   const bool already_offered = round.offered.count(device) != 0;
   if (!existing && !already_offered && round.offered.size() >= offers_per_round_)
     reclaim_expired_offers(now_ms);
-  if (existing || (!already_offered && round.offered.size() >= offers_per_round_)) {
+  // Several aggregators: a cohort already in the shared ledger closes the round at the next look.
+  const bool cohort_in = shared_ && round.in_ledger >= options_.cohort;
+  if (existing || (!already_offered && (round.offered.size() >= offers_per_round_ || cohort_in))) {
     // Full (or this device already contributed): come back around the next round's opening.
     return retry_later(
         wire::RetryReason::kRoundFull,
@@ -1282,6 +1498,19 @@ std::optional<Reply> RoundManager::record_upload(const std::string& device, cons
   const Status written = storage_->record_update(*record, &inserted, nullptr, &error);
   const auto write_us =
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - write_start);
+  if (written != Status::kOk && shared_) {
+    // Several aggregators: the coordinator may have sealed or closed the round meanwhile.
+    std::optional<RoundRecord> now;
+    std::string why;
+    if (storage_->get_round(round.record.round_id, &now, &why) == Status::kOk && now &&
+        (now->state != RoundState::kOpen || now->sealed)) {
+      round.closing = true;
+      round.closing_commit = now->state != RoundState::kAbandoned;
+      round.uploads.erase(it);
+      return straggler_or_late(
+          device, commit, now_ms >= round.record.deadline_unix_ms || now->state == RoundState::kAbandoned);
+    }
+  }
   if (written != Status::kOk) {
     upload.bytes = std::move(record->payload);  // kept for a retried commit
     fatal("record_update", error);
@@ -1330,7 +1559,7 @@ Reply RoundManager::count_update(const std::string& device, const wire::Commit& 
       .kv("upload_to_ack_s", latency_s);
   Reply reply = ack(record.round_id, record.upload_id, wire::UpdateDisposition::kAccepted);
   // A close that fails on I/O is logged and retried by tick(); this update is durable either way.
-  if (round.accepted >= options_.cohort) (void)close_round(true, now_ms, &error);
+  if (!shared_ && round.accepted >= options_.cohort) (void)close_round(true, now_ms, &error);
   return reply;
 }
 

@@ -122,6 +122,19 @@ struct RoundOptions {
   // the uplink codec (q<b>:shared=STEP, alone or after randk); only devices with the capability
   // take part; the server sees the sum of the survivors' codes, never one device's update.
   SecureAggregationOptions secure_aggregation;
+  // Several aggregators, one round: this server's name among the servers that share one store
+  // (PostgreSQL; "" = the only server). One of them, elected through the store's coordinator
+  // lease (Storage::acquire_lease), opens, seals and closes rounds and writes the models; every
+  // one takes devices and records their updates in the shared ledger, and the coordinator's close
+  // is the FedAvg of that ledger, whoever acknowledged the updates. Model files are shared through
+  // state_dir (each coordinator writes under state_dir/coordinator-<epoch>/, so a deposed one
+  // cannot overwrite its successor's files). Not with secure aggregation (its round state lives in
+  // one server).
+  std::string aggregator_id;
+  // The lease's length: a coordinator that stops renewing it (every quarter of it) is replaced
+  // after this long; a follower looks at the store every follow_interval_ms.
+  uint32_t coordinator_lease_ms = 10000;
+  uint32_t follow_interval_ms = 100;
   std::string eval_data_dir;      // Fashion-MNIST directory for the built-in evaluator; "" = none
   uint32_t eval_samples = 10000;  // test samples the built-in evaluator uses
 };
@@ -167,6 +180,9 @@ class RoundManager {
 
   // All `rounds` rounds have ended (never, when rounds == 0).
   bool finished() const { return finished_; }
+  // This server opens and closes rounds: always for the only server; with aggregator_id, while it
+  // holds the coordinator lease.
+  bool coordinating() const { return coordinating_; }
   // Whether the state store answers now (a read of it: SQLite's file, PostgreSQL's connection,
   // opened again if it was lost); kIoError with *error saying why. For /healthz.
   Status check_storage(std::string* error);
@@ -188,6 +204,9 @@ class RoundManager {
   const std::vector<RoundSummary>& history() const { return history_; }
   size_t parameter_count() const { return n_; }
   uint64_t model_version() const { return model_version_; }
+  // The directory of the current model's files (its global.safetensors): state_dir, or with
+  // several aggregators the directory of the coordinator that wrote it.
+  const std::string& model_dir() const { return model_dir_; }
   Span<const float> global_model() const { return {global_.data(), global_.size()}; }
   // The bytes one bf16 upload of this model would take (edgefl encoding of the dense model).
   uint64_t bf16_update_bytes() const { return bf16_update_bytes_; }
@@ -214,6 +233,7 @@ class RoundManager {
     // retried (same result: the candidate model is computed once) until it is durable.
     bool closing = false;
     bool closing_commit = false;
+    uint64_t in_ledger = 0;  // several aggregators: the ledger's count at the last look
     uint32_t close_failures = 0;
     int64_t next_close_attempt_ms = 0;
   };
@@ -225,6 +245,17 @@ class RoundManager {
 
   Status resolve_model(std::string* error);  // spec_, tensors_, initial_values_ from the options
   Status load_or_create_model(int64_t now_ms, std::string* error);
+  // The global model, optimizer state and public model of the recorded version `model`, from
+  // the files next to its path.
+  Status load_model(const ModelRecord& model, std::string* error);
+  // Several aggregators: the first lease attempt; taking the coordinator's part (fenced writes,
+  // this epoch's file directory, the latest model, the open round recovered from the shared
+  // ledger as after a restart); a follower's look at the store (the latest model, the open round,
+  // its ledger count); the lease renewed (or taken, or found lost).
+  Status start_shared(int64_t now_ms, std::string* error);
+  Status become_coordinator(const Lease& lease, int64_t now_ms, std::string* error);
+  Status follow(int64_t now_ms, std::string* error);
+  void renew_lease(int64_t now_ms);
   Status recover_open_round(int64_t now_ms, std::string* error);
   // Sets the aggregate, round->accepted, contributed and upload_bytes from the round's ledger
   // (the plain rounds' rule: every ledger update decoded and added, in acceptance order).
@@ -337,6 +368,16 @@ class RoundManager {
   std::string abandon_reason_;  // why the closing round is abandoned ("" = no quorum)
   uint32_t open_failures_ = 0;  // failed attempts to open the next round
   int64_t next_open_attempt_ms_ = 0;
+
+  // Several aggregators (RoundOptions::aggregator_id).
+  bool shared_ = false;        // aggregator_id is set
+  bool coordinating_ = true;   // the only server, or the lease holder
+  uint64_t lease_epoch_ = 0;   // of the lease this server coordinates under
+  int64_t next_lease_ms_ = 0;  // next renewal (or attempt)
+  int64_t next_look_ms_ = 0;   // next look at the store (a follower) or the ledger count (coordinator)
+  std::string files_dir_;      // where this server writes model files
+  std::string files_prefix_;   // files_dir_ relative to state_dir ("" = state_dir itself)
+  std::string model_dir_;      // the current model's files
 
   std::optional<SecureRound> secure_;  // the open round's, when secure aggregation is on
   EncodedInfo secure_like_{};          // the encoding whose integer codes its devices mask

@@ -80,7 +80,7 @@ void print_summary(const RoundManager& rounds, const ServerOptions& options) {
         double(down) / bf16, bf16, double(up + down) / (2 * bf16), 2 * bf16 / double(up + down));
   }
   std::printf(".\nFinal model version %llu: %s/global.safetensors\n",
-              static_cast<unsigned long long>(rounds.model_version()), options.rounds.state_dir.c_str());
+              static_cast<unsigned long long>(rounds.model_version()), rounds.model_dir().c_str());
   std::fflush(stdout);
   if (!options.summary_file.empty()) {
     std::ofstream out(options.summary_file);
@@ -127,15 +127,21 @@ bool load_credentials(const ServerOptions& options, std::unique_ptr<tls::TlsCred
   return true;
 }
 
-// One server per state directory: a second one would race the first on the ledger. The lock
-// lives as long as the process (the descriptor is never closed). False: logged.
-bool lock_state_dir(const std::string& state_dir) {
-  const std::string lock_path = state_dir + "/server.lock";
+// One server per state directory: a second one would race the first on the ledger. Several
+// aggregators share one directory, each under its own lock: two processes with one name would
+// both take its part. The lock lives as long as the process (the descriptor is never closed).
+// False: logged.
+bool lock_state_dir(const std::string& state_dir, const std::string& aggregator_id) {
+  const std::string lock_path =
+      state_dir + (aggregator_id.empty() ? "/server.lock" : "/aggregator-" + aggregator_id + ".lock");
   const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     log_error("state_dir_locked")
         .kv("path", lock_path)
-        .kv("error", lock_fd < 0 ? std::strerror(errno) : "another edgefl-server uses this state directory");
+        .kv("error", lock_fd < 0 ? std::strerror(errno)
+                     : aggregator_id.empty()
+                         ? "another edgefl-server uses this state directory"
+                         : "another edgefl-server runs as aggregator '" + aggregator_id + "'");
     return false;
   }
   return true;
@@ -245,7 +251,9 @@ void log_stopped(const Metrics& metrics) {
 
 int run_server(const ServerOptions& options) {
   std::unique_ptr<tls::TlsCredentials> credentials;
-  if (!load_credentials(options, &credentials) || !lock_state_dir(options.rounds.state_dir)) return 2;
+  if (!load_credentials(options, &credentials) ||
+      !lock_state_dir(options.rounds.state_dir, options.rounds.aggregator_id))
+    return 2;
   std::string error;
   std::unique_ptr<Storage> storage;
   const bool postgres = !options.state_url.empty();

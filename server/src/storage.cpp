@@ -109,6 +109,24 @@ Status StorageGate::enter(std::unique_lock<std::mutex>* lock, std::string* error
   return Status::kOk;
 }
 
+namespace {
+Status not_shared(const char* call, std::string* error) {
+  return invalid_argument(error, std::string(call) +
+                                     ": this store belongs to one server (several aggregators need "
+                                     "--state postgresql://...)");
+}
+}  // namespace
+
+Status Storage::acquire_lease(const std::string&, uint32_t, int64_t, Lease*, std::string* error) {
+  return not_shared("acquire_lease", error);
+}
+Status Storage::set_fence(const std::string&, uint64_t, std::string* error) {
+  return not_shared("set_fence", error);
+}
+Status Storage::seal_round(uint64_t, std::string* error) {
+  return not_shared("seal_round", error);
+}
+
 bool is_postgres_url(const std::string& state) {
   return state.rfind("postgresql://", 0) == 0 || state.rfind("postgres://", 0) == 0;
 }

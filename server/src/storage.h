@@ -55,6 +55,9 @@ struct RoundRecord {
   int64_t opened_unix_ms = 0, deadline_unix_ms = 0, closed_unix_ms = 0;  // closed = 0 while open
   uint64_t result_model_version = 0;  // committed: the version it produced; else 0
   uint32_t accepted_updates = 0;      // filled on close (ledger count)
+  // Sealed (seal_round) while open: its close has begun, the ledger takes nothing more. Only the
+  // stores that several servers share keep it (SQLite's rounds are never sealed).
+  bool sealed = false;
 };
 
 struct UpdateRecord {
@@ -91,6 +94,16 @@ struct RoundEvent {
 constexpr size_t kMaxRoundEventBytes = size_t{1} << 20;
 
 enum class InsertResult : uint8_t { kInserted = 1, kDuplicate = 2 };
+
+// The coordinator lease of the servers that share one store (several aggregators, one round):
+// the one server that opens, seals and closes rounds and records models. Times are the store's
+// clock (PostgreSQL's clock_timestamp()), so the servers' clocks need not agree.
+struct Lease {
+  std::string holder;           // "" while nobody ever took it
+  uint64_t epoch = 0;           // grows by one each time the lease changes hands (0: never taken)
+  int64_t expires_unix_ms = 0;  // the holder's lease ends then unless renewed
+  bool held = false;            // the caller holds it (after its acquire_lease call)
+};
 
 // Helpers of every implementation: whether an unsigned value fits the stores' signed 64-bit
 // columns, and a kInvalidArgument with its message in `*error` (when not null).
@@ -206,6 +219,26 @@ class Storage {
   virtual Status put_setting(const std::string& key, const std::string& value, std::string* error) = 0;
   virtual Status get_setting(const std::string& key, std::optional<std::string>* value,
                              std::string* error) = 0;
+
+  // --- Stores shared by several servers (PostgreSQL; the memory store for tests). The others
+  // --- refuse these calls with kInvalidArgument: their state belongs to one server.
+
+  // Takes the coordinator lease for `holder` (non-empty) when it is free, expired or already
+  // `holder`'s, until ttl_ms (> 0) from now by the store's clock (`now_ms` for a store without
+  // one); otherwise changes nothing. *out: the lease after the call (out->held: `holder` has it).
+  // Taking it from another holder, or after it expired, increments the epoch.
+  virtual Status acquire_lease(const std::string& holder, uint32_t ttl_ms, int64_t now_ms, Lease* out,
+                               std::string* error);
+  // From now on, create_round, seal_round, close_round and record_model take effect only while
+  // `holder` holds the lease at `epoch`, unexpired, checked inside their transaction; otherwise
+  // they change nothing and return kProtocolError ("not the coordinator"). An empty holder
+  // removes the fence.
+  virtual Status set_fence(const std::string& holder, uint64_t epoch, std::string* error);
+  // Seals the open round `round_id`: from its commit on, record_update refuses the round
+  // (kInvalidArgument) while every acknowledged update stays in its ledger, so the closer reads a
+  // ledger that can no longer grow. Sealing a sealed round is kOk. kInvalidArgument if the round
+  // is not open.
+  virtual Status seal_round(uint64_t round_id, std::string* error);
 };
 
 }  // namespace server

@@ -52,6 +52,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -2106,6 +2107,93 @@ uint64_t ledger_rows(const std::string& state) {
   return rows;
 }
 
+// Devices running edgefl::Client::participate() until stop(); device d (ids device-0001...)
+// talks to port_of(d), trains with a SlowTrainer, and sends its exact synthetic update (fp32).
+struct Participants {
+  std::atomic<uint64_t> acked{0};  // accepted, or duplicate after a lost ack
+  std::vector<Status> statuses;
+  std::vector<std::string> errors;
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::thread> threads;
+
+  Participants(const Pki& pki, int devices, const std::function<uint16_t(int)>& port_of)
+      : statuses(size_t(devices), Status::kOk), errors(size_t(devices)) {
+    for (int d = 0; d < devices; ++d) {
+      ClientOptions o = persistent_client(pki, cli::dev_pki_device_id(uint32_t(d + 1)), port_of(d), 100 + d);
+      o.give_up_after_ms = 0;    // only cancel() ends them
+      o.error_feedback = false;  // fp32 is exact: each update is synthetic_delta(device) itself
+      clients.push_back(std::make_unique<Client>(o));
+      std::string error;
+      REQUIRE_MESSAGE(clients.back()->init(&error) == Status::kOk, error);
+    }
+    for (int d = 0; d < devices; ++d) {
+      threads.emplace_back([this, d] {
+        SlowTrainer trainer(uint32_t(d + 1), 50 + 30 * d);
+        statuses[size_t(d)] = clients[size_t(d)]->participate(
+            trainer, 0,
+            [this](const RoundResult& r) {
+              if (r.outcome == RoundOutcome::kAccepted || r.outcome == RoundOutcome::kDuplicate) ++acked;
+            },
+            &errors[size_t(d)]);
+      });
+    }
+  }
+  ~Participants() { stop(); }
+  Participants(const Participants&) = delete;
+  Participants& operator=(const Participants&) = delete;
+
+  // Cancels every device and waits for it.
+  void stop() {
+    for (auto& c : clients) c->cancel();
+    for (auto& t : threads) {
+      if (t.joinable()) t.join();
+    }
+  }
+  // After stop(): no device ended on its own.
+  void check_none_gave_up() const {
+    for (size_t d = 0; d < statuses.size(); ++d) {
+      CAPTURE(d);
+      CHECK_MESSAGE(statuses[d] == Status::kCancelled, errors[d]);
+    }
+  }
+};
+
+// Checks each committed round of the state `state`: model_of(its version) is model_of(the
+// version before) plus the FedAvg of the round's ledger (the Participants' synthetic updates).
+// Returns the number of committed rounds checked.
+uint64_t check_models_against_ledgers(const std::string& state,
+                                      const std::function<std::vector<float>(uint64_t)>& model_of) {
+  std::unique_ptr<server::Storage> storage = open_state(state);
+  std::string error;
+  uint64_t last = 0, committed = 0;
+  REQUIRE(storage->last_round_id(&last, &error) == Status::kOk);
+  const size_t n = parameter_count(model_spec());
+  for (uint64_t r = 1; r <= last; ++r) {
+    std::optional<server::RoundRecord> round;
+    REQUIRE(storage->get_round(r, &round, &error) == Status::kOk);
+    if (!round || round->state != server::RoundState::kCommitted) continue;
+    CAPTURE(r);
+    std::vector<Update> updates;
+    REQUIRE(storage->for_each_update(
+                r,
+                [&](const server::UpdateRecord& u) {
+                  Update x;
+                  x.device = u.device_id;
+                  x.samples = u.sample_count;
+                  x.decoded = synthetic_delta(n, uint32_t(std::stoul(u.device_id.substr(7))));
+                  updates.push_back(std::move(x));
+                  return Status::kOk;
+                },
+                &error) == Status::kOk);
+    REQUIRE(!updates.empty());
+    std::vector<const Update*> counted;
+    for (const Update& u : updates) counted.push_back(&u);
+    check_fedavg(model_of(round->result_model_version - 1), counted, model_of(round->result_model_version));
+    ++committed;
+  }
+  return committed;
+}
+
 // The crash test, extended: devices run edgefl::Client::participate() while something crashes at
 // random moments: the server (kServer: SIGKILL, restarted on the same port) or, in a PostgreSQL
 // run, the database server (kDatabase: an immediate shutdown, started again while edgefl-server
@@ -2132,31 +2220,7 @@ void crash_test(Crash what) {
   ServerProcess server(tmp);
   START_SERVER(server, args);
   INFO("server logs:\n" << server.all_logs());
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> acked{0};
-  std::vector<Status> statuses(kDevices, Status::kOk);
-  std::vector<std::string> errors(kDevices);
-  std::vector<std::unique_ptr<Client>> clients;
-  for (int d = 0; d < kDevices; ++d) {
-    ClientOptions o = persistent_client(pki, cli::dev_pki_device_id(uint32_t(d + 1)), port, 100 + d);
-    o.give_up_after_ms = 0;    // only cancel() ends them
-    o.error_feedback = false;  // fp32 is exact: each update is synthetic_delta(device) itself
-    clients.push_back(std::make_unique<Client>(o));
-    std::string error;
-    REQUIRE_MESSAGE(clients.back()->init(&error) == Status::kOk, error);
-  }
-  std::vector<std::thread> devices;
-  for (int d = 0; d < kDevices; ++d) {
-    devices.emplace_back([&, d] {
-      SlowTrainer trainer(uint32_t(d + 1), 50 + 30 * d);
-      statuses[d] = clients[d]->participate(
-          trainer, 0,
-          [&](const RoundResult& r) {
-            if (r.outcome == RoundOutcome::kAccepted || r.outcome == RoundOutcome::kDuplicate) ++acked;
-          },
-          &errors[d]);
-    });
-  }
+  Participants devices(pki, kDevices, [&](int) { return port; });
   uint64_t seed = 0x5EEDull;
   int kills = 0;
   const auto end = Clock::now() + std::chrono::seconds(seconds);
@@ -2178,25 +2242,22 @@ void crash_test(Crash what) {
   }
   // A last life long enough for the devices to finish what they had acked in flight.
   sleep_ms(2000);
-  for (auto& c : clients) c->cancel();
-  for (auto& t : devices) t.join();
+  devices.stop();
   server.signal(SIGTERM);
   CHECK(server.wait_exit(10000) == 0);
-  for (int d = 0; d < kDevices; ++d) {
-    CAPTURE(d);
-    CHECK_MESSAGE(statuses[d] == Status::kCancelled, errors[d]);  // none ended on its own
-  }
+  devices.check_none_gave_up();
+  const uint64_t acked = devices.acked;
   const std::string logs = server.all_logs();
-  MESSAGE(kills << " kills; " << acked.load() << " acks seen by devices; "
+  MESSAGE(kills << " kills; " << acked << " acks seen by devices; "
                 << lines_with(logs, {"event=round_committed"}).size() << " rounds committed");
   CHECK(kills >= 3);
-  CHECK(acked.load() > 0);
+  CHECK(acked > 0);
   // Acks a device saw (accepted, or duplicate after a lost ack) = rows in the ledger: exactly
   // once each. A device may have had an ack in flight when it was cancelled (counted in the
   // ledger, never seen): at most one per device.
   const uint64_t rows = ledger_rows(state);
-  CHECK(rows >= acked.load());
-  CHECK(rows <= acked.load() + kDevices);
+  CHECK(rows >= acked);
+  CHECK(rows <= acked + kDevices);
   CHECK(lines_with(logs, {"event=start_failed"}).empty());
   if (what == Crash::kServer) {
     CHECK(lines_with(logs, {"event=storage_failure"}).empty());
@@ -2210,35 +2271,8 @@ void crash_test(Crash what) {
             << " closes retried");
   }
   // Each committed model is its predecessor plus the FedAvg of its round's ledger, once.
-  std::unique_ptr<server::Storage> storage = open_state(state);
-  std::string error;
-  uint64_t last = 0, committed = 0;
-  REQUIRE(storage->last_round_id(&last, &error) == Status::kOk);
-  const size_t n = parameter_count(model_spec());
-  for (uint64_t r = 1; r <= last; ++r) {
-    std::optional<server::RoundRecord> round;
-    REQUIRE(storage->get_round(r, &round, &error) == Status::kOk);
-    if (!round || round->state != server::RoundState::kCommitted) continue;
-    CAPTURE(r);
-    std::vector<Update> updates;
-    REQUIRE(storage->for_each_update(
-                r,
-                [&](const server::UpdateRecord& u) {
-                  Update x;
-                  x.device = u.device_id;
-                  x.samples = u.sample_count;
-                  x.decoded = synthetic_delta(n, uint32_t(std::stoul(u.device_id.substr(7))));
-                  updates.push_back(std::move(x));
-                  return Status::kOk;
-                },
-                &error) == Status::kOk);
-    REQUIRE(!updates.empty());
-    std::vector<const Update*> counted;
-    for (const Update& u : updates) counted.push_back(&u);
-    check_fedavg(read_model(model_path(state, round->result_model_version - 1)), counted,
-                 read_model(model_path(state, round->result_model_version)));
-    ++committed;
-  }
+  const uint64_t committed =
+      check_models_against_ledgers(state, [&](uint64_t v) { return read_model(model_path(state, v)); });
   MESSAGE(committed << " committed models checked against their ledgers");
   CHECK(committed >= 2);
 }
@@ -2559,6 +2593,114 @@ TEST_SUITE("e2e.postgresql") {
     const auto device = device_credentials(pki, "device-0001");
     contribute(server.port(), *device, "device-0001", 1, 3);
     REQUIRE(server.wait_for_log({"event=round_committed", "round=1 "}));
+  }
+}
+
+// === e2e.aggregators: several edgefl-server processes, one round, one PostgreSQL database =========
+
+TEST_SUITE("e2e.aggregators") {
+  // Three aggregators share the database and the state directory; each device talks to one of
+  // them. The coordinator is killed (-9) again and again and restarted as a follower: another
+  // aggregator takes the lease, finishes the open round from the shared ledger, and the devices
+  // never give up. Every ack counts once, and each committed model is its predecessor plus the
+  // FedAvg of its round's ledger, whichever aggregator acknowledged the updates.
+  TEST_CASE(
+      "three aggregators, the coordinator killed again and again: every ack counts once, models are exact") {
+#if EDGEFL_HAVE_POSTGRESQL
+    REQUIRE_MESSAGE(std::getenv("EDGEFL_TEST_POSTGRES_DIR") != nullptr,
+                    "a PostgreSQL run only (ctest server.e2e.aggregators sets EDGEFL_TEST_POSTGRES_DIR)");
+    const char* env = std::getenv("EDGEFL_CRASH_SECONDS");
+    const int seconds = env ? std::max(5, std::atoi(env)) : 20;
+    constexpr int kAggregators = 3, kDevices = 6;
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", kDevices);
+    const std::string state = tmp / "state";
+    std::vector<uint16_t> ports;
+    std::vector<std::vector<std::string>> args;
+    std::vector<std::unique_ptr<ServerProcess>> servers;
+    for (int a = 0; a < kAggregators; ++a) {
+      ports.push_back(free_port());
+      const std::string id = std::string(1, char('a' + a));
+      args.push_back(server_args(pki, state, "fp32",
+                                 {"--cohort", "4", "--over-selection", "1.5", "--deadline", "5",
+                                  "--min-quorum", "2", "--aggregator-id", id, "--coordinator-lease", "1"}));
+      for (size_t i = 0; i < args[a].size(); ++i) {
+        if (args[a][i] == "--listen") args[a][i + 1] = "127.0.0.1:" + std::to_string(ports[a]);
+      }
+      servers.push_back(std::make_unique<ServerProcess>(tmp, "aggregator-" + id));
+      START_SERVER(*servers[a], args[a]);
+    }
+    auto all_logs = [&] {
+      std::string out;
+      for (auto& server : servers) out += server->all_logs();
+      return out;
+    };
+    INFO("aggregator logs:\n" << all_logs());
+    // The coordinator now: the aggregator whose latest life was elected last and not deposed since.
+    auto coordinator = [&]() -> int {
+      for (int attempt = 0; attempt < 500; ++attempt) {
+        for (int a = 0; a < kAggregators; ++a) {
+          const std::string log = servers[a]->log();
+          const size_t elected = log.rfind("event=coordinator_elected");
+          if (elected != std::string::npos &&
+              log.find("event=coordinator_lease_lost", elected) == std::string::npos)
+            return a;
+        }
+        sleep_ms(10);
+      }
+      return -1;
+    };
+    Participants devices(pki, kDevices, [&](int d) { return ports[size_t(d) % kAggregators]; });
+    uint64_t seed = 0xA66Eull;
+    int kills = 0;
+    const auto end = Clock::now() + std::chrono::seconds(seconds);
+    while (Clock::now() < end) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      sleep_ms(int(1500 + (seed >> 33) % 2000));
+      const int victim = coordinator();
+      REQUIRE(victim >= 0);
+      ++kills;
+      servers[victim]->kill_now();
+      sleep_ms(int(300 + (seed >> 20) % 700));
+      START_SERVER(*servers[victim], args[victim]);  // back as a follower (or coordinator again)
+    }
+    sleep_ms(3000);  // a last stretch: the devices finish what they had in flight
+    devices.stop();
+    for (auto& server : servers) {
+      server->signal(SIGTERM);
+      CHECK(server->wait_exit(15000) == 0);
+    }
+    devices.check_none_gave_up();
+    const uint64_t acked = devices.acked;
+    const std::string logs = all_logs();
+    const size_t elections = lines_with(logs, {"event=coordinator_elected"}).size();
+    MESSAGE(kills << " coordinators killed; " << elections << " elections; " << acked
+                  << " acks seen by devices; " << lines_with(logs, {"event=round_committed"}).size()
+                  << " rounds committed; " << lines_with(logs, {"event=aggregate_merged"}).size()
+                  << " closes merged updates acknowledged elsewhere");
+    CHECK(kills >= 3);
+    CHECK(elections >= size_t(kills) + 1);
+    CHECK(acked > 0);
+    CHECK(lines_with(logs, {"event=start_failed"}).empty());
+    CHECK(lines_with(logs, {"event=storage_failure"}).empty());
+    const uint64_t rows = ledger_rows(state);
+    CHECK(rows >= acked);
+    CHECK(rows <= acked + kDevices);
+    // Each committed model, at the path its record names (the directory of the coordinator that
+    // wrote it), is its predecessor plus the FedAvg of its round's ledger.
+    const std::string db = testing::postgres_db_for(state);
+    auto recorded = [&](uint64_t version) {
+      const std::string path =
+          testing::pg_query(db, "SELECT path FROM models WHERE version = " + std::to_string(version));
+      REQUIRE_MESSAGE(!path.empty(), "no model version " << version);
+      return read_model(state + "/" + path);
+    };
+    const uint64_t committed = check_models_against_ledgers(state, recorded);
+    MESSAGE(committed << " committed models checked against their ledgers");
+    CHECK(committed >= 3);
+#else
+    FAIL("this build has no PostgreSQL storage");
+#endif
   }
 }
 

@@ -136,6 +136,17 @@ class FaultyStorage final : public Storage {
   Status get_setting(const std::string& k, std::optional<std::string>* v, std::string* e) override {
     return inner_->get_setting(k, v, e);
   }
+  Status acquire_lease(const std::string& h, uint32_t ttl, int64_t now, Lease* out, std::string* e) override {
+    if (fail("acquire_lease", e)) return Status::kIoError;
+    return inner_->acquire_lease(h, ttl, now, out, e);
+  }
+  Status set_fence(const std::string& h, uint64_t epoch, std::string* e) override {
+    return inner_->set_fence(h, epoch, e);
+  }
+  Status seal_round(uint64_t id, std::string* e) override {
+    if (fail("seal_round", e)) return Status::kIoError;
+    return inner_->seal_round(id, e);
+  }
 
  private:
   bool fail(const char* call, std::string* e) {
@@ -161,6 +172,7 @@ struct Server {
   std::string dir;
   bool in_memory = false;  // MemoryStorage instead of SQLite (model files still go to `dir`)
   std::unique_ptr<Storage> memory_store;
+  Storage* share_with = nullptr;  // in_memory: another server's store, shared (several aggregators)
   RoundOptions options;
   std::unique_ptr<Storage> sqlite;
   FaultyStorage* faults = nullptr;
@@ -182,7 +194,9 @@ struct Server {
     std::unique_ptr<Storage> inner;
     std::unique_ptr<FaultyStorage> faulty;
     if (in_memory) {  // the store outlives reopen(): a restart
-      if (!memory_store) memory_store = make_memory_storage();
+      if (!memory_store)
+        memory_store =
+            share_with != nullptr ? make_memory_storage_sharing(share_with) : make_memory_storage();
       faulty = std::make_unique<FaultyStorage>(memory_store.get());
     } else {
       REQUIRE(open_sqlite_storage(dir + "/state.db", &inner, &error) == Status::kOk);
@@ -775,6 +789,179 @@ TEST_SUITE("server.rounds.close") {
       s.reopen();
       CHECK(s.model() == fedavg(v1, ups));
     }
+  }
+}
+
+TEST_SUITE("server.rounds.aggregators") {
+  // Two servers over one shared store (the memory store's second client stands for a second
+  // connection to PostgreSQL) and one shared state directory.
+  struct Pair {
+    std::string dir = make_temp_dir();
+    std::unique_ptr<Server> a, b;
+    explicit Pair(uint32_t cohort, uint32_t lease_ms = 1000) {
+      RoundOptions o;
+      o.cohort = cohort;
+      o.coordinator_lease_ms = lease_ms;
+      o.follow_interval_ms = 100;
+      // (std::string objects: GCC 12's -Wrestrict misfires on short literals assigned here.)
+      const std::string name_a("a"), name_b("b");
+      o.aggregator_id = name_a;
+      a = std::make_unique<Server>(dir, o);
+      a->in_memory = true;
+      REQUIRE(a->open() == Status::kOk);
+      o.aggregator_id = name_b;
+      b = std::make_unique<Server>(dir, o);
+      b->in_memory = true;
+      b->share_with = a->memory_store.get();
+      REQUIRE(b->open() == Status::kOk);
+    }
+    ~Pair() { fs::remove_all(dir); }
+    // Both clocks move on by `ms`, and both servers tick.
+    void advance(int64_t ms) {
+      a->now += ms;
+      b->now += ms;
+      a->rounds->tick(a->now);
+      b->rounds->tick(b->now);
+    }
+  };
+
+  TEST_CASE("updates acknowledged by either aggregator are all in the coordinator's model, once") {
+    Pair p(4);
+    REQUIRE(p.a->rounds->coordinating());
+    REQUIRE_FALSE(p.b->rounds->coordinating());
+    const std::vector<float> v1 = p.a->model();
+    CHECK(p.b->model() == v1);  // the follower loaded the coordinator's version 1
+    const std::vector<Update> ups = {honest("d0", 1, 10), honest("d1", 2, 20), honest("d2", 3, 30),
+                                     honest("d3", 4, 40)};
+    for (size_t i = 0; i < ups.size(); ++i) {
+      Server& via = i % 2 == 0 ? *p.a : *p.b;
+      const wire::TaskOffer offer = via.offer(ups[i].device);
+      CHECK(offer.round_id == 1);
+      CHECK(disposition(via.upload(offer, ups[i])) == wire::UpdateDisposition::kAccepted);
+    }
+    // A retried commit at the other aggregator is a duplicate, counted once.
+    {
+      wire::Hello hello;
+      const Reply again = p.a->rounds->hello("d1", hello, p.a->now);
+      CHECK(std::holds_alternative<wire::RetryLater>(again.message));
+    }
+    CHECK(p.a->rounds->model_version() == 1);  // two updates here: the cohort is in the ledger only
+    p.advance(100);                            // the coordinator counts the shared ledger, seals, commits
+    REQUIRE(p.a->rounds->model_version() == 2);
+    CHECK(p.a->model() == fedavg(v1, ups));
+    REQUIRE(p.a->rounds->history().size() == 1);
+    CHECK(p.a->rounds->history()[0].accepted == 4);
+    p.advance(100);  // the follower loads version 2 and follows round 2
+    CHECK(p.b->rounds->model_version() == 2);
+    CHECK(p.b->model() == p.a->model());
+    CHECK(p.b->offer("d4").round_id == 2);
+    // The coordinator's files are in its epoch's directory.
+    CHECK(fs::exists(p.dir + "/coordinator-1/model-v000002.safetensors"));
+  }
+
+  TEST_CASE("a commit after the seal is a straggler at the follower, never an ack missing from the model") {
+    Pair p(3);
+    const std::vector<float> v1 = p.a->model();
+    const std::vector<Update> ups = {honest("d0", 1, 10), honest("d1", 2, 20), honest("d2", 3, 30)};
+    const wire::TaskOffer late_offer = p.b->offer("late");  // offered by the follower, uploads later
+    for (const Update& u : ups) {
+      const wire::TaskOffer offer = p.a->offer(u.device);
+      CHECK(disposition(p.a->upload(offer, u)) == wire::UpdateDisposition::kAccepted);
+    }
+    p.a->now += 100;
+    p.a->rounds->tick(p.a->now);  // sealed and committed; the follower has not looked yet
+    REQUIRE(p.a->rounds->model_version() == 2);
+    CHECK(disposition(p.b->upload(late_offer, honest("late", 9, 90))) == wire::UpdateDisposition::kStraggler);
+    CHECK(p.a->model() == fedavg(v1, ups));
+    uint64_t in_ledger = 0;
+    std::string error;
+    REQUIRE(p.a->storage->count_updates(1, &in_ledger, &error) == Status::kOk);
+    CHECK(in_ledger == 3);
+  }
+
+  TEST_CASE(
+      "the coordinator stops: the follower takes over within the lease, finishes the open round from "
+      "the shared ledger, and the deposed one's writes are refused") {
+    Pair p(4, 1000);
+    const std::vector<float> v1 = p.a->model();
+    const std::vector<Update> ups = {honest("d0", 1, 10), honest("d1", 2, 20), honest("d2", 3, 30),
+                                     honest("d3", 4, 40)};
+    CHECK(disposition(p.a->upload(p.a->offer("d0"), ups[0])) == wire::UpdateDisposition::kAccepted);
+    CHECK(disposition(p.b->upload(p.b->offer("d1"), ups[1])) == wire::UpdateDisposition::kAccepted);
+    // The coordinator goes silent (a pause, a partition); the follower keeps ticking.
+    for (int i = 0; i < 9; ++i) {
+      p.b->now += 100;
+      p.b->rounds->tick(p.b->now);
+    }
+    CHECK_FALSE(p.b->rounds->coordinating());  // 900 ms: the lease still runs
+    for (int i = 0; i < 4; ++i) {
+      p.b->now += 100;
+      p.b->rounds->tick(p.b->now);
+    }
+    REQUIRE(p.b->rounds->coordinating());  // taken within the lease time (+ a renewal period)
+    // The deposed coordinator's steering writes are refused by the store, whatever it believes.
+    std::string error;
+    CHECK(p.a->storage->seal_round(1, &error) == Status::kProtocolError);
+    CHECK(error.find("not the coordinator") != std::string::npos);
+    // Round 1 goes on under the new coordinator, with the two updates already in its ledger.
+    CHECK(disposition(p.b->upload(p.b->offer("d2"), ups[2])) == wire::UpdateDisposition::kAccepted);
+    CHECK(disposition(p.b->upload(p.b->offer("d3"), ups[3])) == wire::UpdateDisposition::kAccepted);
+    p.b->now += 100;
+    p.b->rounds->tick(p.b->now);
+    REQUIRE(p.b->rounds->model_version() == 2);
+    CHECK(p.b->model() == fedavg(v1, ups));
+    CHECK(fs::exists(p.dir + "/coordinator-2/model-v000002.safetensors"));
+    // The old one wakes up: it finds the lease gone, follows, and serves version 2.
+    p.a->now = p.b->now;
+    p.a->rounds->tick(p.a->now);
+    CHECK_FALSE(p.a->rounds->coordinating());
+    p.a->now += 100;
+    p.a->rounds->tick(p.a->now);
+    CHECK(p.a->rounds->model_version() == 2);
+    CHECK(p.a->model() == p.b->model());
+    CHECK(p.a->offer("d5").round_id == 2);
+  }
+
+  TEST_CASE(
+      "a coordinator that dies while sealing is replaced, and the sealed round is closed from its ledger") {
+    Pair p(2, 1000);
+    const std::vector<float> v1 = p.a->model();
+    const std::vector<Update> ups = {honest("d0", 1, 10), honest("d1", 2, 20)};
+    CHECK(disposition(p.a->upload(p.a->offer("d0"), ups[0])) == wire::UpdateDisposition::kAccepted);
+    CHECK(disposition(p.b->upload(p.b->offer("d1"), ups[1])) == wire::UpdateDisposition::kAccepted);
+    // The coordinator seals, then its model write fails for good (it dies before the commit).
+    p.a->faults->failing["record_model"] = -1;
+    p.a->now += 100;
+    p.a->rounds->tick(p.a->now);
+    CHECK(p.a->rounds->model_version() == 1);
+    std::optional<RoundRecord> round;
+    std::string error;
+    REQUIRE(p.b->storage->get_round(1, &round, &error) == Status::kOk);
+    REQUIRE(round);
+    CHECK(round->sealed);
+    CHECK(disposition(p.b->upload(p.b->offer("d9"), honest("d9", 9, 90))) !=
+          wire::UpdateDisposition::kAccepted);
+    for (int i = 0; i < 15 && !p.b->rounds->coordinating(); ++i) {
+      p.b->now += 100;
+      p.b->rounds->tick(p.b->now);
+    }
+    REQUIRE(p.b->rounds->coordinating());
+    CHECK(p.b->rounds->model_version() == 2);  // the sealed round, committed at takeover
+    CHECK(p.b->model() == fedavg(v1, ups));
+  }
+
+  TEST_CASE("configurations several aggregators cannot run are refused at start") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    const std::string spaced("a b"), fine("a");
+    o.aggregator_id = spaced;
+    Server bad_name(dir, o);
+    bad_name.in_memory = true;
+    CHECK(bad_name.open() == Status::kInvalidArgument);
+    o.aggregator_id = fine;
+    Server on_sqlite(dir, o);  // SQLite belongs to one server
+    CHECK(on_sqlite.open() == Status::kInvalidArgument);
+    fs::remove_all(dir);
   }
 }
 

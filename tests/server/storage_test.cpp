@@ -929,6 +929,149 @@ TEST_SUITE("server.storage") {
   }
 }
 
+// Stores several servers share (several aggregators, one round): the coordinator lease, the
+// fence on the coordinator's writes, the sealed round. Two clients of one store stand for two
+// servers: two connections to one PostgreSQL database in the PostgreSQL run, two clients of one
+// memory store otherwise.
+namespace {
+struct SharedStores {
+  TempDir dir;
+  std::unique_ptr<Storage> a, b;
+  SharedStores() {
+    if (postgres_run()) {
+      a = open_postgres(dir.file("db"));
+      b = open_postgres(dir.file("db"));
+    } else {
+      a = make_memory_storage();
+      b = make_memory_storage_sharing(a.get());
+    }
+    REQUIRE(b != nullptr);
+  }
+  // The memory store's clock is the callers' (PostgreSQL's is its own): real time for both.
+  static int64_t now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+  Lease take(Storage& s, const std::string& holder, uint32_t ttl_ms) {
+    Lease lease;
+    std::string error;
+    const Status st = s.acquire_lease(holder, ttl_ms, now_ms(), &lease, &error);
+    INFO(error);
+    REQUIRE(st == Status::kOk);
+    return lease;
+  }
+};
+}  // namespace
+
+TEST_SUITE("server.storage.shared") {
+  TEST_CASE("the coordinator lease: one holder until it lapses, a new epoch when it changes hands") {
+    SharedStores s;
+    const Lease first = s.take(*s.a, "a", 400);
+    CHECK(first.held);
+    CHECK(first.holder == "a");
+    CHECK(first.epoch == 1);
+    const Lease refused = s.take(*s.b, "b", 400);
+    CHECK_FALSE(refused.held);
+    CHECK(refused.holder == "a");
+    CHECK(refused.epoch == 1);
+    const Lease renewed = s.take(*s.a, "a", 400);
+    CHECK(renewed.held);
+    CHECK(renewed.epoch == 1);  // a renewal is the same epoch
+    CHECK(renewed.expires_unix_ms >= first.expires_unix_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const Lease taken = s.take(*s.b, "b", 400);
+    CHECK(taken.held);
+    CHECK(taken.epoch == 2);
+    const Lease lost = s.take(*s.a, "a", 400);
+    CHECK_FALSE(lost.held);
+    CHECK(lost.holder == "b");
+    Lease out;
+    CHECK(s.a->acquire_lease("", 400, 0, &out, nullptr) == Status::kInvalidArgument);
+    CHECK(s.a->acquire_lease("a", 0, 0, &out, nullptr) == Status::kInvalidArgument);
+  }
+
+  TEST_CASE("a fenced coordinator's writes are refused once its lease changed hands, and change nothing") {
+    SharedStores s;
+    const Lease lease_a = s.take(*s.a, "a", 300);
+    std::string error;
+    REQUIRE(s.a->set_fence("a", lease_a.epoch, &error) == Status::kOk);
+    create(*s.a, make_round(1));  // held: the writes go through
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    if (postgres_run()) {
+      // Lapsed by the database's clock: refused even before anyone takes it (a paused
+      // coordinator must not write). The memory store's clock moves only with acquire_lease.
+      CHECK(s.a->seal_round(1, &error) == Status::kProtocolError);
+      CHECK(error.find("not the coordinator") != std::string::npos);
+    }
+    const Lease lease_b = s.take(*s.b, "b", 5000);
+    REQUIRE(lease_b.held);
+    REQUIRE(s.b->set_fence("b", lease_b.epoch, &error) == Status::kOk);
+    ModelRecord model;
+    model.version = 2;
+    model.round_id = 1;
+    model.path = "coordinator-1/model-v000002.safetensors";
+    model.bytes = 10;
+    CHECK(s.a->seal_round(1, &error) == Status::kProtocolError);
+    CHECK(error.find("not the coordinator") != std::string::npos);
+    CHECK(s.a->record_model(model, &error) == Status::kProtocolError);
+    CHECK(s.a->close_round(1, RoundState::kAbandoned, 0, 5, &error) == Status::kProtocolError);
+    CHECK(s.a->create_round(make_round(2), &error) == Status::kProtocolError);
+    std::optional<ModelRecord> latest;
+    REQUIRE(s.b->latest_model(&latest, nullptr) == Status::kOk);
+    CHECK_FALSE(latest.has_value());
+    std::optional<RoundRecord> open;
+    REQUIRE(s.b->open_round(&open, nullptr) == Status::kOk);
+    REQUIRE(open.has_value());
+    CHECK(open->round_id == 1);
+    CHECK_FALSE(open->sealed);
+    // Updates are not fenced: every aggregator records them.
+    CHECK(record(*s.a, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
+    // The new holder steers the round.
+    model.path = "coordinator-2/model-v000002.safetensors";
+    REQUIRE(s.b->seal_round(1, &error) == Status::kOk);
+    REQUIRE(s.b->record_model(model, &error) == Status::kOk);
+    REQUIRE(s.b->close_round(1, RoundState::kCommitted, 2, 6, &error) == Status::kOk);
+    // Without a fence, the writes are not checked (the only server).
+    REQUIRE(s.a->set_fence("", 0, &error) == Status::kOk);
+    create(*s.a, make_round(2));
+  }
+
+  TEST_CASE("a sealed round takes no more updates, keeps its ledger, and closes as usual") {
+    SharedStores s;
+    create(*s.a, make_round(1));
+    CHECK(record(*s.b, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
+    std::string error;
+    REQUIRE(s.a->seal_round(1, &error) == Status::kOk);
+    REQUIRE(s.a->seal_round(1, &error) == Status::kOk);  // again: kOk
+    InsertResult result{};
+    error.clear();
+    CHECK(s.b->record_update(make_update(1, "dev-b", 2), &result, nullptr, &error) ==
+          Status::kInvalidArgument);
+    CHECK(error.find("sealed") != std::string::npos);
+    std::optional<RoundRecord> round;
+    REQUIRE(s.b->get_round(1, &round, nullptr) == Status::kOk);
+    REQUIRE(round.has_value());
+    CHECK(round->sealed);
+    CHECK(round->state == RoundState::kOpen);
+    CHECK(count(*s.b, 1) == 1);
+    REQUIRE(s.a->close_round(1, RoundState::kAbandoned, 0, 7, &error) == Status::kOk);
+    CHECK(s.a->seal_round(1, &error) == Status::kInvalidArgument);  // not open
+    CHECK(s.a->seal_round(9, &error) == Status::kInvalidArgument);  // unknown
+  }
+
+  TEST_CASE("SQLite belongs to one server: lease, fence and seal are refused") {
+    TempDir dir;
+    auto s = open_db(dir.file("state.db"));
+    Lease lease;
+    std::string error;
+    CHECK(s->acquire_lease("a", 1000, 0, &lease, &error) == Status::kInvalidArgument);
+    CHECK(error.find("postgresql") != std::string::npos);
+    CHECK(s->set_fence("a", 1, &error) == Status::kInvalidArgument);
+    CHECK(s->seal_round(1, &error) == Status::kInvalidArgument);
+  }
+}
+
 #if EDGEFL_HAVE_POSTGRESQL
 using testing::postgres_cluster;
 
@@ -943,13 +1086,42 @@ TEST_SUITE("server.storage.postgresql") {
     CHECK(pg_query(db, "SELECT version FROM edgefl_schema") == std::to_string(kPostgresSchemaVersion));
     CHECK(pg_query(db, "SELECT count(*) FROM edgefl_schema") == "1");
     auto s = open_postgres(path);  // a second open migrates nothing
-    CHECK(pg_query(db, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == "6");
+    CHECK(pg_query(db, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == "7");
     // The ack promise: the session commits synchronously even when the database's default is off.
     pg_query(db, "ALTER DATABASE " + db + " SET synchronous_commit = off");
     s = open_postgres(path);
     create(*s, make_round(1));
     CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
     CHECK(pg_query(db, "SELECT count(*) FROM updates") == "1");
+  }
+
+  TEST_CASE(
+      "a database of schema version 1 is migrated to version 2 (sealed rounds, the lease), keeping its "
+      "rows") {
+    REQUIRE(postgres_run());
+    TempDir dir;
+    const std::string path = dir.file("db");
+    const std::string db = postgres_db_for(path);
+    {
+      auto s = open_postgres(path);
+      create(*s, make_round(1));
+      CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
+    }
+    // Back to version 1's tables, as a build of that version left them.
+    pg_query(db, "ALTER TABLE rounds DROP COLUMN sealed");
+    pg_query(db, "DROP TABLE coordinator_lease");
+    pg_query(db, "UPDATE edgefl_schema SET version = 1");
+    auto s = open_postgres(path);
+    CHECK(pg_query(db, "SELECT version FROM edgefl_schema") == "2");
+    std::optional<RoundRecord> open;
+    REQUIRE(s->open_round(&open, nullptr) == Status::kOk);
+    REQUIRE(open.has_value());
+    CHECK(open->round_id == 1);
+    CHECK_FALSE(open->sealed);
+    CHECK(count(*s, 1) == 1);
+    Lease lease;
+    REQUIRE(s->acquire_lease("a", 1000, 0, &lease, nullptr) == Status::kOk);
+    CHECK(lease.held);
   }
 
   TEST_CASE("a newer schema, and a database of another application, are refused and left alone") {
