@@ -107,6 +107,16 @@ if(TARGET edgefl-server AND TARGET edgefl_net)
              COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/server/haproxy_test.sh $<TARGET_FILE:edgefl>
                      $<TARGET_FILE:edgefl-server> ${CMAKE_CURRENT_BINARY_DIR}/haproxy_test)
     set_tests_properties(server.haproxy PROPERTIES LABELS "unit;e2e" TIMEOUT 300 RESOURCE_LOCK edgefl_e2e)
+    # Three aggregators on the private PostgreSQL cluster behind HAProxy, 200 devices, the
+    # coordinator killed -9 half way.
+    if(EDGEFL_HAVE_POSTGRESQL)
+      add_test(NAME server.haproxy.aggregators
+               COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/server/aggregators_test.sh $<TARGET_FILE:edgefl>
+                       $<TARGET_FILE:edgefl-server> ${CMAKE_CURRENT_BINARY_DIR}/aggregators_test)
+      set_tests_properties(server.haproxy.aggregators PROPERTIES
+        LABELS "unit;e2e" TIMEOUT 300 FIXTURES_REQUIRED edgefl_postgres RESOURCE_LOCK "edgefl_e2e;edgefl_postgres"
+        ENVIRONMENT "EDGEFL_TEST_POSTGRES_DIR=${edgefl_pg_dir};EDGEFL_TEST_POSTGRES_SCRIPT=${edgefl_pg_script}")
+    endif()
   endif()
   list(APPEND edgefl_e2e_suites postgresql aggregators)  # never in server.e2e.other
   list(TRANSFORM edgefl_e2e_suites PREPEND "e2e." OUTPUT_VARIABLE edgefl_e2e_suite_names)

@@ -35,14 +35,14 @@ awaitable<void> serve_http(Context* ctx, tcp::socket socket) {
     body = ctx->metrics->render();
   } else if (request.rfind("GET /healthz ", 0) == 0) {
     type = "text/plain; charset=utf-8";
-    // Readiness, for a load balancer: 503 while stopping or draining (no round will open again),
-    // or while the state store does not answer (updates could not be acknowledged).
+    // Readiness, for a load balancer: 503 while stopping, or while the state store does not answer
+    // (updates could not be acknowledged). After the last round the server stays in rotation: its
+    // answer, "draining", is what every device coming back must hear.
     std::string storage_error;
     if (ctx->stopping) {
       status = "503 Service Unavailable";
       body = "stopping\n";
     } else if (ctx->rounds->finished()) {
-      status = "503 Service Unavailable";
       body = "draining: the last round is over\n";
     } else if (ctx->rounds->check_storage(&storage_error) != Status::kOk) {
       status = "503 Service Unavailable";

@@ -265,6 +265,18 @@ class MemoryStorage final : public Storage {
     return Status::kOk;
   }
 
+  Status list_settings(const std::string& prefix, std::vector<std::pair<std::string, std::string>>* out,
+                       std::string* error) override {
+    if (out == nullptr) return invalid_argument(error, "list_settings: null output");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    out->clear();
+    for (auto it = settings_.lower_bound(prefix); it != settings_.end() && it->first.rfind(prefix, 0) == 0;
+         ++it)
+      out->emplace_back(it->first, it->second);
+    return Status::kOk;
+  }
+
   Status seal_round(uint64_t round_id, std::string* error) override {
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));

@@ -323,6 +323,8 @@ class PostgresStorage final : public Storage {
                        std::string* error) override;
   Status set_fence(const std::string& holder, uint64_t epoch, std::string* error) override;
   Status seal_round(uint64_t round_id, std::string* error) override;
+  Status list_settings(const std::string& prefix, std::vector<std::pair<std::string, std::string>>* out,
+                       std::string* error) override;
 
  private:
   bool connected() const { return conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK; }
@@ -1108,6 +1110,31 @@ Status PostgresStorage::acquire_lease(const std::string& holder, uint32_t ttl_ms
         EDGEFL_RETURN_IF_ERROR(txn.commit(message));
         lease.held = lease.holder == holder;
         *out = lease;
+        return Status::kOk;
+      },
+      error);
+}
+
+Status PostgresStorage::list_settings(const std::string& prefix,
+                                      std::vector<std::pair<std::string, std::string>>* out,
+                                      std::string* error) {
+  if (out == nullptr) return invalid_argument(error, "list_settings: null output");
+  return with_retry(
+      [&](const Attempt&, std::string* message) -> Status {
+        Params p;
+        p.text(prefix);
+        Result r;
+        EDGEFL_RETURN_IF_ERROR(query("list settings",
+                                     "SELECT key, value FROM settings WHERE left(key, length($1)) = $1 "
+                                     "ORDER BY key COLLATE \"C\"",
+                                     p, &r, message));
+        std::vector<std::pair<std::string, std::string>> rows(size_t(r.rows()));
+        for (int i = 0; i < r.rows(); ++i) {
+          if (!column_text(r.get(), i, 0, &rows[size_t(i)].first) ||
+              !column_text(r.get(), i, 1, &rows[size_t(i)].second))
+            return corrupt_row("settings", message);
+        }
+        *out = std::move(rows);
         return Status::kOk;
       },
       error);

@@ -1121,6 +1121,23 @@ Status RoundManager::follow(int64_t now_ms, std::string* error) {
   return Status::kOk;
 }
 
+int64_t RoundManager::drain_until_unix_ms(int64_t now_ms) {
+  if (!finished_) return 0;
+  std::string error;
+  if (drain_until_ms_ == 0) {
+    drain_until_ms_ = now_ms + int64_t(longest_retry_ms_);
+    if (shared_ && storage_->put_setting("drain_until." + options_.aggregator_id,
+                                         std::to_string(drain_until_ms_), &error) != Status::kOk)
+      log_warn("drain_publish_failed").kv("error", error);
+  }
+  int64_t until = drain_until_ms_;
+  std::vector<std::pair<std::string, std::string>> published;
+  if (shared_ && storage_->list_settings("drain_until.", &published, &error) == Status::kOk) {
+    for (const auto& entry : published) until = std::max<int64_t>(until, std::atoll(entry.second.c_str()));
+  }
+  return until;
+}
+
 std::optional<RoundManager::ClosedRound> RoundManager::closed_round(uint64_t round_id) {
   auto it = closed_.find(round_id);
   if (it != closed_.end()) return it->second;

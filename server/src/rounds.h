@@ -177,6 +177,11 @@ class RoundManager {
 
   // The longest [after + window] of the RetryLater answers given so far, ms.
   uint64_t longest_retry_ms() const { return longest_retry_ms_; }
+  // Once finished(): until when (Unix ms) devices may still come back from a RetryLater, so that
+  // each of them hears "draining": the first call's now_ms + longest_retry_ms(); with several
+  // aggregators, the latest such time any of them published (a device turned away by one comes
+  // back through the balancer to any). 0 before finished().
+  int64_t drain_until_unix_ms(int64_t now_ms);
 
   // All `rounds` rounds have ended (never, when rounds == 0).
   bool finished() const { return finished_; }
@@ -370,14 +375,15 @@ class RoundManager {
   int64_t next_open_attempt_ms_ = 0;
 
   // Several aggregators (RoundOptions::aggregator_id).
-  bool shared_ = false;        // aggregator_id is set
-  bool coordinating_ = true;   // the only server, or the lease holder
-  uint64_t lease_epoch_ = 0;   // of the lease this server coordinates under
-  int64_t next_lease_ms_ = 0;  // next renewal (or attempt)
-  int64_t next_look_ms_ = 0;   // next look at the store (a follower) or the ledger count (coordinator)
-  std::string files_dir_;      // where this server writes model files
-  std::string files_prefix_;   // files_dir_ relative to state_dir ("" = state_dir itself)
-  std::string model_dir_;      // the current model's files
+  bool shared_ = false;         // aggregator_id is set
+  bool coordinating_ = true;    // the only server, or the lease holder
+  uint64_t lease_epoch_ = 0;    // of the lease this server coordinates under
+  int64_t next_lease_ms_ = 0;   // next renewal (or attempt)
+  int64_t next_look_ms_ = 0;    // next look at the store (a follower) or the ledger count (coordinator)
+  std::string files_dir_;       // where this server writes model files
+  std::string files_prefix_;    // files_dir_ relative to state_dir ("" = state_dir itself)
+  std::string model_dir_;       // the current model's files
+  int64_t drain_until_ms_ = 0;  // drain_until_unix_ms()'s own horizon, once finished
 
   std::optional<SecureRound> secure_;  // the open round's, when secure aggregation is on
   EncodedInfo secure_like_{};          // the encoding whose integer codes its devices mask

@@ -332,7 +332,7 @@ int run_server(const ServerOptions& options) {
   });
   // Round deadlines, revocation files, and the drain after the last round.
   asio::steady_timer ticker(io);
-  std::optional<Clock::time_point> drain_until;
+  std::optional<int64_t> drain_until;  // Unix ms: the end of --drain
   size_t printed = 0;
   uint32_t ticks = 0;
   std::function<void(std::error_code)> on_tick = [&](std::error_code e) {
@@ -341,13 +341,11 @@ int run_server(const ServerOptions& options) {
     if (++ticks % 10 == 0) revocation.poll();
     if (options.progress) print_progress(rounds, &printed);
     if (rounds.finished()) {
-      // Drain at least as long as the longest come-back time handed out, so that every device
-      // turned away hears "draining" when it returns.
-      if (!drain_until) {
-        drain_until = Clock::now() + std::chrono::milliseconds(
-                                         std::max<uint64_t>(options.drain_ms, rounds.longest_retry_ms()));
-      }
-      if (Clock::now() >= *drain_until) return stop("all rounds done");
+      // Drain at least --drain, and until the last come-back time handed out (by any aggregator),
+      // so that every device turned away hears "draining" when it returns.
+      const int64_t now = unix_ms_now();
+      if (!drain_until) drain_until = now + int64_t{options.drain_ms};
+      if (now >= std::max(*drain_until, rounds.drain_until_unix_ms(now))) return stop("all rounds done");
     }
     ticker.expires_after(std::chrono::milliseconds(100));
     ticker.async_wait(on_tick);

@@ -126,6 +126,10 @@ Status Storage::set_fence(const std::string&, uint64_t, std::string* error) {
 Status Storage::seal_round(uint64_t, std::string* error) {
   return not_shared("seal_round", error);
 }
+Status Storage::list_settings(const std::string&, std::vector<std::pair<std::string, std::string>>*,
+                              std::string* error) {
+  return not_shared("list_settings", error);
+}
 
 bool is_postgres_url(const std::string& state) {
   return state.rfind("postgresql://", 0) == 0 || state.rfind("postgres://", 0) == 0;

@@ -239,6 +239,9 @@ class Storage {
   // ledger that can no longer grow. Sealing a sealed round is kOk. kInvalidArgument if the round
   // is not open.
   virtual Status seal_round(uint64_t round_id, std::string* error);
+  // The settings whose keys start with `prefix`, in key order (*out replaced on kOk).
+  virtual Status list_settings(const std::string& prefix,
+                               std::vector<std::pair<std::string, std::string>>* out, std::string* error);
 };
 
 }  // namespace server

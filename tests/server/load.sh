@@ -15,6 +15,9 @@
 #     bash tests/server/load.sh 9999 5 1000                  # 9,999 devices arriving at 100 a second
 #   EDGEFL_LOAD_POSTGRES=1 bash tests/server/load.sh 1000   # state in a private PostgreSQL cluster
 #                                                            # (tests/support/postgres_cluster.sh)
+#   EDGEFL_LOAD_AGGREGATORS=3 bash tests/server/load.sh 1000 # three aggregators on one PostgreSQL
+#                                                            # database behind HAProxy (the devices
+#                                                            # know only HAProxy's address)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -31,33 +34,60 @@ ulimit -n "$(( devices * 4 + 4096 ))" 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 work=$(mktemp -d /tmp/edgefl-load-XXXXXX)
 server_pid=""
 cleanup() {
-  if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  if [[ -n "$server_pid" ]]; then kill $server_pid 2>/dev/null || true; wait $server_pid 2>/dev/null || true; fi
+  if [[ -n "${haproxy_pid:-}" ]]; then kill "$haproxy_pid" 2>/dev/null || true; fi
   if [[ -n "${EDGEFL_LOAD_POSTGRES:-}" ]]; then bash tests/support/postgres_cluster.sh stop "$work/pg"; fi
   if [[ -z "${EDGEFL_LOAD_KEEP:-}" ]]; then rm -rf "$work"; else echo "load.sh: kept $work"; fi
 }
 trap cleanup EXIT
 
 "$edgefl" certs --out "$work/pki" --devices "$devices" >/dev/null
+aggregators=${EDGEFL_LOAD_AGGREGATORS:-1}
 state_args=()
 state_name=SQLite
-if [[ -n "${EDGEFL_LOAD_POSTGRES:-}" ]]; then
+if [[ -n "${EDGEFL_LOAD_POSTGRES:-}" ]] || ((aggregators > 1)); then
   state_name=PostgreSQL
   chmod 755 "$work"  # the cluster runs as `postgres` under root
   bash tests/support/postgres_cluster.sh start "$work/pg"
   state_args=(--state "$(cat "$work/pg/url")/postgres")
 fi
-"$server_bin" "${state_args[@]}" --state-dir "$work/state" --ca "$work/pki/ca.crt" --cert "$work/pki/server.crt" \
-  --key "$work/pki/server.key" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --port-file "$work/port" \
-  --rounds "$rounds" --cohort "$cohort" --deadline 600 --drain 5000 ${EDGEFL_LOAD_SERVER_ARGS:-} \
-  2>"$work/server.log" >"$work/server.out" &
-server_pid=$!
-for _ in $(seq 300); do [[ -s "$work/port" ]] && break; sleep 0.1; done
-read -r port metrics_port <"$work/port"
+# Several aggregators drain past a device's longest reconnect backoff (10 s): a device that
+# lost its connection to one comes back through HAProxy to any.
+drain_ms=5000
+((aggregators > 1)) && drain_ms=12000
+server_pids=()
+backends=()
+for ((a = 1; a <= aggregators; a++)); do
+  aggregator_args=()
+  ((aggregators > 1)) && aggregator_args=(--aggregator-id "agg$a")
+  "$server_bin" "${state_args[@]}" "${aggregator_args[@]}" --state-dir "$work/state" --ca "$work/pki/ca.crt" \
+    --cert "$work/pki/server.crt" --key "$work/pki/server.key" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 \
+    --port-file "$work/port-$a" --rounds "$rounds" --cohort "$cohort" --deadline 600 --drain "$drain_ms" \
+    ${EDGEFL_LOAD_SERVER_ARGS:-} 2>"$work/server-$a.log" >"$work/server-$a.out" &
+  server_pids+=($!)
+  for _ in $(seq 300); do [[ -s "$work/port-$a" ]] && break; sleep 0.1; done
+  read -r port metrics_port <"$work/port-$a"
+  backends+=("127.0.0.1:$port/$metrics_port")
+done
+server_pid="${server_pids[*]}"
+target="127.0.0.1:$port"
+haproxy_pid=""
+if ((aggregators > 1)); then
+  # The devices know HAProxy's address only (TCP mode, mutual TLS through to the aggregators).
+  front=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  EDGEFL_HAPROXY_MAXCONN=$((devices * 2 + 1000)) bash platforms/haproxy/edgefl-haproxy.sh "127.0.0.1:$front" \
+    "${backends[@]}" >"$work/haproxy.cfg"
+  haproxy -db -f "$work/haproxy.cfg" >"$work/haproxy.out" 2>"$work/haproxy.err" &
+  haproxy_pid=$!
+  sleep 5  # two health checks: every aggregator UP
+  target="127.0.0.1:$front"
+fi
 
-# Resident memory over the run, sampled twice a second (VmRSS), besides the peak the server logs.
+# Resident memory over the run, sampled twice a second (VmRSS) for every aggregator, besides the
+# peak each one logs.
 (
-  while kill -0 "$server_pid" 2>/dev/null; do
-    awk '/^VmRSS:/ {print $2}' "/proc/$server_pid/status" 2>/dev/null || true
+  while kill -0 ${server_pids[0]} 2>/dev/null; do
+    for pid in "${server_pids[@]}"; do awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true; done
     sleep 0.5
   done
 ) >"$work/rss.txt" &
@@ -78,7 +108,7 @@ swarm_status=0
 swarm_pids=()
 for ((first = 1; first <= devices; first += per_swarm)); do
   n=$((devices - first + 1 < per_swarm ? devices - first + 1 : per_swarm))
-  "$edgefl" swarm --pki "$work/pki" --devices "$n" --first "$first" --server "127.0.0.1:$port" \
+  "$edgefl" swarm --pki "$work/pki" --devices "$n" --first "$first" --server "$target" \
     --rounds "$rounds" "${ramp_args[@]}" >"$work/swarm-$first.txt" 2>"$work/swarm-$first.err" &
   swarm_pids+=($!)
 done
@@ -86,30 +116,40 @@ for pid in "${swarm_pids[@]}"; do wait "$pid" || swarm_status=$?; done
 end=$(date +%s.%N)
 cat "$work"/swarm-*.txt >"$work/swarm.txt"
 cat "$work"/swarm-*.err >"$work/swarm.err"
-wait "$server_pid" || true
+for pid in "${server_pids[@]}"; do wait "$pid" || true; done
 server_pid=""
+[[ -n $haproxy_pid ]] && kill "$haproxy_pid" 2>/dev/null
 wait "$sampler" 2>/dev/null || true
 
-stopped=$(grep 'event=stopped' "$work/server.log" | tail -1)
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$stopped"; }
-committed=$(field rounds_committed)
-accepted=$(field updates_accepted)
-peak_kb=$(field peak_rss_kb)
-p50=$(field p50_upload_to_ack_s)
-p99=$(field p99_upload_to_ack_s)
-handshakes=$(field handshakes)
-busy=$(grep -c 'event=connection_limit' "$work/server.log" || true)
-busy_answers=$(field server_busy)
-failed_handshakes=$(grep -c 'event=tls_handshake_failed' "$work/server.log" || true)
-ledger_ms=$(field ledger_write_ms_mean)
+# Per aggregator: its `stopped` line. Rounds are the coordinators' (one at a time); updates,
+# handshakes and ledger writes add up; RSS and latencies are each aggregator's.
+committed=0 accepted=0 handshakes=0 busy_answers=0 ledger_sum=0 writes=0 peak="" p50="" p99=""
+for ((a = 1; a <= aggregators; a++)); do
+  stopped=$(grep 'event=stopped' "$work/server-$a.log" | tail -1)
+  field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$stopped"; }
+  committed=$((committed + $(field rounds_committed)))
+  n=$(field updates_accepted)
+  accepted=$((accepted + n))
+  handshakes=$((handshakes + $(field handshakes)))
+  busy_answers=$((busy_answers + $(field server_busy)))
+  ledger_sum=$(awk "BEGIN {print $ledger_sum + $(field ledger_write_ms_mean) * $n}")
+  writes=$((writes + n))
+  peak+="${peak:+ / }$(awk "BEGIN {printf \"%.1f\", $(field peak_rss_kb) / 1024}")"
+  p50+="${p50:+ / }$(awk "BEGIN {printf \"%.0f\", $(field p50_upload_to_ack_s) * 1000}")"
+  p99+="${p99:+ / }$(awk "BEGIN {printf \"%.0f\", $(field p99_upload_to_ack_s) * 1000}")"
+done
+ledger_ms=$(awk "BEGIN {print ($writes > 0 ? $ledger_sum / $writes : 0)}")
+busy=$(cat "$work"/server-*.log | grep -c 'event=connection_limit' || true)
+failed_handshakes=$(cat "$work"/server-*.log | grep -c 'event=tls_handshake_failed' || true)
+wall=$(awk "BEGIN {print $end - $start}")
 
 echo "swarm: $(cat "$work/swarm.txt")"
 if [[ -s "$work/swarm.err" ]]; then echo "swarm failures (first 10):"; head -10 "$work/swarm.err"; fi
-printf '| devices | state | rounds committed | updates accepted | ledger write per update | server peak RSS | p50 / p99 upload-to-ack | handshakes (failed) | ServerBusy answers | sockets closed at the cap | wall |\n'
-printf '| %s | %s | %s of %s | %s | %.2f ms | %.1f MiB | %.3f / %.3f s | %s (%s) | %s | %s | %.0f s |\n' \
-  "$devices" "$state_name" "$committed" "$rounds" "$accepted" "$ledger_ms" \
-  "$(awk "BEGIN {print $peak_kb / 1024}")" "$p50" "$p99" \
-  "$handshakes" "$failed_handshakes" "$busy_answers" "$busy" "$(awk "BEGIN {print $end - $start}")"
+printf '| devices | aggregators | state | rounds committed | updates accepted (per s) | ledger write per update | peak RSS per aggregator | p50 / p99 upload-to-ack | handshakes per s (failed) | ServerBusy answers | sockets closed at the cap | wall |\n'
+printf '| %s | %s | %s | %s of %s | %s (%.0f) | %.2f ms | %s MiB | %s / %s ms | %.0f (%s) | %s | %s | %.0f s |\n' \
+  "$devices" "$aggregators" "$state_name" "$committed" "$rounds" "$accepted" "$(awk "BEGIN {print $accepted / $wall}")" \
+  "$ledger_ms" "$peak" "$p50" "$p99" "$(awk "BEGIN {print $handshakes / $wall}")" "$failed_handshakes" \
+  "$busy_answers" "$busy" "$wall"
 if ((swarm_status != 0)) || [[ "$committed" != "$rounds" ]]; then
   echo "load.sh: FAILED (swarm exit $swarm_status, $committed of $rounds rounds committed)" >&2
   exit 1

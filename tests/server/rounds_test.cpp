@@ -143,6 +143,10 @@ class FaultyStorage final : public Storage {
   Status set_fence(const std::string& h, uint64_t epoch, std::string* e) override {
     return inner_->set_fence(h, epoch, e);
   }
+  Status list_settings(const std::string& prefix, std::vector<std::pair<std::string, std::string>>* out,
+                       std::string* e) override {
+    return inner_->list_settings(prefix, out, e);
+  }
   Status seal_round(uint64_t id, std::string* e) override {
     if (fail("seal_round", e)) return Status::kIoError;
     return inner_->seal_round(id, e);

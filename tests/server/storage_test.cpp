@@ -1060,6 +1060,23 @@ TEST_SUITE("server.storage.shared") {
     CHECK(s.a->seal_round(9, &error) == Status::kInvalidArgument);  // unknown
   }
 
+  TEST_CASE("list_settings gives the keys under a prefix, in order, from every client") {
+    SharedStores s;
+    std::string error;
+    REQUIRE(s.a->put_setting("drain_until.b", "20", &error) == Status::kOk);
+    REQUIRE(s.b->put_setting("drain_until.a", "10", &error) == Status::kOk);
+    REQUIRE(s.a->put_setting("drain_until", "not under the prefix", &error) == Status::kOk);
+    REQUIRE(s.a->put_setting("model_spec", "cnn", &error) == Status::kOk);
+    std::vector<std::pair<std::string, std::string>> out = {{"stale", "x"}};
+    REQUIRE(s.b->list_settings("drain_until.", &out, &error) == Status::kOk);
+    REQUIRE(out.size() == 2);
+    CHECK(out[0] == std::pair<std::string, std::string>("drain_until.a", "10"));
+    CHECK(out[1] == std::pair<std::string, std::string>("drain_until.b", "20"));
+    REQUIRE(s.a->list_settings("none.", &out, &error) == Status::kOk);
+    CHECK(out.empty());
+    CHECK(s.a->list_settings("x", nullptr, &error) == Status::kInvalidArgument);
+  }
+
   TEST_CASE("SQLite belongs to one server: lease, fence and seal are refused") {
     TempDir dir;
     auto s = open_db(dir.file("state.db"));
@@ -1069,6 +1086,8 @@ TEST_SUITE("server.storage.shared") {
     CHECK(error.find("postgresql") != std::string::npos);
     CHECK(s->set_fence("a", 1, &error) == Status::kInvalidArgument);
     CHECK(s->seal_round(1, &error) == Status::kInvalidArgument);
+    std::vector<std::pair<std::string, std::string>> settings;
+    CHECK(s->list_settings("", &settings, &error) == Status::kInvalidArgument);
   }
 }
 
