@@ -92,7 +92,8 @@ const char kUsage[] =
     "output:\n"
     "  --summary FILE          per-round summary as JSON lines\n"
     "  --progress              one line per round on stdout (accuracy, bytes, time)\n"
-    "  --drain MS              after the last round, answer 'draining' this long before exiting (3000)\n"
+    "  --drain MS              after the last round, answer 'draining' until no device has said Hello\n"
+    "                          for MS, and every come-back time handed out has passed (3000)\n"
     "  --log-level L           debug | info | warn | error (info)\n";
 
 bool split_host_port(const std::string& text, std::string* host, uint16_t* port) {

@@ -248,7 +248,7 @@ class MemoryStorage final : public Storage {
     s.clock_ms = std::max(s.clock_ms, now_ms);
     const bool mine = s.lease.holder == holder && s.lease.expires_unix_ms > s.clock_ms;
     if (mine || s.lease.holder.empty() || s.lease.expires_unix_ms <= s.clock_ms) {
-      if (!mine) ++s.lease.epoch;
+      if (s.lease.holder != holder) ++s.lease.epoch;
       s.lease.holder = holder;
       s.lease.expires_unix_ms = s.clock_ms + int64_t{ttl_ms};
     }
@@ -312,9 +312,7 @@ class MemoryStorage final : public Storage {
   Status check_fence(const char* call, std::string* error) const {
     if (fence_holder_.empty()) return Status::kOk;
     const Shared& s = *shared_;
-    if (s.lease.holder == fence_holder_ && s.lease.epoch == fence_epoch_ &&
-        s.lease.expires_unix_ms > s.clock_ms)
-      return Status::kOk;
+    if (s.lease.holder == fence_holder_ && s.lease.epoch == fence_epoch_) return Status::kOk;
     if (error != nullptr) {
       *error = std::string(call) + ": not the coordinator: the lease of '" + fence_holder_ + "' at epoch " +
                std::to_string(fence_epoch_) + " is no longer held (holder '" + s.lease.holder + "', epoch " +

@@ -435,7 +435,9 @@ class PostgresStorage final : public Storage {
   };
 
   // Inside a write transaction: kProtocolError unless the fence is unset or its holder holds the
-  // lease at its epoch, unexpired by the database's clock. The lease row stays share-locked until
+  // lease at its epoch (expiry alone does not fence: a lapsed lease nobody took is still this
+  // holder's, and a takeover always moves the epoch under this row's lock). The lease row stays
+  // share-locked until
   // the transaction ends, so a takeover waits for this write and the next write of the old
   // holder fails.
   Status check_fence(const char* call, std::string* error) {
@@ -445,7 +447,7 @@ class PostgresStorage final : public Storage {
     Result r;
     EDGEFL_RETURN_IF_ERROR(query("check the coordinator lease",
                                  "SELECT holder, epoch FROM coordinator_lease WHERE id = 1 AND holder = $1 "
-                                 "AND epoch = $2 AND expires_unix_ms > " EDGEFL_PG_NOW_MS " FOR SHARE",
+                                 "AND epoch = $2 FOR SHARE",
                                  p, &r, error));
     if (r.rows() == 1) return Status::kOk;
     if (error != nullptr) {
@@ -1083,8 +1085,8 @@ Status PostgresStorage::acquire_lease(const std::string& holder, uint32_t ttl_ms
       [&](const Attempt&, std::string* message) -> Status {
         Transaction txn(this);
         EDGEFL_RETURN_IF_ERROR(txn.begin(message));
-        // Taken when free, expired or already the caller's; a change of hands (or a lapse) is a
-        // new epoch. One statement: concurrent callers serialise on the row.
+        // Taken when free, expired or already the caller's; a change of hands is a new epoch. One statement:
+        // concurrent callers serialise on the row.
         Params p;
         p.text(holder).i64(int64_t{ttl_ms});
         EDGEFL_RETURN_IF_ERROR(
@@ -1092,8 +1094,7 @@ Status PostgresStorage::acquire_lease(const std::string& holder, uint32_t ttl_ms
                     "INSERT INTO coordinator_lease AS l (id, holder, epoch, expires_unix_ms) "
                     "VALUES (1, $1, 1, " EDGEFL_PG_NOW_MS " + $2) "
                     "ON CONFLICT (id) DO UPDATE SET "
-                    "epoch = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_unix_ms > " EDGEFL_PG_NOW_MS
-                    " THEN l.epoch ELSE l.epoch + 1 END, "
+                    "epoch = CASE WHEN l.holder = EXCLUDED.holder THEN l.epoch ELSE l.epoch + 1 END, "
                     "holder = EXCLUDED.holder, expires_unix_ms = EXCLUDED.expires_unix_ms "
                     "WHERE l.holder = EXCLUDED.holder OR l.expires_unix_ms <= " EDGEFL_PG_NOW_MS,
                     p, message));

@@ -752,15 +752,17 @@ Status RoundManager::compute_candidate(std::string* error) {
 Status RoundManager::try_close(int64_t now_ms, std::string* error) {
   OpenRound& round = *open_;
   Status s = Status::kOk;
-  if (shared_ && !round.record.sealed) {
+  if (shared_ && !round.decided_on_seal) {
     // Several aggregators: the ledger is sealed before it is read, so that no update can be
     // acknowledged by another server after the sum was taken. The decision follows the sealed
-    // ledger (updates acknowledged elsewhere count).
+    // ledger (updates acknowledged elsewhere count), taken once the count is read: a count that
+    // fails after the seal is retried, never replaced by this server's own tally.
     uint64_t in_ledger = 0;
-    s = storage_->seal_round(round.record.round_id, error);
+    if (!round.record.sealed) s = storage_->seal_round(round.record.round_id, error);
     if (s == Status::kOk) round.record.sealed = true;
     if (s == Status::kOk) s = storage_->count_updates(round.record.round_id, &in_ledger, error);
     if (s == Status::kOk) {
+      round.decided_on_seal = true;
       round.in_ledger = in_ledger;
       round.closing_commit = in_ledger >= min_quorum_;
       log_info("round_sealed")
@@ -995,9 +997,19 @@ void RoundManager::tick(int64_t now_ms) {
 // --- several aggregators, one round (RoundOptions::aggregator_id) ------------------------------
 
 Status RoundManager::start_shared(int64_t now_ms, std::string* error) {
+  // The lease is held by this process, not by the name: two processes started with one name (on
+  // two machines, where the lock file cannot see both) never both believe they coordinate, and a
+  // restarted coordinator waits for its old lease to lapse like any other aggregator.
+  static const char* const kHex = "0123456789abcdef";
+  lease_holder_ = options_.aggregator_id + "#";
+  for (uint8_t b : fresh_nonce()) {
+    if (lease_holder_.size() >= options_.aggregator_id.size() + 1 + 16) break;
+    lease_holder_ += kHex[b >> 4];
+    lease_holder_ += kHex[b & 15];
+  }
   Lease lease;
   EDGEFL_RETURN_IF_ERROR(
-      storage_->acquire_lease(options_.aggregator_id, options_.coordinator_lease_ms, now_ms, &lease, error));
+      storage_->acquire_lease(lease_holder_, options_.coordinator_lease_ms, now_ms, &lease, error));
   next_lease_ms_ = now_ms + std::max<int64_t>(1, options_.coordinator_lease_ms / 4);
   if (lease.held) return become_coordinator(lease, now_ms, error);
   coordinating_ = false;
@@ -1010,7 +1022,7 @@ Status RoundManager::start_shared(int64_t now_ms, std::string* error) {
 }
 
 Status RoundManager::become_coordinator(const Lease& lease, int64_t now_ms, std::string* error) {
-  EDGEFL_RETURN_IF_ERROR(storage_->set_fence(options_.aggregator_id, lease.epoch, error));
+  EDGEFL_RETURN_IF_ERROR(storage_->set_fence(lease_holder_, lease.epoch, error));
   lease_epoch_ = lease.epoch;
   // This epoch's own directory: a deposed coordinator still writing cannot replace these files.
   files_prefix_ = "coordinator-" + std::to_string(lease.epoch);
@@ -1038,8 +1050,8 @@ void RoundManager::renew_lease(int64_t now_ms) {
   next_lease_ms_ = now_ms + std::max<int64_t>(1, options_.coordinator_lease_ms / 4);
   Lease lease;
   std::string error;
-  if (storage_->acquire_lease(options_.aggregator_id, options_.coordinator_lease_ms, now_ms, &lease,
-                              &error) != Status::kOk) {
+  if (storage_->acquire_lease(lease_holder_, options_.coordinator_lease_ms, now_ms, &lease, &error) !=
+      Status::kOk) {
     // Unknown: a coordinator's writes stay fenced, so nothing wrong can be recorded meanwhile.
     log_warn("lease_renewal_failed").kv("aggregator", options_.aggregator_id).kv("error", error);
     return;
@@ -1215,6 +1227,9 @@ wire::TaskOffer RoundManager::make_offer(const std::string& device, const wire::
 }
 
 Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, int64_t now_ms) {
+  // The drain's quiet timer: a device's first check-in after the last round counts, its repeats
+  // (told "draining" already) do not, so a fleet that keeps coming back cannot hold it open.
+  if (!finished_ || drained_.insert(device).second) last_checkin_ms_ = now_ms;
   auto retry_later = [&](wire::RetryReason reason, uint32_t after_ms) {
     metrics_->retry_later.fetch_add(1);
     const uint32_t window =

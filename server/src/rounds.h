@@ -182,6 +182,8 @@ class RoundManager {
   // aggregators, the latest such time any of them published (a device turned away by one comes
   // back through the balancer to any). 0 before finished().
   int64_t drain_until_unix_ms(int64_t now_ms);
+  // When the latest Hello came (Unix ms; 0: none yet): the server drains until devices are quiet.
+  int64_t last_checkin_ms() const { return last_checkin_ms_; }
 
   // All `rounds` rounds have ended (never, when rounds == 0).
   bool finished() const { return finished_; }
@@ -238,7 +240,8 @@ class RoundManager {
     // retried (same result: the candidate model is computed once) until it is durable.
     bool closing = false;
     bool closing_commit = false;
-    uint64_t in_ledger = 0;  // several aggregators: the ledger's count at the last look
+    uint64_t in_ledger = 0;        // several aggregators: the ledger's count at the last look
+    bool decided_on_seal = false;  // several aggregators: commit or abandon taken on the sealed ledger
     uint32_t close_failures = 0;
     int64_t next_close_attempt_ms = 0;
   };
@@ -377,6 +380,7 @@ class RoundManager {
   // Several aggregators (RoundOptions::aggregator_id).
   bool shared_ = false;         // aggregator_id is set
   bool coordinating_ = true;    // the only server, or the lease holder
+  std::string lease_holder_;    // aggregator_id#<16 random hex digits>: this process holds the lease
   uint64_t lease_epoch_ = 0;    // of the lease this server coordinates under
   int64_t next_lease_ms_ = 0;   // next renewal (or attempt)
   int64_t next_look_ms_ = 0;    // next look at the store (a follower) or the ledger count (coordinator)
@@ -384,6 +388,8 @@ class RoundManager {
   std::string files_prefix_;    // files_dir_ relative to state_dir ("" = state_dir itself)
   std::string model_dir_;       // the current model's files
   int64_t drain_until_ms_ = 0;  // drain_until_unix_ms()'s own horizon, once finished
+  int64_t last_checkin_ms_ = 0;
+  std::set<std::string> drained_;  // devices told "draining"
 
   std::optional<SecureRound> secure_;  // the open round's, when secure aggregation is on
   EncodedInfo secure_like_{};          // the encoding whose integer codes its devices mask

@@ -332,7 +332,7 @@ int run_server(const ServerOptions& options) {
   });
   // Round deadlines, revocation files, and the drain after the last round.
   asio::steady_timer ticker(io);
-  std::optional<int64_t> drain_until;  // Unix ms: the end of --drain
+  std::optional<int64_t> drain_start;  // Unix ms: the last round ended
   size_t printed = 0;
   uint32_t ticks = 0;
   std::function<void(std::error_code)> on_tick = [&](std::error_code e) {
@@ -341,11 +341,14 @@ int run_server(const ServerOptions& options) {
     if (++ticks % 10 == 0) revocation.poll();
     if (options.progress) print_progress(rounds, &printed);
     if (rounds.finished()) {
-      // Drain at least --drain, and until the last come-back time handed out (by any aggregator),
-      // so that every device turned away hears "draining" when it returns.
+      // Drain until the last come-back time handed out (by any aggregator) has passed and no
+      // device has said Hello for --drain: every device still trying (turned away, backing off
+      // after a failed connection, slowed by load) hears "draining" before the server goes.
       const int64_t now = unix_ms_now();
-      if (!drain_until) drain_until = now + int64_t{options.drain_ms};
-      if (now >= std::max(*drain_until, rounds.drain_until_unix_ms(now))) return stop("all rounds done");
+      if (!drain_start) drain_start = now;
+      const int64_t quiet_since = std::max(*drain_start, rounds.last_checkin_ms());
+      if (now >= rounds.drain_until_unix_ms(now) && now - quiet_since >= int64_t{options.drain_ms})
+        return stop("all rounds done");
     }
     ticker.expires_after(std::chrono::milliseconds(100));
     ticker.async_wait(on_tick);

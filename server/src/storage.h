@@ -226,11 +226,12 @@ class Storage {
   // Takes the coordinator lease for `holder` (non-empty) when it is free, expired or already
   // `holder`'s, until ttl_ms (> 0) from now by the store's clock (`now_ms` for a store without
   // one); otherwise changes nothing. *out: the lease after the call (out->held: `holder` has it).
-  // Taking it from another holder, or after it expired, increments the epoch.
+  // Taking it from another holder increments the epoch (the same holder, even after a lapse,
+  // keeps it).
   virtual Status acquire_lease(const std::string& holder, uint32_t ttl_ms, int64_t now_ms, Lease* out,
                                std::string* error);
   // From now on, create_round, seal_round, close_round and record_model take effect only while
-  // `holder` holds the lease at `epoch`, unexpired, checked inside their transaction; otherwise
+  // `holder` holds the lease at `epoch` (nobody took it since), checked inside their transaction; otherwise
   // they change nothing and return kProtocolError ("not the coordinator"). An empty holder
   // removes the fence.
   virtual Status set_fence(const std::string& holder, uint64_t epoch, std::string* error);

@@ -36,7 +36,7 @@ server_pid=""
 cleanup() {
   if [[ -n "$server_pid" ]]; then kill $server_pid 2>/dev/null || true; wait $server_pid 2>/dev/null || true; fi
   if [[ -n "${haproxy_pid:-}" ]]; then kill "$haproxy_pid" 2>/dev/null || true; fi
-  if [[ -n "${EDGEFL_LOAD_POSTGRES:-}" ]]; then bash tests/support/postgres_cluster.sh stop "$work/pg"; fi
+  if [[ -d "$work/pg" ]]; then bash tests/support/postgres_cluster.sh stop "$work/pg"; fi
   if [[ -z "${EDGEFL_LOAD_KEEP:-}" ]]; then rm -rf "$work"; else echo "load.sh: kept $work"; fi
 }
 trap cleanup EXIT
@@ -123,7 +123,7 @@ wait "$sampler" 2>/dev/null || true
 
 # Per aggregator: its `stopped` line. Rounds are the coordinators' (one at a time); updates,
 # handshakes and ledger writes add up; RSS and latencies are each aggregator's.
-committed=0 accepted=0 handshakes=0 busy_answers=0 ledger_sum=0 writes=0 peak="" p50="" p99=""
+committed=0 accepted=0 handshakes=0 busy_answers=0 ledger_sum=0 writes=0 peak="" latency=""
 for ((a = 1; a <= aggregators; a++)); do
   stopped=$(grep 'event=stopped' "$work/server-$a.log" | tail -1)
   field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$stopped"; }
@@ -135,8 +135,8 @@ for ((a = 1; a <= aggregators; a++)); do
   ledger_sum=$(awk "BEGIN {print $ledger_sum + $(field ledger_write_ms_mean) * $n}")
   writes=$((writes + n))
   peak+="${peak:+ / }$(awk "BEGIN {printf \"%.1f\", $(field peak_rss_kb) / 1024}")"
-  p50+="${p50:+ / }$(awk "BEGIN {printf \"%.0f\", $(field p50_upload_to_ack_s) * 1000}")"
-  p99+="${p99:+ / }$(awk "BEGIN {printf \"%.0f\", $(field p99_upload_to_ack_s) * 1000}")"
+  latency+="${latency:+, }$(awk "BEGIN {printf \"%.0f / %.0f\", $(field p50_upload_to_ack_s) * 1000, \
+    $(field p99_upload_to_ack_s) * 1000}")"
 done
 ledger_ms=$(awk "BEGIN {print ($writes > 0 ? $ledger_sum / $writes : 0)}")
 busy=$(cat "$work"/server-*.log | grep -c 'event=connection_limit' || true)
@@ -145,10 +145,10 @@ wall=$(awk "BEGIN {print $end - $start}")
 
 echo "swarm: $(cat "$work/swarm.txt")"
 if [[ -s "$work/swarm.err" ]]; then echo "swarm failures (first 10):"; head -10 "$work/swarm.err"; fi
-printf '| devices | aggregators | state | rounds committed | updates accepted (per s) | ledger write per update | peak RSS per aggregator | p50 / p99 upload-to-ack | handshakes per s (failed) | ServerBusy answers | sockets closed at the cap | wall |\n'
-printf '| %s | %s | %s | %s of %s | %s (%.0f) | %.2f ms | %s MiB | %s / %s ms | %.0f (%s) | %s | %s | %.0f s |\n' \
+printf '| devices | aggregators | state | rounds committed | updates accepted (per s) | ledger write per update | peak RSS per aggregator | p50 / p99 upload-to-ack per aggregator | handshakes per s (failed) | ServerBusy answers | sockets closed at the cap | wall |\n'
+printf '| %s | %s | %s | %s of %s | %s (%.0f) | %.2f ms | %s MiB | %s ms | %.0f (%s) | %s | %s | %.0f s |\n' \
   "$devices" "$aggregators" "$state_name" "$committed" "$rounds" "$accepted" "$(awk "BEGIN {print $accepted / $wall}")" \
-  "$ledger_ms" "$peak" "$p50" "$p99" "$(awk "BEGIN {print $handshakes / $wall}")" "$failed_handshakes" \
+  "$ledger_ms" "$peak" "$latency" "$(awk "BEGIN {print $handshakes / $wall}")" "$failed_handshakes" \
   "$busy_answers" "$busy" "$wall"
 if ((swarm_status != 0)) || [[ "$committed" != "$rounds" ]]; then
   echo "load.sh: FAILED (swarm exit $swarm_status, $committed of $rounds rounds committed)" >&2
