@@ -1347,6 +1347,12 @@ Reply RoundManager::upload_start(const std::string& device, const wire::UploadSt
     return error_reply(wire::ErrorCode::kUnknownRound,
                        "round " + std::to_string(round.record.round_id) + " is closing");
   }
+  if (shared_ && round.offered.count(device) == 0 && expired_offers_.count(device) == 0) {
+    // Several aggregators: the round's nonce comes only with an offer, so this device was offered
+    // the round by another aggregator and came back through the balancer; its task stands here.
+    round.offered[device] = now_ms + lease_ms();
+    log_info("offer_adopted").kv("round", round.record.round_id).kv("device", device);
+  }
   if (round.offered.count(device) == 0 && expired_offers_.count(device) == 0) {
     return error_reply(wire::ErrorCode::kUnauthorized,
                        "this device has no task in round " + std::to_string(round.record.round_id));

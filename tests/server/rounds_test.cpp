@@ -863,6 +863,26 @@ TEST_SUITE("server.rounds.aggregators") {
     CHECK(fs::exists(p.dir + "/coordinator-1/model-v000002.safetensors"));
   }
 
+  TEST_CASE("a device offered by one aggregator uploads through another: its task stands there") {
+    Pair p(2);
+    const std::vector<float> v1 = p.a->model();
+    const std::vector<Update> ups = {honest("d0", 1, 10), honest("d1", 2, 20)};
+    const wire::TaskOffer from_a = p.a->offer("d0");  // then the balancer sends it to b
+    CHECK(disposition(p.b->upload(from_a, ups[0])) == wire::UpdateDisposition::kAccepted);
+    const wire::TaskOffer from_b = p.b->offer("d1");  // and this one to a
+    CHECK(disposition(p.a->upload(from_b, ups[1])) == wire::UpdateDisposition::kAccepted);
+    p.advance(100);
+    REQUIRE(p.a->rounds->model_version() == 2);
+    CHECK(p.a->model() == fedavg(v1, ups));
+    // Without the round's nonce there is no task to adopt.
+    wire::TaskOffer forged = from_a;
+    forged.round_id = 2;
+    forged.round_nonce.assign(forged.round_nonce.size(), 0);
+    p.advance(100);
+    const wire::Message refused = p.b->upload(forged, honest("d2", 3, 30));
+    CHECK(std::holds_alternative<wire::Error>(refused));
+  }
+
   TEST_CASE("a commit after the seal is a straggler at the follower, never an ack missing from the model") {
     Pair p(3);
     const std::vector<float> v1 = p.a->model();
