@@ -352,7 +352,7 @@ int run_swarm_command(int argc, const char* const* argv, std::ostream& out, std:
     if (a == "--pki") {
       pki = v;
     } else if (a == "--devices") {
-      ok = to_u64(v, &devices) && devices > 0 && devices <= 9999;
+      ok = to_u64(v, &devices) && devices > 0 && devices <= 99999;
     } else if (a == "--rounds") {
       ok = to_u64(v, &rounds) && rounds > 0;
     } else if (a == "--first") {

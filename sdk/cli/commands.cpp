@@ -439,7 +439,7 @@ const char kCertsUsage[] =
     "\n"
     "options:\n"
     "  --out DIR            output directory (created if missing)\n"
-    "  --devices N          number of device certificates, 0..9999 (default 0)\n"
+    "  --devices N          number of device certificates, 0..99999 (default 0)\n"
     "  --server-name NAME   a DNS name or IP address the server answers to; repeatable\n"
     "                       (default: localhost and 127.0.0.1; the first is the subject CN)\n"
     "  --days D             validity in days from now (default 365; certificates start 1 h ago)\n"
@@ -533,8 +533,8 @@ int run_certs_command(int argc, const char* const* argv, std::ostream& out, std:
   options.out_dir = args.value("--out");
   if (args.has("--devices")) {
     uint64_t devices = 0;
-    if (!parse_u64(args.value("--devices"), &devices) || devices > 9999) {
-      return usage_error(err, "certs", "--devices needs an integer in [0, 9999]", kCertsUsage);
+    if (!parse_u64(args.value("--devices"), &devices) || devices > 99999) {
+      return usage_error(err, "certs", "--devices needs an integer in [0, 99999]", kCertsUsage);
     }
     options.devices = static_cast<uint32_t>(devices);
   }

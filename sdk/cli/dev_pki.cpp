@@ -32,7 +32,7 @@ namespace {
 constexpr size_t kKeyIdBytes = 20;  // RFC 7093 method 1: SHA-256 truncated to 160 bits
 constexpr size_t kSerialBytes = 16;
 constexpr size_t kMaxCnBytes = 64;  // X.520 ub-common-name
-constexpr uint32_t kMaxDevices = 9999;
+constexpr uint32_t kMaxDevices = 99999;
 constexpr uint32_t kMaxValidDays = 36500;
 constexpr int64_t kSkewSeconds = 3600;  // certificates start one hour ago: clocks differ
 constexpr size_t kMaxPemBytes = 1u << 20;

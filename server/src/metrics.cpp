@@ -64,6 +64,8 @@ std::string Metrics::render() const {
   auto g = [&](const char* name, const char* help, double v) { add(&out, name, "gauge", help, v); };
   c("edgefl_connections_total", "TCP connections accepted.", connections_total);
   g("edgefl_connections_open", "Connections currently open.", static_cast<double>(connections_open.load()));
+  g("edgefl_connections_open_peak", "The most connections open at once since the start.",
+    static_cast<double>(connections_open_peak.load()));
   c("edgefl_tls_handshakes_total", "Completed TLS handshakes.", handshakes_ok);
   c("edgefl_tls_handshake_failures_total", "Failed TLS handshakes (untrusted, expired, no certificate).",
     handshakes_failed);

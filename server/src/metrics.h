@@ -17,6 +17,7 @@ struct Metrics {
   // Connections and authentication.
   std::atomic<uint64_t> connections_total{0};
   std::atomic<int64_t> connections_open{0};
+  std::atomic<int64_t> connections_open_peak{0};  // the most open at once since the start
   std::atomic<uint64_t> handshakes_ok{0};
   std::atomic<uint64_t> handshakes_failed{0};
   std::atomic<uint64_t> devices_unauthorized{0};  // valid chain, but revoked or bad device id

@@ -238,6 +238,7 @@ void log_stopped(const Metrics& metrics) {
       .kv("p99_upload_to_ack_s", metrics.upload_latency_quantile(0.99))
       .kv("peak_rss_kb", peak_rss_kb())
       .kv("handshakes", handshakes)
+      .kv("connections_peak", metrics.connections_open_peak.load())
       .kv("server_busy", metrics.server_busy.load())
       .kv("handshake_ms_mean",
           handshakes ? double(metrics.handshake_us_total.load()) / 1e3 / double(handshakes) : 0.0)

@@ -397,7 +397,10 @@ class Session {
 awaitable<void> run_session(Context* ctx, tcp::socket socket) {
   const uint64_t id = ctx->next_connection++;
   ctx->metrics->connections_total.fetch_add(1);
-  ctx->metrics->connections_open.fetch_add(1);
+  const int64_t open = ctx->metrics->connections_open.fetch_add(1) + 1;
+  int64_t peak = ctx->metrics->connections_open_peak.load();
+  while (open > peak && !ctx->metrics->connections_open_peak.compare_exchange_weak(peak, open)) {
+  }
   {
     Session session(ctx, std::move(socket), id);
     co_await session.run();

@@ -1068,7 +1068,7 @@ TEST_SUITE("credentials") {
     std::string error;
     DevPkiOptions o;
     o.out_dir = dir / "pki";
-    o.devices = 10000;
+    o.devices = 100000;
     CHECK(edgefl::cli::write_dev_pki(o, &error) == Status::kInvalidArgument);
     o.devices = 1;
     o.valid_days = 0;

@@ -2280,6 +2280,84 @@ void crash_test(Crash what) {
 }  // namespace
 
 TEST_SUITE("e2e.faults") {
+  // A phone waiting out a backoff or a silent server must not wake its CPU every few milliseconds:
+  // the device's thread sleeps through the wait (counted by the kernel's voluntary context
+  // switches), and cancel() still ends it at once.
+  TEST_CASE("a long backoff and a read the server never answers sleep without polling; cancel() ends them") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 1);
+    // A listener that never accepts: the kernel completes the TCP handshake from its backlog, and
+    // the device's TLS ClientHello is never answered.
+    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(listener >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(listener, 4) == 0);
+    socklen_t len = sizeof addr;
+    REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    const uint16_t silent_port = ntohs(addr.sin_port);
+    // A port nobody listens on: every connection is refused and the device backs off.
+    const int closed = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in closed_addr{};
+    closed_addr.sin_family = AF_INET;
+    closed_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(closed, reinterpret_cast<sockaddr*>(&closed_addr), sizeof closed_addr) == 0);
+    len = sizeof closed_addr;
+    REQUIRE(::getsockname(closed, reinterpret_cast<sockaddr*>(&closed_addr), &len) == 0);
+    const uint16_t refusing_port = ntohs(closed_addr.sin_port);
+
+    for (const uint16_t port : {silent_port, refusing_port}) {
+      CAPTURE(port == silent_port ? "a read the server never answers" : "a backoff after refusals");
+      ClientOptions o = persistent_client(pki, "device-0001", port, 7);
+      o.io_timeout_ms = 600000;  // the waits would last minutes: only cancel() can end them soon
+      o.connect_timeout_ms = 600000;
+      o.backoff_initial_ms = 600000;
+      o.backoff_max_ms = 600000;
+      o.give_up_after_ms = 0;
+      Client client(o);
+      std::string error;
+      REQUIRE_MESSAGE(client.init(&error) == Status::kOk, error);
+      std::atomic<bool> ended{false};
+      std::atomic<long> tid{0};
+      Status status = Status::kOk;
+      std::thread device([&] {
+        tid = static_cast<long>(::gettid());
+        FixedTrainer trainer(1, 10);
+        status = client.participate(
+            trainer, 1, [](const RoundResult&) {}, &error);
+        ended = true;
+      });
+      // The thread's voluntary context switches so far (each wake-up from a wait is one).
+      auto switches = [&] {
+        std::ifstream in("/proc/self/task/" + std::to_string(tid.load()) + "/status");
+        std::string line;
+        while (std::getline(in, line)) {
+          if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(24));
+        }
+        return -1L;
+      };
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the wait
+      const long before = switches();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      const long after = switches();
+      REQUIRE(before >= 0);
+      CHECK_FALSE(ended.load());
+      const long wakeups = after - before;
+      CHECK_MESSAGE(wakeups <= 2, wakeups, " wake-ups in one second of waiting");
+      const auto cancelled_at = std::chrono::steady_clock::now();
+      client.cancel();
+      device.join();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - cancelled_at).count();
+      CHECK_MESSAGE(status == Status::kCancelled, status_name(status), ": ", error);
+      CHECK_MESSAGE(ms < 1000, "cancel took ", ms, " ms");
+    }
+    ::close(listener);
+    ::close(closed);
+  }
+
   TEST_CASE("at the connection cap a device is answered RetryLater(ServerBusy) in protocol, then gets in") {
     TempDir tmp;
     const Pki pki = make_pki(tmp / "pki", 3);

@@ -11,8 +11,8 @@
 #   bash tests/server/load.sh 1000        # the README's load table: 1,000 and 3,000 devices
 #   bash tests/server/load.sh 3000
 #   EDGEFL_LOAD_SERVER_ARGS="--max-connections 256" bash tests/server/load.sh 1500   # past the cap
-#   EDGEFL_LOAD_RAMP=100 EDGEFL_LOAD_SERVER_ARGS="--max-connections 10000" \
-#     bash tests/server/load.sh 9999 5 1000                  # 9,999 devices arriving at 100 a second
+#   EDGEFL_LOAD_RAMP=40 EDGEFL_LOAD_SERVER_ARGS="--max-connections 10000" \
+#     bash tests/server/load.sh 10000 5 1000                 # 10,000 devices arriving at 40 a second
 #   EDGEFL_LOAD_POSTGRES=1 bash tests/server/load.sh 1000   # state in a private PostgreSQL cluster
 #                                                            # (tests/support/postgres_cluster.sh)
 #   EDGEFL_LOAD_AGGREGATORS=3 bash tests/server/load.sh 1000 # three aggregators on one PostgreSQL
@@ -123,7 +123,7 @@ wait "$sampler" 2>/dev/null || true
 
 # Per aggregator: its `stopped` line. Rounds are the coordinators' (one at a time); updates,
 # handshakes and ledger writes add up; RSS and latencies are each aggregator's.
-committed=0 accepted=0 handshakes=0 busy_answers=0 ledger_sum=0 writes=0 peak="" latency=""
+committed=0 accepted=0 handshakes=0 busy_answers=0 ledger_sum=0 writes=0 peak="" latency="" open_peak=""
 for ((a = 1; a <= aggregators; a++)); do
   stopped=$(grep 'event=stopped' "$work/server-$a.log" | tail -1)
   field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$stopped"; }
@@ -134,6 +134,7 @@ for ((a = 1; a <= aggregators; a++)); do
   busy_answers=$((busy_answers + $(field server_busy)))
   ledger_sum=$(awk "BEGIN {print $ledger_sum + $(field ledger_write_ms_mean) * $n}")
   writes=$((writes + n))
+  open_peak+="${open_peak:+ / }$(field connections_peak)"
   peak+="${peak:+ / }$(awk "BEGIN {printf \"%.1f\", $(field peak_rss_kb) / 1024}")"
   latency+="${latency:+, }$(awk "BEGIN {printf \"%.0f / %.0f\", $(field p50_upload_to_ack_s) * 1000, \
     $(field p99_upload_to_ack_s) * 1000}")"
@@ -145,11 +146,11 @@ wall=$(awk "BEGIN {print $end - $start}")
 
 echo "swarm: $(cat "$work/swarm.txt")"
 if [[ -s "$work/swarm.err" ]]; then echo "swarm failures (first 10):"; head -10 "$work/swarm.err"; fi
-printf '| devices | aggregators | state | rounds committed | updates accepted (per s) | ledger write per update | peak RSS per aggregator | p50 / p99 upload-to-ack per aggregator | handshakes per s (failed) | ServerBusy answers | sockets closed at the cap | wall |\n'
-printf '| %s | %s | %s | %s of %s | %s (%.0f) | %.2f ms | %s MiB | %s ms | %.0f (%s) | %s | %s | %.0f s |\n' \
+printf '| devices | aggregators | state | rounds committed | updates accepted (per s) | ledger write per update | peak RSS per aggregator | p50 / p99 upload-to-ack per aggregator | handshakes per s (failed) | most connections at once per aggregator | ServerBusy answers | sockets closed at the cap | wall |\n'
+printf '| %s | %s | %s | %s of %s | %s (%.0f) | %.2f ms | %s MiB | %s ms | %.0f (%s) | %s | %s | %s | %.0f s |\n' \
   "$devices" "$aggregators" "$state_name" "$committed" "$rounds" "$accepted" "$(awk "BEGIN {print $accepted / $wall}")" \
   "$ledger_ms" "$peak" "$latency" "$(awk "BEGIN {print $handshakes / $wall}")" "$failed_handshakes" \
-  "$busy_answers" "$busy" "$wall"
+  "$open_peak" "$busy_answers" "$busy" "$wall"
 if ((swarm_status != 0)) || [[ "$committed" != "$rounds" ]]; then
   echo "load.sh: FAILED (swarm exit $swarm_status, $committed of $rounds rounds committed)" >&2
   exit 1

@@ -32,8 +32,10 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -254,6 +256,8 @@ class Client {
   std::unique_ptr<net::Connection> connection_;
   std::unique_ptr<Pending> pending_;  // an encoded update not yet acked
   std::atomic<bool> cancelled_{false};
+  std::mutex wait_mutex_;  // sleep_ms() waits on wait_cv_; cancel() wakes it
+  std::condition_variable wait_cv_;
   uint64_t rng_state_ = 0;
   // The public model (round/downlink.h) and its version (~0: none). Patches apply to it in place;
   // it is trusted again only when its SHA-256 matches the offer's.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -135,7 +137,12 @@ Client::Client(ClientOptions options) : options_(std::move(options)), connection
 Client::~Client() = default;
 
 void Client::cancel() {
-  cancelled_.store(true);
+  {
+    // Under the mutex, so that a sleep_ms() between its check and its wait cannot miss the signal.
+    std::lock_guard<std::mutex> lock(wait_mutex_);
+    cancelled_.store(true);
+  }
+  wait_cv_.notify_all();
   connection_->cancel();
 }
 
@@ -188,12 +195,10 @@ Status Client::sleep_ms(uint64_t ms) {
   // participate()'s give_up_after_ms: no wait runs past it.
   const bool gives_up = give_up_at_ != Clock::time_point{} && until >= give_up_at_;
   if (gives_up) until = give_up_at_;
-  while (Clock::now() < until) {
-    if (cancelled_.load()) return Status::kCancelled;
-    std::this_thread::sleep_for(
-        std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(50)));
-  }
-  if (cancelled_.load()) return Status::kCancelled;
+  // One timed wait, woken early only by cancel(): a device waiting out a RetryLater window
+  // does not wake its CPU until then.
+  std::unique_lock<std::mutex> lock(wait_mutex_);
+  if (wait_cv_.wait_until(lock, until, [&] { return cancelled_.load(); })) return Status::kCancelled;
   return gives_up ? Status::kTimeout : Status::kOk;
 }
 

@@ -14,8 +14,8 @@ namespace net {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-// Blocking calls wake up this often to notice cancel().
-constexpr auto kCancelPollInterval = std::chrono::milliseconds(50);
+// An app's Transport cannot be woken by cancel(): its calls are given at most this long each.
+constexpr auto kTransportSlice = std::chrono::milliseconds(50);
 constexpr size_t kReadChunkBytes = 16 * 1024;
 }  // namespace
 
@@ -28,7 +28,8 @@ struct Connection::Impl {
   bool open = false;
 
   // Runs the io_context until `done` or the deadline / cancellation; on either, closes the socket
-  // so that the pending operation completes with operation_aborted, and reports why.
+  // so that the pending operation completes with operation_aborted, and reports why. It sleeps
+  // until an operation completes, the deadline, or cancel()'s wake-up: no periodic polling.
   Status wait(const bool& done, Clock::time_point deadline, const std::atomic<bool>& cancelled) {
     Status result = Status::kOk;
     while (!done) {
@@ -42,7 +43,7 @@ struct Connection::Impl {
         break;
       }
       io.restart();
-      io.run_one_for(std::min<Clock::duration>(deadline - now, kCancelPollInterval));
+      io.run_one_for(deadline - now);
     }
     if (!done) {
       std::error_code ignored;
@@ -70,6 +71,9 @@ void Connection::set_transport(const Transport& transport) {
 
 void Connection::cancel() {
   cancelled_.store(true);
+  // Wakes a wait() in progress on the owning thread (post is thread-safe); a wake-up that finds
+  // nothing to do is harmless, wait() checks its conditions again.
+  asio::post(impl_->io, [] {});
 }
 void Connection::reset_cancel() {
   cancelled_.store(false);
@@ -125,7 +129,7 @@ Status Connection::write_raw(const uint8_t* data, size_t size, uint32_t timeout_
       if (Clock::now() >= deadline) return fail(Status::kTimeout, "timed out sending to the server", error);
       size_t sent = 0;
       const Status s = transport_.send(transport_.user, data + done_bytes, size - done_bytes, &sent,
-                                       static_cast<uint32_t>(kCancelPollInterval.count()));
+                                       static_cast<uint32_t>(kTransportSlice.count()));
       if (s != Status::kOk && s != Status::kTimeout) {
         return fail(s == Status::kCancelled ? s : Status::kConnectionFailed,
                     std::string("transport send failed: ") + status_name(s), error);
@@ -158,7 +162,7 @@ Status Connection::read_some_raw(std::vector<uint8_t>* into, uint32_t timeout_ms
       if (Clock::now() >= deadline) return fail(Status::kTimeout, "timed out waiting for the server", error);
       size_t got = 0;
       const Status s = transport_.recv(transport_.user, buffer, sizeof buffer, &got,
-                                       static_cast<uint32_t>(kCancelPollInterval.count()));
+                                       static_cast<uint32_t>(kTransportSlice.count()));
       if (s == Status::kTimeout) continue;
       if (s != Status::kOk) {
         return fail(s == Status::kCancelled ? s : Status::kConnectionFailed,
