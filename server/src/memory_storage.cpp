@@ -257,6 +257,17 @@ class MemoryStorage final : public Storage {
     return Status::kOk;
   }
 
+  Status release_lease(const std::string& holder, std::string* error) override {
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    Shared& s = *shared_;
+    if (!holder.empty() && s.lease.holder == holder) {
+      s.lease.expires_unix_ms = std::min(s.lease.expires_unix_ms, s.clock_ms);
+      s.lease.holder += " (released)";  // whoever takes it next, even `holder`, starts a new epoch
+    }
+    return Status::kOk;
+  }
+
   Status set_fence(const std::string& holder, uint64_t epoch, std::string* error) override {
     std::unique_lock<std::mutex> lock;
     EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));

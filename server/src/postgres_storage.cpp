@@ -322,6 +322,7 @@ class PostgresStorage final : public Storage {
   Status acquire_lease(const std::string& holder, uint32_t ttl_ms, int64_t now_ms, Lease* out,
                        std::string* error) override;
   Status set_fence(const std::string& holder, uint64_t epoch, std::string* error) override;
+  Status release_lease(const std::string& holder, std::string* error) override;
   Status seal_round(uint64_t round_id, std::string* error) override;
   Status list_settings(const std::string& prefix, std::vector<std::pair<std::string, std::string>>* out,
                        std::string* error) override;
@@ -525,6 +526,13 @@ Status PostgresStorage::connect(std::string* error) {
   EDGEFL_RETURN_IF_ERROR(
       simple("SELECT set_config('lock_timeout', '10s', false) "
              "WHERE current_setting('lock_timeout') = '0'",
+             error, PGRES_TUPLES_OK));
+  // A transaction of this server's that stops between its statements (a paused or frozen process)
+  // is ended by the database after 5 s, and its locks with it: a coordinator stopped inside a
+  // fenced write cannot hold the lease row against its successors for longer than that.
+  EDGEFL_RETURN_IF_ERROR(
+      simple("SELECT set_config('idle_in_transaction_session_timeout', '5s', false) "
+             "WHERE current_setting('idle_in_transaction_session_timeout') = '0'",
              error, PGRES_TUPLES_OK));
   Result r(PQexec(conn_, "SELECT current_setting('synchronous_commit'), current_setting('fsync')"));
   if (r.get() == nullptr || PQresultStatus(r.get()) != PGRES_TUPLES_OK || r.rows() != 1)
@@ -1085,6 +1093,13 @@ Status PostgresStorage::acquire_lease(const std::string& holder, uint32_t ttl_ms
       [&](const Attempt&, std::string* message) -> Status {
         Transaction txn(this);
         EDGEFL_RETURN_IF_ERROR(txn.begin(message));
+        // The row is share-locked by the coordinator's fenced writes until they commit: a renewal
+        // waits at most 1 s for them (it runs on a server's event loop), then fails and is tried
+        // again at the next renewal.
+        EDGEFL_RETURN_IF_ERROR(simple(
+            "SELECT set_config('lock_timeout', '1s', true) WHERE current_setting('lock_timeout') = '0' "
+            "OR current_setting('lock_timeout')::interval > interval '1s'",
+            message, PGRES_TUPLES_OK));
         // Taken when free, expired or already the caller's; a change of hands is a new epoch. One statement:
         // concurrent callers serialise on the row.
         Params p;
@@ -1137,6 +1152,28 @@ Status PostgresStorage::list_settings(const std::string& prefix,
         }
         *out = std::move(rows);
         return Status::kOk;
+      },
+      error);
+}
+
+Status PostgresStorage::release_lease(const std::string& holder, std::string* error) {
+  return with_retry(
+      [&](const Attempt&, std::string* message) -> Status {
+        Transaction txn(this);
+        EDGEFL_RETURN_IF_ERROR(txn.begin(message));
+        EDGEFL_RETURN_IF_ERROR(simple(
+            "SELECT set_config('lock_timeout', '1s', true) WHERE current_setting('lock_timeout') = '0' "
+            "OR current_setting('lock_timeout')::interval > interval '1s'",
+            message, PGRES_TUPLES_OK));
+        // Whoever takes it next, even `holder`, starts a new epoch: the holder is renamed.
+        Params p;
+        p.text(holder);
+        EDGEFL_RETURN_IF_ERROR(
+            command("release the coordinator lease",
+                    "UPDATE coordinator_lease SET expires_unix_ms = LEAST(expires_unix_ms, " EDGEFL_PG_NOW_MS
+                    "), holder = holder || ' (released)' WHERE holder = $1",
+                    p, message));
+        return txn.commit(message);
       },
       error);
 }

@@ -1008,9 +1008,16 @@ Status RoundManager::start_shared(int64_t now_ms, std::string* error) {
     lease_holder_ += kHex[b & 15];
   }
   Lease lease;
-  EDGEFL_RETURN_IF_ERROR(
-      storage_->acquire_lease(lease_holder_, options_.coordinator_lease_ms, now_ms, &lease, error));
   next_lease_ms_ = now_ms + std::max<int64_t>(1, options_.coordinator_lease_ms / 4);
+  const Status taken =
+      storage_->acquire_lease(lease_holder_, options_.coordinator_lease_ms, now_ms, &lease, error);
+  if (taken != Status::kOk && taken != Status::kIoError) return taken;  // e.g. a store of one server
+  if (taken != Status::kOk) {
+    // The lease row busy (the coordinator mid-write) or the database away: this server follows,
+    // and tick() tries the lease again at the next renewal.
+    log_warn("lease_renewal_failed").kv("aggregator", options_.aggregator_id).kv("error", *error);
+    lease = Lease{};
+  }
   if (lease.held) return become_coordinator(lease, now_ms, error);
   coordinating_ = false;
   log_info("aggregator_following")
@@ -1048,6 +1055,7 @@ Status RoundManager::become_coordinator(const Lease& lease, int64_t now_ms, std:
 
 void RoundManager::renew_lease(int64_t now_ms) {
   next_lease_ms_ = now_ms + std::max<int64_t>(1, options_.coordinator_lease_ms / 4);
+  if (!coordinating_ && now_ms < no_lease_until_ms_) return;  // following only, for now
   Lease lease;
   std::string error;
   if (storage_->acquire_lease(lease_holder_, options_.coordinator_lease_ms, now_ms, &lease, &error) !=
@@ -1073,8 +1081,19 @@ void RoundManager::renew_lease(int64_t now_ms) {
     if (!lease.held) return;
   }
   if (!coordinating_ && lease.held && become_coordinator(lease, now_ms, &error) != Status::kOk) {
+    // This server cannot coordinate (say, the shared directory is unreadable from its machine):
+    // it gives the lease up at once and leaves it to the others for two lease periods, instead of
+    // holding the rounds still by renewing a lease it cannot use.
     coordinating_ = false;
-    log_error("coordinator_start_failed").kv("aggregator", options_.aggregator_id).kv("error", error);
+    std::string release_error;
+    (void)storage_->set_fence("", 0, &release_error);
+    const Status released = storage_->release_lease(lease_holder_, &release_error);
+    no_lease_until_ms_ = now_ms + 2 * int64_t{options_.coordinator_lease_ms};
+    log_error("coordinator_start_failed")
+        .kv("aggregator", options_.aggregator_id)
+        .kv("epoch", lease.epoch)
+        .kv("error", error)
+        .kv("lease_released", released == Status::kOk ? "yes" : release_error);
   }
 }
 

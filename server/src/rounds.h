@@ -378,16 +378,17 @@ class RoundManager {
   int64_t next_open_attempt_ms_ = 0;
 
   // Several aggregators (RoundOptions::aggregator_id).
-  bool shared_ = false;         // aggregator_id is set
-  bool coordinating_ = true;    // the only server, or the lease holder
-  std::string lease_holder_;    // aggregator_id#<16 random hex digits>: this process holds the lease
-  uint64_t lease_epoch_ = 0;    // of the lease this server coordinates under
-  int64_t next_lease_ms_ = 0;   // next renewal (or attempt)
-  int64_t next_look_ms_ = 0;    // next look at the store (a follower) or the ledger count (coordinator)
-  std::string files_dir_;       // where this server writes model files
-  std::string files_prefix_;    // files_dir_ relative to state_dir ("" = state_dir itself)
-  std::string model_dir_;       // the current model's files
-  int64_t drain_until_ms_ = 0;  // drain_until_unix_ms()'s own horizon, once finished
+  bool shared_ = false;            // aggregator_id is set
+  bool coordinating_ = true;       // the only server, or the lease holder
+  std::string lease_holder_;       // aggregator_id#<16 random hex digits>: this process holds the lease
+  uint64_t lease_epoch_ = 0;       // of the lease this server coordinates under
+  int64_t next_lease_ms_ = 0;      // next renewal (or attempt)
+  int64_t no_lease_until_ms_ = 0;  // after a failed start as coordinator: leaves the lease to others
+  int64_t next_look_ms_ = 0;       // next look at the store (a follower) or the ledger count (coordinator)
+  std::string files_dir_;          // where this server writes model files
+  std::string files_prefix_;       // files_dir_ relative to state_dir ("" = state_dir itself)
+  std::string model_dir_;          // the current model's files
+  int64_t drain_until_ms_ = 0;     // drain_until_unix_ms()'s own horizon, once finished
   int64_t last_checkin_ms_ = 0;
   std::set<std::string> drained_;  // devices told "draining"
 

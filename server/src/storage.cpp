@@ -123,6 +123,9 @@ Status Storage::acquire_lease(const std::string&, uint32_t, int64_t, Lease*, std
 Status Storage::set_fence(const std::string&, uint64_t, std::string* error) {
   return not_shared("set_fence", error);
 }
+Status Storage::release_lease(const std::string&, std::string* error) {
+  return not_shared("release_lease", error);
+}
 Status Storage::seal_round(uint64_t, std::string* error) {
   return not_shared("seal_round", error);
 }

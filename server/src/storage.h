@@ -227,7 +227,8 @@ class Storage {
   // `holder`'s, until ttl_ms (> 0) from now by the store's clock (`now_ms` for a store without
   // one); otherwise changes nothing. *out: the lease after the call (out->held: `holder` has it).
   // Taking it from another holder increments the epoch (the same holder, even after a lapse,
-  // keeps it).
+  // keeps it). Bounded: while the coordinator's fenced write holds the lease (PostgreSQL: its row
+  // lock), the call waits at most 1 s, then fails with kIoError and changes nothing.
   virtual Status acquire_lease(const std::string& holder, uint32_t ttl_ms, int64_t now_ms, Lease* out,
                                std::string* error);
   // From now on, create_round, seal_round, close_round and record_model take effect only while
@@ -235,6 +236,9 @@ class Storage {
   // they change nothing and return kProtocolError ("not the coordinator"). An empty holder
   // removes the fence.
   virtual Status set_fence(const std::string& holder, uint64_t epoch, std::string* error);
+  // Gives the lease up if `holder` has it (it expires now; the next taker starts a new epoch);
+  // otherwise changes nothing. For a holder that cannot coordinate, so that another one can.
+  virtual Status release_lease(const std::string& holder, std::string* error);
   // Seals the open round `round_id`: from its commit on, record_update refuses the round
   // (kInvalidArgument) while every acknowledged update stays in its ledger, so the closer reads a
   // ledger that can no longer grow. Sealing a sealed round is kOk. kInvalidArgument if the round

@@ -141,7 +141,12 @@ class FaultyStorage final : public Storage {
     return inner_->acquire_lease(h, ttl, now, out, e);
   }
   Status set_fence(const std::string& h, uint64_t epoch, std::string* e) override {
+    if (fail("set_fence", e)) return Status::kIoError;
     return inner_->set_fence(h, epoch, e);
+  }
+  Status release_lease(const std::string& h, std::string* e) override {
+    ++calls["release_lease"];
+    return inner_->release_lease(h, e);
   }
   Status list_settings(const std::string& prefix, std::vector<std::pair<std::string, std::string>>* out,
                        std::string* e) override {
@@ -972,6 +977,34 @@ TEST_SUITE("server.rounds.aggregators") {
     REQUIRE(p.b->rounds->coordinating());
     CHECK(p.b->rounds->model_version() == 2);  // the sealed round, committed at takeover
     CHECK(p.b->model() == fedavg(v1, ups));
+  }
+
+  TEST_CASE("an aggregator that takes the lease but cannot coordinate gives it up; another coordinates") {
+    Pair p(2, 1000);
+    const std::vector<float> v1 = p.a->model();
+    p.b->faults->failing["set_fence"] = -1;  // b can never start as coordinator
+    // The coordinator goes silent; b takes the lapsed lease, fails to start, and releases it.
+    for (int i = 0; i < 14; ++i) {
+      p.b->now += 100;
+      p.b->rounds->tick(p.b->now);
+    }
+    CHECK(p.b->faults->calls["set_fence"] >= 1);
+    CHECK(p.b->faults->calls["release_lease"] == 1);
+    CHECK_FALSE(p.b->rounds->coordinating());
+    // a is back: the released lease is free, and a coordinates again under a new epoch.
+    p.a->now = p.b->now;
+    p.a->rounds->tick(p.a->now);
+    REQUIRE(p.a->rounds->coordinating());
+    // b keeps following (no second attempt while it sits out), and the rounds go on through both.
+    const std::vector<Update> ups = {honest("d0", 1, 10), honest("d1", 2, 20)};
+    for (int i = 0; i < 5; ++i) p.advance(100);
+    CHECK(p.b->faults->calls["release_lease"] == 1);
+    CHECK_FALSE(p.b->rounds->coordinating());
+    CHECK(disposition(p.a->upload(p.a->offer("d0"), ups[0])) == wire::UpdateDisposition::kAccepted);
+    CHECK(disposition(p.b->upload(p.b->offer("d1"), ups[1])) == wire::UpdateDisposition::kAccepted);
+    p.advance(100);
+    REQUIRE(p.a->rounds->model_version() == 2);
+    CHECK(p.a->model() == fedavg(v1, ups));
   }
 
   TEST_CASE("configurations several aggregators cannot run are refused at start") {

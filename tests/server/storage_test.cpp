@@ -991,6 +991,22 @@ TEST_SUITE("server.storage.shared") {
     CHECK(s.a->acquire_lease("a", 0, 0, &out, nullptr) == Status::kInvalidArgument);
   }
 
+  TEST_CASE("a released lease is free at once, and whoever takes it next starts a new epoch") {
+    SharedStores s;
+    CHECK(s.take(*s.a, "a", 60000).held);
+    std::string error;
+    REQUIRE(s.b->release_lease("b", &error) == Status::kOk);  // not b's: nothing changes
+    CHECK_FALSE(s.take(*s.b, "b", 60000).held);
+    REQUIRE(s.a->release_lease("a", &error) == Status::kOk);
+    const Lease again = s.take(*s.a, "a", 60000);  // even the old holder: a new epoch
+    CHECK(again.held);
+    CHECK(again.epoch == 2);
+    REQUIRE(s.a->release_lease("a", &error) == Status::kOk);
+    const Lease other = s.take(*s.b, "b", 60000);
+    CHECK(other.held);
+    CHECK(other.epoch == 3);
+  }
+
   TEST_CASE("a fenced coordinator's writes are refused once its lease changed hands, and change nothing") {
     SharedStores s;
     const Lease lease_a = s.take(*s.a, "a", 300);
@@ -1259,6 +1275,86 @@ TEST_SUITE("server.storage.postgresql") {
     PQfinish(other);
     CHECK(record(*s, make_update(1, "dev-a", 1)) == InsertResult::kInserted);
     CHECK(count(*s, 1) == 1);
+  }
+
+  TEST_CASE("a lease attempt waits at most 1 s for a coordinator's write, then fails and changes nothing") {
+    REQUIRE(postgres_run());
+    TempDir dir;
+    const std::string path = dir.file("db");
+    const std::string db = postgres_db_for(path);
+    auto a = open_postgres(path);
+    auto b = open_postgres(path);
+    Lease lease;
+    std::string error;
+    REQUIRE(a->acquire_lease("a", 60000, 0, &lease, &error) == Status::kOk);
+    REQUIRE(lease.held);
+    // What a fenced write holds until its commit: a share lock on the lease row.
+    PGconn* other = PQconnectdb(postgres_conninfo(db).c_str());
+    REQUIRE(PQstatus(other) == CONNECTION_OK);
+    PQclear(PQexec(other, "BEGIN"));
+    PGresult* locked = PQexec(other, "SELECT epoch FROM coordinator_lease WHERE id = 1 FOR SHARE");
+    REQUIRE(PQresultStatus(locked) == PGRES_TUPLES_OK);
+    PQclear(locked);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(b->acquire_lease("b", 60000, 0, &lease, &error) == Status::kIoError);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    CHECK_MESSAGE(error.find("lock timeout") != std::string::npos, error);
+    CHECK(waited < std::chrono::milliseconds(2500));
+    PQclear(PQexec(other, "ROLLBACK"));
+    PQfinish(other);
+    REQUIRE(b->acquire_lease("b", 60000, 0, &lease, &error) == Status::kOk);
+    CHECK_FALSE(lease.held);
+    CHECK(lease.holder == "a");
+    CHECK(lease.epoch == 1);
+    // The session's own lock_timeout is back for every other statement (10 s, not 1 s).
+    CHECK(pg_query(db, "SELECT count(*) FROM coordinator_lease") == "1");
+  }
+
+  TEST_CASE("a server stopped inside a transaction loses its session after 5 s, and its locks with it") {
+    REQUIRE(postgres_run());
+    TempDir dir;
+    const std::string path = dir.file("db");
+    const std::string db = postgres_db_for(path);
+    {
+      auto s = open_postgres(path);
+      create(*s, make_round(1));
+    }
+    const std::string conninfo = postgres_conninfo(db);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // a server writing updates as fast as it can, until it is stopped
+      std::unique_ptr<Storage> s;
+      std::string error;
+      if (open_postgres_storage(conninfo, &s, &error) != Status::kOk) _exit(3);
+      for (uint64_t i = 0;; ++i) {
+        InsertResult result{};
+        (void)s->record_update(make_update(1, "dev-" + std::to_string(i), 1), &result, nullptr, &error);
+      }
+    }
+    // Stop it, at random points, until it is stopped between the statements of a transaction.
+    const std::string idle_in_txn = "SELECT count(*) FROM pg_stat_activity WHERE datname = '" + db +
+                                    "' AND state = 'idle in transaction'";
+    bool caught = false;
+    for (int attempt = 0; attempt < 400 && !caught; ++attempt) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 + attempt % 7));
+      REQUIRE(::kill(child, SIGSTOP) == 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      caught = pg_query(db, idle_in_txn) == "1";
+      if (!caught) REQUIRE(::kill(child, SIGCONT) == 0);
+    }
+    REQUIRE_MESSAGE(caught, "the writer was never stopped inside a transaction");
+    const auto stopped = std::chrono::steady_clock::now();
+    std::string left = "1";
+    while (left != "0" && std::chrono::steady_clock::now() - stopped < std::chrono::seconds(15)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      left = pg_query(db, idle_in_txn);
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    CHECK(left == "0");
+    CHECK_MESSAGE(seconds < 8, "the stopped transaction held its session for ", seconds, " s");
+    CHECK_MESSAGE(seconds > 3, "ended after ", seconds, " s: before the 5 s timeout?");
   }
 
   TEST_CASE("two stores on one database: an update is in the ledger before the close counts it, or refused") {
