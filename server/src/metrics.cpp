@@ -67,6 +67,9 @@ std::string Metrics::render() const {
   g("edgefl_connections_open_peak", "The most connections open at once since the start.",
     static_cast<double>(connections_open_peak.load()));
   c("edgefl_tls_handshakes_total", "Completed TLS handshakes.", handshakes_ok);
+  c("edgefl_connections_abandoned_total",
+    "Connections their device closed while they waited in the backlog (dropped without a handshake).",
+    connections_abandoned);
   c("edgefl_tls_handshake_failures_total", "Failed TLS handshakes (untrusted, expired, no certificate).",
     handshakes_failed);
   add(&out, "edgefl_tls_handshake_seconds_total", "counter", "Time spent in completed TLS handshakes.",

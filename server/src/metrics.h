@@ -20,9 +20,10 @@ struct Metrics {
   std::atomic<int64_t> connections_open_peak{0};  // the most open at once since the start
   std::atomic<uint64_t> handshakes_ok{0};
   std::atomic<uint64_t> handshakes_failed{0};
-  std::atomic<uint64_t> devices_unauthorized{0};  // valid chain, but revoked or bad device id
-  std::atomic<uint64_t> frames_rejected{0};       // malformed, oversize, unexpected
-  std::atomic<uint64_t> handshake_us_total{0};    // server CPU+wait time in handshakes, microseconds
+  std::atomic<uint64_t> connections_abandoned{0};  // closed by the device before it was accepted
+  std::atomic<uint64_t> devices_unauthorized{0};   // valid chain, but revoked or bad device id
+  std::atomic<uint64_t> frames_rejected{0};        // malformed, oversize, unexpected
+  std::atomic<uint64_t> handshake_us_total{0};     // server CPU+wait time in handshakes, microseconds
   // Rounds.
   std::atomic<uint64_t> round_id{0};
   std::atomic<uint64_t> model_version{0};

@@ -1,6 +1,7 @@
 #include "session.h"
 
 #include <mbedtls/ssl.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <cstring>
@@ -418,6 +419,21 @@ awaitable<void> run_busy_session(Context* ctx, tcp::socket socket) {
   --ctx->busy_sessions;
 }
 
+// Whether the device already closed its side of `socket` (Linux: POLLRDHUP): a connection that
+// waited in the backlog longer than the device's connect timeout. Its ClientHello may be there,
+// but a handshake would be computed for nobody.
+bool peer_gave_up(tcp::socket& socket) {
+#ifdef POLLRDHUP
+  pollfd p{};
+  p.fd = socket.native_handle();
+  p.events = POLLRDHUP;
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+#else
+  (void)socket;
+  return false;
+#endif
+}
+
 }  // namespace
 
 awaitable<void> accept_devices(Context* ctx, tcp::acceptor* acceptor) {
@@ -434,6 +450,13 @@ awaitable<void> accept_devices(Context* ctx, tcp::acceptor* acceptor) {
     if (ec) {
       if (ctx->stopping || ec == asio::error::operation_aborted) co_return;
       log_warn("accept_failed").kv("error", ec.message());
+      continue;
+    }
+    if (peer_gave_up(socket)) {
+      ctx->metrics->connections_abandoned.fetch_add(1);
+      log_debug("connection_abandoned").kv("reason", "closed by the device while in the backlog");
+      std::error_code ignored;
+      socket.close(ignored);
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);

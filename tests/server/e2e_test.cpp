@@ -2410,6 +2410,21 @@ TEST_SUITE("e2e.faults") {
     RawLink stalled;  // connects and never sends a ClientHello: holds the one handshake slot
     REQUIRE(stalled.connect(server.port()));
     sleep_ms(200);
+    // Five devices give up while they wait in the backlog (they send the start of a ClientHello,
+    // then close): the server drops them without a handshake.
+    for (int i = 0; i < 5; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      REQUIRE(fd >= 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(server.port());
+      REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+      const uint8_t hello_start[5] = {0x16, 0x03, 0x01, 0x00, 0x80};
+      REQUIRE(::send(fd, hello_start, sizeof hello_start, MSG_NOSIGNAL) == 5);
+      ::close(fd);
+    }
+    sleep_ms(100);
     const auto device = device_credentials(pki, "device-0001");
     const auto start = Clock::now();
     contribute(server.port(), *device, "device-0001", 1, 3);  // waits for the slot, then succeeds
@@ -2423,6 +2438,13 @@ TEST_SUITE("e2e.faults") {
     REQUIRE(connected != std::string::npos);
     CHECK(timed_out < connected);
     REQUIRE(server.wait_for_log({"event=round_committed", "round=1 "}));
+    const std::string metrics = http_get(server.metrics_port(), "/metrics");
+    CHECK_MESSAGE(metrics.find("edgefl_connections_abandoned_total 5\n") != std::string::npos, metrics);
+    size_t failed = 0;
+    for (size_t at = log.find("event=tls_handshake_failed"); at != std::string::npos;
+         at = log.find("event=tls_handshake_failed", at + 1))
+      ++failed;
+    CHECK(failed == 1);  // the stalled one's timeout only
   }
 
   TEST_CASE("a device gets at most N connections at once; more are answered RateLimited") {
