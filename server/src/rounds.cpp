@@ -342,8 +342,7 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
   EDGEFL_RETURN_IF_ERROR(public_.init(downlink_, n_, initial_model_seed_ != 0, error));
   if (!latest) {
     if (!initial_values_.empty()) {
-      global_ = std::move(initial_values_);
-      initial_values_.clear();
+      global_ = initial_values_;  // kept until version 1 is written: a failed write is tried again
     } else {
       global_.assign(n_, 0.0f);
       init_parameters(spec_, options_.seed, {global_.data(), n_});
@@ -354,6 +353,7 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
     EDGEFL_RETURN_IF_ERROR(public_.reset({global_.data(), n_}, 1, error));
     EDGEFL_RETURN_IF_ERROR(write_model(
         {global_.data(), n_}, {optimizer_memory_.data(), optimizer_memory_.size()}, 1, 0, now_ms, error));
+    std::vector<float>().swap(initial_values_);
     log_info("model_created")
         .kv("version", uint64_t{1})
         .kv("model", builtin_ ? spec_text_ : std::string("tensors"))
@@ -362,6 +362,7 @@ Status RoundManager::load_or_create_model(int64_t now_ms, std::string* error) {
         .kv("from", options_.initial_model.empty() ? std::string("seed") : options_.initial_model);
   } else {
     EDGEFL_RETURN_IF_ERROR(load_model(*latest, error));
+    std::vector<float>().swap(initial_values_);  // the state's own version 1 stands
   }
   metrics_->model_version.store(model_version_);
   return Status::kOk;

@@ -185,6 +185,7 @@ struct Server {
   RoundOptions options;
   std::unique_ptr<Storage> sqlite;
   FaultyStorage* faults = nullptr;
+  std::map<std::string, int> failing_at_open;  // faults->failing from the start of open()
   std::unique_ptr<Storage> storage;
   Metrics metrics;
   std::unique_ptr<RoundManager> rounds;
@@ -212,6 +213,7 @@ struct Server {
       faulty = std::make_unique<FaultyStorage>(std::move(inner));
     }
     faults = faulty.get();
+    faults->failing = failing_at_open;
     storage = std::move(faulty);
     rounds = std::make_unique<RoundManager>(options, storage.get(), &metrics);
     const Status s = rounds->start(now, &error);
@@ -1608,6 +1610,38 @@ TEST_SUITE("server.rounds.models") {
     s.storage.reset();
     CHECK(s.open() == Status::kInvalidArgument);
     CHECK(read_error(s).find("holds a federation of model 'tensors:") != std::string::npos);
+  }
+
+  TEST_CASE(
+      "a model of its own whose first write failed is written from the file when the lease comes back") {
+    const std::string dir = make_temp_dir();
+    std::vector<float> initial(39);
+    for (size_t i = 0; i < initial.size(); ++i) initial[i] = 0.02f * float(i) - 0.3f;
+    const std::string file = write_model_file(dir + "/initial.safetensors", kOwnTable, initial, {});
+    RoundOptions o;
+    o.cohort = 2;
+    o.coordinator_lease_ms = 1000;
+    o.follow_interval_ms = 100;
+    const std::string name("a");
+    o.aggregator_id = name;
+    Server s(dir, o);
+    s.options.model_spec.clear();
+    s.options.initial_model = file;
+    s.in_memory = true;
+    // The lease cannot be read at start (it follows), and its first start as coordinator fails at
+    // the model's record: it gives the lease up, and takes it again two lease periods later.
+    s.failing_at_open = {{"acquire_lease", 1}, {"record_model", 1}};
+    REQUIRE(s.open() == Status::kOk);
+    CHECK_FALSE(s.rounds->coordinating());
+    for (int i = 0; i < 50 && !s.rounds->coordinating(); ++i) {
+      s.now += 100;
+      s.rounds->tick(s.now);
+    }
+    REQUIRE(s.rounds->coordinating());
+    CHECK(s.faults->calls["release_lease"] == 1);
+    CHECK(s.rounds->model_version() == 1);
+    CHECK(s.model() == initial);  // the file's values, not a seeded model
+    fs::remove_all(dir);
   }
 
   TEST_CASE("bad initial model files are refused with their own error and change nothing") {
