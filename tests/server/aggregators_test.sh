@@ -5,9 +5,10 @@
 #   aggregators_test.sh EDGEFL_CLI EDGEFL_SERVER WORK_DIR        (EDGEFL_TEST_POSTGRES_DIR set)
 #
 # DEVICES (200) devices of `edgefl swarm` reach the aggregators through the shipped HAProxy
-# configuration only (TCP mode, mutual TLS ends at edgefl-server). Once ROUNDS / 2 rounds have
-# committed, the coordinator is killed (-9) and started again: another aggregator takes the lease
-# and the rounds go on. Checks: no device fails, every round commits with at least its cohort, the
+# configuration only (TCP mode, mutual TLS ends at edgefl-server). In the second round a follower
+# is killed (-9) and started again; once ROUNDS / 2 rounds have committed, the coordinator is
+# (another aggregator takes the lease and the rounds go on); a round later the database crashes
+# for 3 s. Checks: no device fails, every round commits with at least its cohort, the
 # database holds exactly the updates its rounds counted, every aggregator served devices, a
 # round's close merged updates other aggregators acknowledged, and the lease changed hands.
 # EDGEFL_AGGREGATORS_DEVICES, _ROUNDS, _COHORT change the size (the README's scale runs use
@@ -115,14 +116,35 @@ coordinator() {  # the aggregator whose latest life was elected last and not dep
     fi
   done
 }
-for _ in $(seq 1200); do (( $(committed) >= rounds / 2 )) && break; sleep 0.1; done
-(( $(committed) >= rounds / 2 )) || fail "$(committed) rounds committed before the kill"
+wait_committed() {  # N: until N rounds have committed
+  for _ in $(seq 1200); do (( $(committed) >= $1 )) && return 0; sleep 0.1; done
+  fail "$(committed) rounds committed, waiting for $1"
+}
+kill_and_restart() {  # N: aggregator N killed -9, started again a second later
+  kill -9 "${server_pid[$1]}"
+  wait "${server_pid[$1]}" 2>/dev/null || true
+  sleep 1
+  start_aggregator "$1"
+}
+# 1. A follower dies in the second round, with updates it acknowledged in the ledger.
+wait_committed 1
+sleep 0.5
+leader=$(coordinator)
+[[ -n $leader ]] || fail "no coordinator found in the logs"
+follower=$(( leader % 3 + 1 ))
+kill_and_restart "$follower"
+# 2. The coordinator dies half way.
+wait_committed $(( rounds / 2 ))
 victim=$(coordinator)
 [[ -n $victim ]] || fail "no coordinator found in the logs"
-kill -9 "${server_pid[victim]}"
-wait "${server_pid[victim]}" 2>/dev/null || true
-sleep 1
-start_aggregator "$victim"
+kill_and_restart "$victim"
+# 3. The database crashes mid-round (immediate stop: no checkpoint) and comes back 3 s later,
+#    longer than the 2 s lease: the aggregators retry, the balancer sees /healthz fail and recover.
+wait_committed $(( rounds / 2 + 1 ))
+sleep 0.5
+bash "$here/tests/support/postgres_cluster.sh" kill "$pg" >/dev/null
+sleep 3
+bash "$here/tests/support/postgres_cluster.sh" resume "$pg" >/dev/null
 
 wait "$swarm" || fail "a device failed: $(head -5 "$work/swarm.err")"
 for n in 1 2 3; do wait "${server_pid[n]}" || true; done
@@ -143,6 +165,7 @@ merged=$(cat "$work"/aggregator*.log | grep -c 'event=aggregate_merged' || true)
 ((merged > 0)) || fail "no close merged updates acknowledged by other aggregators"
 elections=$(cat "$work"/aggregator*.log | grep -c 'event=coordinator_elected' || true)
 ((elections >= 2)) || fail "the lease never changed hands ($elections elections)"
-echo "aggregators_test: $devices devices through HAProxy to 3 aggregators on PostgreSQL; coordinator" \
-  "agg$victim killed -9 after round $((rounds / 2)); $rounds rounds committed, $rows updates in the" \
-  "ledger, $merged closes merged other aggregators' updates, $elections elections"
+echo "aggregators_test: $devices devices through HAProxy to 3 aggregators on PostgreSQL; follower" \
+  "agg$follower killed -9 in round 2, coordinator agg$victim after round $((rounds / 2)), the database" \
+  "crashed for 3 s in round $((rounds / 2 + 2)); $rounds rounds committed, $rows updates in the ledger," \
+  "$merged closes merged other aggregators' updates, $elections elections"
