@@ -1085,6 +1085,12 @@ Status PostgresStorage::get_setting(const std::string& key, std::optional<std::s
 #undef EDGEFL_ROUND_COLUMNS
 #undef EDGEFL_UPDATE_COLUMNS
 
+// For the lease's transactions: a lock wait of at most 1 s (they run on a server's event loop),
+// unless the session's own is shorter.
+constexpr const char* kLeaseLockTimeoutSql =
+    "SELECT set_config('lock_timeout', '1s', true) WHERE current_setting('lock_timeout') = '0' "
+    "OR current_setting('lock_timeout')::interval > interval '1s'";
+
 Status PostgresStorage::acquire_lease(const std::string& holder, uint32_t ttl_ms, int64_t /*now_ms*/,
                                       Lease* out, std::string* error) {
   if (holder.empty() || ttl_ms == 0 || out == nullptr)
@@ -1096,10 +1102,7 @@ Status PostgresStorage::acquire_lease(const std::string& holder, uint32_t ttl_ms
         // The row is share-locked by the coordinator's fenced writes until they commit: a renewal
         // waits at most 1 s for them (it runs on a server's event loop), then fails and is tried
         // again at the next renewal.
-        EDGEFL_RETURN_IF_ERROR(simple(
-            "SELECT set_config('lock_timeout', '1s', true) WHERE current_setting('lock_timeout') = '0' "
-            "OR current_setting('lock_timeout')::interval > interval '1s'",
-            message, PGRES_TUPLES_OK));
+        EDGEFL_RETURN_IF_ERROR(simple(kLeaseLockTimeoutSql, message, PGRES_TUPLES_OK));
         // Taken when free, expired or already the caller's; a change of hands is a new epoch. One statement:
         // concurrent callers serialise on the row.
         Params p;
@@ -1161,10 +1164,7 @@ Status PostgresStorage::release_lease(const std::string& holder, std::string* er
       [&](const Attempt&, std::string* message) -> Status {
         Transaction txn(this);
         EDGEFL_RETURN_IF_ERROR(txn.begin(message));
-        EDGEFL_RETURN_IF_ERROR(simple(
-            "SELECT set_config('lock_timeout', '1s', true) WHERE current_setting('lock_timeout') = '0' "
-            "OR current_setting('lock_timeout')::interval > interval '1s'",
-            message, PGRES_TUPLES_OK));
+        EDGEFL_RETURN_IF_ERROR(simple(kLeaseLockTimeoutSql, message, PGRES_TUPLES_OK));
         // Whoever takes it next, even `holder`, starts a new epoch: the holder is renamed.
         Params p;
         p.text(holder);
