@@ -12,7 +12,7 @@
 #   bash tests/server/load.sh 3000
 #   EDGEFL_LOAD_SERVER_ARGS="--max-connections 256" bash tests/server/load.sh 1500   # past the cap
 #   EDGEFL_LOAD_RAMP=40 EDGEFL_LOAD_SERVER_ARGS="--max-connections 10000" \
-#     bash tests/server/load.sh 10000 5 1000                 # 10,000 devices arriving at 40 a second
+#     bash tests/server/load.sh 10000 8 1000                 # 10,000 devices arriving at 40 a second
 #   EDGEFL_LOAD_POSTGRES=1 bash tests/server/load.sh 1000   # state in a private PostgreSQL cluster
 #                                                            # (tests/support/postgres_cluster.sh)
 #   EDGEFL_LOAD_AGGREGATORS=3 bash tests/server/load.sh 1000 # three aggregators on one PostgreSQL
@@ -75,7 +75,12 @@ haproxy_pid=""
 if ((aggregators > 1)); then
   # The devices know HAProxy's address only (TCP mode, mutual TLS through to the aggregators).
   front=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  EDGEFL_HAPROXY_MAXCONN=$((devices * 2 + 1000)) bash platforms/haproxy/edgefl-haproxy.sh "127.0.0.1:$front" \
+  # Two descriptors per proxied connection, under this shell's file limit (HAProxy refuses to start
+  # past it).
+  maxconn=$((devices * 2 + 1000))
+  fd_cap=$(( ($(ulimit -n) - 1000) / 2 ))
+  ((maxconn > fd_cap)) && maxconn=$fd_cap
+  EDGEFL_HAPROXY_MAXCONN=$maxconn bash platforms/haproxy/edgefl-haproxy.sh "127.0.0.1:$front" \
     "${backends[@]}" >"$work/haproxy.cfg"
   haproxy -db -f "$work/haproxy.cfg" >"$work/haproxy.out" 2>"$work/haproxy.err" &
   haproxy_pid=$!
@@ -140,15 +145,21 @@ for ((a = 1; a <= aggregators; a++)); do
     $(field p99_upload_to_ack_s) * 1000}")"
 done
 ledger_ms=$(awk "BEGIN {print ($writes > 0 ? $ledger_sum / $writes : 0)}")
+# Devices present at once: those that had connected (a completed mutual-TLS handshake) by the
+# time the last round committed; the rest arrived to hear that the server drains.
+last_commit=$(cat "$work"/server-*.log | grep 'event=round_committed' | sed 's/^ts=\([^ ]*\).*/\1/' | sort | tail -1)
+present=$(cat "$work"/server-*.log | grep 'event=device_connected' |
+  awk -v last="ts=$last_commit" '$1 <= last { for (i = 2; i <= NF; i++) if ($i ~ /^device=/) seen[$i] = 1 }
+    END { print length(seen) }')
 busy=$(cat "$work"/server-*.log | grep -c 'event=connection_limit' || true)
 failed_handshakes=$(cat "$work"/server-*.log | grep -c 'event=tls_handshake_failed' || true)
 wall=$(awk "BEGIN {print $end - $start}")
 
 echo "swarm: $(cat "$work/swarm.txt")"
 if [[ -s "$work/swarm.err" ]]; then echo "swarm failures (first 10):"; head -10 "$work/swarm.err"; fi
-printf '| devices | aggregators | state | rounds committed | updates accepted (per s) | ledger write per update | peak RSS per aggregator | p50 / p99 upload-to-ack per aggregator | handshakes per s (failed) | most connections at once per aggregator | ServerBusy answers | sockets closed at the cap | wall |\n'
-printf '| %s | %s | %s | %s of %s | %s (%.0f) | %.2f ms | %s MiB | %s ms | %.0f (%s) | %s | %s | %s | %.0f s |\n' \
-  "$devices" "$aggregators" "$state_name" "$committed" "$rounds" "$accepted" "$(awk "BEGIN {print $accepted / $wall}")" \
+printf '| devices (present at the last commit) | aggregators | state | rounds committed | updates accepted (per s) | ledger write per update | peak RSS per aggregator | p50 / p99 upload-to-ack per aggregator | handshakes per s (failed) | most connections at once per aggregator | ServerBusy answers | sockets closed at the cap | wall |\n'
+printf '| %s (%s) | %s | %s | %s of %s | %s (%.0f) | %.2f ms | %s MiB | %s ms | %.0f (%s) | %s | %s | %s | %.0f s |\n' \
+  "$devices" "$present" "$aggregators" "$state_name" "$committed" "$rounds" "$accepted" "$(awk "BEGIN {print $accepted / $wall}")" \
   "$ledger_ms" "$peak" "$latency" "$(awk "BEGIN {print $handshakes / $wall}")" "$failed_handshakes" \
   "$open_peak" "$busy_answers" "$busy" "$wall"
 if ((swarm_status != 0)) || [[ "$committed" != "$rounds" ]]; then
