@@ -134,16 +134,18 @@ Client::Client(ClientOptions options) : options_(std::move(options)), connection
   }
 }
 
-Client::~Client() = default;
+Client::~Client() {
+  // A cancel() from another thread that woke the owner may still be running: wait it out.
+  std::lock_guard<std::mutex> lock(wait_mutex_);
+}
 
 void Client::cancel() {
-  {
-    // Under the mutex, so that a sleep_ms() between its check and its wait cannot miss the signal.
-    std::lock_guard<std::mutex> lock(wait_mutex_);
-    cancelled_.store(true);
-  }
-  wait_cv_.notify_all();
+  // All under the mutex: a sleep_ms() between its check and its wait cannot miss the signal, and
+  // the destructor waits until this call no longer touches the object.
+  std::lock_guard<std::mutex> lock(wait_mutex_);
+  cancelled_.store(true);
   connection_->cancel();
+  wait_cv_.notify_all();
 }
 
 void Client::note(LogLevel level, const std::string& message) const {

@@ -48,8 +48,10 @@ struct Connection::Impl {
     if (!done) {
       std::error_code ignored;
       socket.close(ignored);
-      io.restart();
-      while (!done) io.run_one();
+      while (!done) {
+        io.restart();  // a cancel() may have stopped it
+        io.run_one();
+      }
     }
     return result;
   }
@@ -71,9 +73,9 @@ void Connection::set_transport(const Transport& transport) {
 
 void Connection::cancel() {
   cancelled_.store(true);
-  // Wakes a wait() in progress on the owning thread (post is thread-safe); a wake-up that finds
-  // nothing to do is harmless, wait() checks its conditions again.
-  asio::post(impl_->io, [] {});
+  // Wakes a wait() in progress on the owning thread: stop() is thread-safe and allocates nothing;
+  // wait() restarts the io_context before each run and checks its conditions again.
+  impl_->io.stop();
 }
 void Connection::reset_cancel() {
   cancelled_.store(false);
