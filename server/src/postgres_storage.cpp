@@ -23,6 +23,15 @@ bool postgres_storage_available() {
 namespace {
 
 // Type OIDs of the parameters and columns used here (pg_type.h, stable across versions).
+// For every transaction that holds the lease row (fenced writes, taking or giving up the lease):
+// if this server stops between its statements (a paused or frozen process), the database ends its
+// session after 5 s, and the lock with it, so successors are not held off for longer. (Only these:
+// an update's upload may take longer than that to reach the database.)
+constexpr const char* kLeaseIdleTimeoutSql =
+    "SELECT set_config('idle_in_transaction_session_timeout', '5s', true) "
+    "WHERE current_setting('idle_in_transaction_session_timeout') = '0' "
+    "OR current_setting('idle_in_transaction_session_timeout')::interval > interval '5s'";
+
 constexpr Oid kBoolOid = 16;
 constexpr Oid kByteaOid = 17;
 constexpr Oid kInt8Oid = 20;
@@ -443,6 +452,7 @@ class PostgresStorage final : public Storage {
   // holder fails.
   Status check_fence(const char* call, std::string* error) {
     if (fence_holder_.empty()) return Status::kOk;
+    EDGEFL_RETURN_IF_ERROR(simple(kLeaseIdleTimeoutSql, error, PGRES_TUPLES_OK));
     Params p;
     p.text(fence_holder_).u64(fence_epoch_);
     Result r;
@@ -526,13 +536,6 @@ Status PostgresStorage::connect(std::string* error) {
   EDGEFL_RETURN_IF_ERROR(
       simple("SELECT set_config('lock_timeout', '10s', false) "
              "WHERE current_setting('lock_timeout') = '0'",
-             error, PGRES_TUPLES_OK));
-  // A transaction of this server's that stops between its statements (a paused or frozen process)
-  // is ended by the database after 5 s, and its locks with it: a coordinator stopped inside a
-  // fenced write cannot hold the lease row against its successors for longer than that.
-  EDGEFL_RETURN_IF_ERROR(
-      simple("SELECT set_config('idle_in_transaction_session_timeout', '5s', false) "
-             "WHERE current_setting('idle_in_transaction_session_timeout') = '0'",
              error, PGRES_TUPLES_OK));
   Result r(PQexec(conn_, "SELECT current_setting('synchronous_commit'), current_setting('fsync')"));
   if (r.get() == nullptr || PQresultStatus(r.get()) != PGRES_TUPLES_OK || r.rows() != 1)
@@ -1085,8 +1088,8 @@ Status PostgresStorage::get_setting(const std::string& key, std::optional<std::s
 #undef EDGEFL_ROUND_COLUMNS
 #undef EDGEFL_UPDATE_COLUMNS
 
-// For the lease's transactions: a lock wait of at most 1 s (they run on a server's event loop),
-// unless the session's own is shorter.
+// For the transactions that take the lease: a lock wait of at most 1 s (they run on a server's
+// event loop), unless the session's own is shorter.
 constexpr const char* kLeaseLockTimeoutSql =
     "SELECT set_config('lock_timeout', '1s', true) WHERE current_setting('lock_timeout') = '0' "
     "OR current_setting('lock_timeout')::interval > interval '1s'";
@@ -1103,6 +1106,7 @@ Status PostgresStorage::acquire_lease(const std::string& holder, uint32_t ttl_ms
         // waits at most 1 s for them (it runs on a server's event loop), then fails and is tried
         // again at the next renewal.
         EDGEFL_RETURN_IF_ERROR(simple(kLeaseLockTimeoutSql, message, PGRES_TUPLES_OK));
+        EDGEFL_RETURN_IF_ERROR(simple(kLeaseIdleTimeoutSql, message, PGRES_TUPLES_OK));
         // Taken when free, expired or already the caller's; a change of hands is a new epoch. One statement:
         // concurrent callers serialise on the row.
         Params p;
@@ -1165,6 +1169,7 @@ Status PostgresStorage::release_lease(const std::string& holder, std::string* er
         Transaction txn(this);
         EDGEFL_RETURN_IF_ERROR(txn.begin(message));
         EDGEFL_RETURN_IF_ERROR(simple(kLeaseLockTimeoutSql, message, PGRES_TUPLES_OK));
+        EDGEFL_RETURN_IF_ERROR(simple(kLeaseIdleTimeoutSql, message, PGRES_TUPLES_OK));
         // Whoever takes it next, even `holder`, starts a new epoch: the holder is renamed.
         Params p;
         p.text(holder);

@@ -1019,7 +1019,11 @@ Status RoundManager::start_shared(int64_t now_ms, std::string* error) {
     log_warn("lease_renewal_failed").kv("aggregator", options_.aggregator_id).kv("error", *error);
     lease = Lease{};
   }
-  if (lease.held) return become_coordinator(lease, now_ms, error);
+  if (lease.held) {
+    const Status started = become_coordinator(lease, now_ms, error);
+    if (started != Status::kOk) give_up_lease(lease.epoch, now_ms, *error);  // the server exits
+    return started;
+  }
   coordinating_ = false;
   log_info("aggregator_following")
       .kv("aggregator", options_.aggregator_id)
@@ -1081,21 +1085,30 @@ void RoundManager::renew_lease(int64_t now_ms) {
     next_look_ms_ = now_ms;
     if (!lease.held) return;
   }
-  if (!coordinating_ && lease.held && become_coordinator(lease, now_ms, &error) != Status::kOk) {
-    // This server cannot coordinate (say, the shared directory is unreadable from its machine):
-    // it gives the lease up at once and leaves it to the others for two lease periods, instead of
-    // holding the rounds still by renewing a lease it cannot use.
-    coordinating_ = false;
-    std::string release_error;
-    (void)storage_->set_fence("", 0, &release_error);
-    const Status released = storage_->release_lease(lease_holder_, &release_error);
-    no_lease_until_ms_ = now_ms + 2 * int64_t{options_.coordinator_lease_ms};
-    log_error("coordinator_start_failed")
-        .kv("aggregator", options_.aggregator_id)
-        .kv("epoch", lease.epoch)
-        .kv("error", error)
-        .kv("lease_released", released == Status::kOk ? "yes" : release_error);
-  }
+  if (!coordinating_ && lease.held && become_coordinator(lease, now_ms, &error) != Status::kOk)
+    give_up_lease(lease.epoch, now_ms, error);
+}
+
+void RoundManager::give_up_lease(uint64_t epoch, int64_t now_ms, const std::string& why) {
+  // This server cannot coordinate (say, the shared directory is unreadable from its machine): it
+  // gives the lease up at once and leaves it to the others for two lease periods, instead of
+  // holding the rounds still by renewing a lease it cannot use. What the failed start set up is
+  // dropped: the next look at the store loads the model a coordinator recorded, even one that
+  // carries the version number this server had begun to write.
+  coordinating_ = false;
+  open_.reset();
+  candidate_ready_ = false;
+  model_version_ = 0;
+  next_look_ms_ = now_ms;
+  std::string release_error;
+  (void)storage_->set_fence("", 0, &release_error);
+  const Status released = storage_->release_lease(lease_holder_, &release_error);
+  no_lease_until_ms_ = now_ms + 2 * int64_t{options_.coordinator_lease_ms};
+  log_error("coordinator_start_failed")
+      .kv("aggregator", options_.aggregator_id)
+      .kv("epoch", epoch)
+      .kv("error", why)
+      .kv("lease_released", released == Status::kOk ? std::string("yes") : release_error);
 }
 
 Status RoundManager::follow(int64_t now_ms, std::string* error) {

@@ -264,6 +264,7 @@ class RoundManager {
   Status become_coordinator(const Lease& lease, int64_t now_ms, std::string* error);
   Status follow(int64_t now_ms, std::string* error);
   void renew_lease(int64_t now_ms);
+  void give_up_lease(uint64_t epoch, int64_t now_ms, const std::string& why);  // after a failed start
   Status recover_open_round(int64_t now_ms, std::string* error);
   // Sets the aggregate, round->accepted, contributed and upload_bytes from the round's ledger
   // (the plain rounds' rule: every ledger update decoded and added, in acceptance order).
