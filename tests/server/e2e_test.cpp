@@ -2338,6 +2338,8 @@ TEST_SUITE("e2e.faults") {
         }
         return -1L;
       };
+      for (int i = 0; i < 500 && tid.load() == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into the wait
       const long before = switches();
       std::this_thread::sleep_for(std::chrono::milliseconds(1000));

@@ -1002,6 +1002,12 @@ TEST_SUITE("server.rounds.aggregators") {
     for (int i = 0; i < 5; ++i) p.advance(100);
     CHECK(p.b->faults->calls["release_lease"] == 1);
     CHECK_FALSE(p.b->rounds->coordinating());
+    const int attempts = p.b->faults->calls["acquire_lease"];
+    for (int i = 0; i < 25; ++i) p.advance(100);            // past b's two lease periods out
+    CHECK(p.b->faults->calls["acquire_lease"] > attempts);  // b looks at the lease again
+    CHECK(p.b->faults->calls["release_lease"] == 1);        // and finds a's
+    CHECK_FALSE(p.b->rounds->coordinating());
+    REQUIRE(p.a->rounds->coordinating());
     CHECK(disposition(p.a->upload(p.a->offer("d0"), ups[0])) == wire::UpdateDisposition::kAccepted);
     CHECK(disposition(p.b->upload(p.b->offer("d1"), ups[1])) == wire::UpdateDisposition::kAccepted);
     p.advance(100);
