@@ -12,7 +12,7 @@
 #   bash tests/server/load.sh 3000
 #   EDGEFL_LOAD_SERVER_ARGS="--max-connections 256" bash tests/server/load.sh 1500   # past the cap
 #   EDGEFL_LOAD_RAMP=40 EDGEFL_LOAD_SERVER_ARGS="--max-connections 10000" \
-#     bash tests/server/load.sh 10000 8 1000                 # 10,000 devices arriving at 40 a second
+#     bash tests/server/load.sh 10000 5 1000                 # 10,000 devices arriving at 40 a second
 #   EDGEFL_LOAD_POSTGRES=1 bash tests/server/load.sh 1000   # state in a private PostgreSQL cluster
 #                                                            # (tests/support/postgres_cluster.sh)
 #   EDGEFL_LOAD_AGGREGATORS=3 bash tests/server/load.sh 1000 # three aggregators on one PostgreSQL
