@@ -22,7 +22,6 @@ bool postgres_storage_available() {
 
 namespace {
 
-// Type OIDs of the parameters and columns used here (pg_type.h, stable across versions).
 // For every transaction that holds the lease row (fenced writes, taking or giving up the lease):
 // if this server stops between its statements (a paused or frozen process), the database ends its
 // session after 5 s, and the lock with it, so successors are not held off for longer. (Only these:
@@ -32,6 +31,13 @@ constexpr const char* kLeaseIdleTimeoutSql =
     "WHERE current_setting('idle_in_transaction_session_timeout') = '0' "
     "OR current_setting('idle_in_transaction_session_timeout')::interval > interval '5s'";
 
+// For the transactions that take the lease: a lock wait of at most 1 s (they run on a server's
+// event loop), unless the session's own is shorter.
+constexpr const char* kLeaseLockTimeoutSql =
+    "SELECT set_config('lock_timeout', '1s', true) WHERE current_setting('lock_timeout') = '0' "
+    "OR current_setting('lock_timeout')::interval > interval '1s'";
+
+// Type OIDs of the parameters and columns used here (pg_type.h, stable across versions).
 constexpr Oid kBoolOid = 16;
 constexpr Oid kByteaOid = 17;
 constexpr Oid kInt8Oid = 20;
@@ -450,6 +456,14 @@ class PostgresStorage final : public Storage {
   // share-locked until
   // the transaction ends, so a takeover waits for this write and the next write of the old
   // holder fails.
+  // BEGINs `txn` for taking or giving up the lease: lock waits of at most 1 s, and the idle limit
+  // of every transaction that holds the lease row.
+  Status begin_lease_transaction(Transaction* txn, std::string* error) {
+    EDGEFL_RETURN_IF_ERROR(txn->begin(error));
+    EDGEFL_RETURN_IF_ERROR(simple(kLeaseLockTimeoutSql, error, PGRES_TUPLES_OK));
+    return simple(kLeaseIdleTimeoutSql, error, PGRES_TUPLES_OK);
+  }
+
   Status check_fence(const char* call, std::string* error) {
     if (fence_holder_.empty()) return Status::kOk;
     EDGEFL_RETURN_IF_ERROR(simple(kLeaseIdleTimeoutSql, error, PGRES_TUPLES_OK));
@@ -1088,25 +1102,17 @@ Status PostgresStorage::get_setting(const std::string& key, std::optional<std::s
 #undef EDGEFL_ROUND_COLUMNS
 #undef EDGEFL_UPDATE_COLUMNS
 
-// For the transactions that take the lease: a lock wait of at most 1 s (they run on a server's
-// event loop), unless the session's own is shorter.
-constexpr const char* kLeaseLockTimeoutSql =
-    "SELECT set_config('lock_timeout', '1s', true) WHERE current_setting('lock_timeout') = '0' "
-    "OR current_setting('lock_timeout')::interval > interval '1s'";
-
 Status PostgresStorage::acquire_lease(const std::string& holder, uint32_t ttl_ms, int64_t /*now_ms*/,
                                       Lease* out, std::string* error) {
   if (holder.empty() || ttl_ms == 0 || out == nullptr)
     return invalid_argument(error, "acquire_lease: empty holder, zero ttl or null output");
   return with_retry(
       [&](const Attempt&, std::string* message) -> Status {
-        Transaction txn(this);
-        EDGEFL_RETURN_IF_ERROR(txn.begin(message));
         // The row is share-locked by the coordinator's fenced writes until they commit: a renewal
         // waits at most 1 s for them (it runs on a server's event loop), then fails and is tried
         // again at the next renewal.
-        EDGEFL_RETURN_IF_ERROR(simple(kLeaseLockTimeoutSql, message, PGRES_TUPLES_OK));
-        EDGEFL_RETURN_IF_ERROR(simple(kLeaseIdleTimeoutSql, message, PGRES_TUPLES_OK));
+        Transaction txn(this);
+        EDGEFL_RETURN_IF_ERROR(begin_lease_transaction(&txn, message));
         // Taken when free, expired or already the caller's; a change of hands is a new epoch. One statement:
         // concurrent callers serialise on the row.
         Params p;
@@ -1167,9 +1173,7 @@ Status PostgresStorage::release_lease(const std::string& holder, std::string* er
   return with_retry(
       [&](const Attempt&, std::string* message) -> Status {
         Transaction txn(this);
-        EDGEFL_RETURN_IF_ERROR(txn.begin(message));
-        EDGEFL_RETURN_IF_ERROR(simple(kLeaseLockTimeoutSql, message, PGRES_TUPLES_OK));
-        EDGEFL_RETURN_IF_ERROR(simple(kLeaseIdleTimeoutSql, message, PGRES_TUPLES_OK));
+        EDGEFL_RETURN_IF_ERROR(begin_lease_transaction(&txn, message));
         // Whoever takes it next, even `holder`, starts a new epoch: the holder is renamed.
         Params p;
         p.text(holder);
