@@ -35,6 +35,8 @@ const char kUsage[] =
     "                          the --state database and the --state-dir directory (a shared file\n"
     "                          system); the one holding the database's lease coordinates the rounds\n"
     "  --coordinator-lease S   a coordinator that stops renewing is replaced after S seconds (10)\n"
+    "  --partial-sum-wait S    after a seal the coordinator waits up to S seconds for the others'\n"
+    "                          partial sums, then decodes the missing ones' updates (0.5; 0 = decode)\n"
     "\n"
     "network:\n"
     "  --listen HOST:PORT      device listener (127.0.0.1:7443; port 0 = any free port)\n"
@@ -171,6 +173,9 @@ bool set_round_option(const std::string& a, const std::string& v, edgefl::server
   } else if (a == "--coordinator-lease") {
     *ok = to_double(v, &d) && d >= 0.1 && d <= 3600;
     r->coordinator_lease_ms = static_cast<uint32_t>(d * 1000);
+  } else if (a == "--partial-sum-wait") {
+    *ok = to_double(v, &d) && d >= 0 && d <= 60;
+    r->partial_sum_wait_ms = static_cast<uint32_t>(d * 1000);
   } else if (a == "--model") {
     r->model_spec = v;
     r->model_spec_given = true;

@@ -61,6 +61,8 @@ class MemoryStorage final : public Storage {
       std::vector<uint8_t>().swap(update.payload);  // the ledger row stays, its payload goes
     }
     events_.erase(round_id);
+    partial_sums_.erase(partial_sums_.lower_bound({round_id, std::string()}),
+                        partial_sums_.lower_bound({round_id + 1, std::string()}));
     round.state = state;
     round.result_model_version = result_model_version;
     round.closed_unix_ms = closed_unix_ms;
@@ -299,6 +301,63 @@ class MemoryStorage final : public Storage {
     return Status::kOk;
   }
 
+  Status ledger_shares(uint64_t round_id, std::vector<LedgerShare>* out, std::string* error) override {
+    if (out == nullptr) return invalid_argument(error, "ledger_shares: null output");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    std::map<std::string, LedgerShare> shares;
+    for (const auto& [key, update] : updates_) {
+      if (key.first != round_id) continue;
+      LedgerShare& share = shares[update.aggregator];
+      share.aggregator = update.aggregator;
+      ++share.updates;
+      share.payload_bytes += update.payload_bytes;
+    }
+    out->clear();
+    for (auto& entry : shares) out->push_back(std::move(entry.second));
+    return Status::kOk;
+  }
+
+  Status for_each_update_of(uint64_t round_id, const std::string& aggregator,
+                            const std::function<Status(const UpdateRecord&)>& fn,
+                            std::string* error) override {
+    if (!fn) return invalid_argument(error, "for_each_update_of: no callback");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    std::vector<const UpdateRecord*> rows;
+    for (const auto& [key, update] : updates_) {
+      if (key.first == round_id && update.aggregator == aggregator) rows.push_back(&update);
+    }
+    std::sort(rows.begin(), rows.end(),
+              [](const UpdateRecord* a, const UpdateRecord* b) { return a->sequence < b->sequence; });
+    return visit(rows, [&](const UpdateRecord* u) { return fn(*u); });
+  }
+
+  Status put_partial_sum(const PartialSum& sum, std::string* error) override {
+    EDGEFL_RETURN_IF_ERROR(check_new_partial_sum(sum, error));
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    auto it = rounds_.find(sum.round_id);
+    if (it == rounds_.end() || it->second.state != RoundState::kOpen || !it->second.sealed) {
+      return invalid_argument(
+          error, "put_partial_sum: round " + std::to_string(sum.round_id) + " is not open and sealed");
+    }
+    partial_sums_[{sum.round_id, sum.aggregator}] = sum;
+    return Status::kOk;
+  }
+
+  Status for_each_partial_sum(uint64_t round_id, const std::function<Status(const PartialSum&)>& fn,
+                              std::string* error) override {
+    if (!fn) return invalid_argument(error, "for_each_partial_sum: no callback");
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    std::vector<const PartialSum*> rows;
+    for (auto it = partial_sums_.lower_bound({round_id, std::string()});
+         it != partial_sums_.end() && it->first.first == round_id; ++it)
+      rows.push_back(&it->second);
+    return visit(rows, [&](const PartialSum* p) { return fn(*p); });
+  }
+
  private:
   // Calls fn on each of `rows` until it returns non-kOk. The caller holds the lock throughout (as
   // with SQLite), and this thread is marked: a callback that calls back in is refused.
@@ -343,7 +402,8 @@ class MemoryStorage final : public Storage {
     uint64_t last_sequence = 0;
     std::map<uint64_t, std::vector<RoundEvent>> events;  // by round, in append order
     uint64_t last_event_sequence = 0;
-    Lease lease;           // `held` unused
+    std::map<std::pair<uint64_t, std::string>, PartialSum> partial_sums;  // (round, aggregator)
+    Lease lease;                                                          // `held` unused
     int64_t clock_ms = 0;  // the latest now_ms given to acquire_lease: this store's clock
   };
 
@@ -362,6 +422,7 @@ class MemoryStorage final : public Storage {
   uint64_t& last_sequence_ = shared_->last_sequence;
   std::map<uint64_t, std::vector<RoundEvent>>& events_ = shared_->events;
   uint64_t& last_event_sequence_ = shared_->last_event_sequence;
+  std::map<std::pair<uint64_t, std::string>, PartialSum>& partial_sums_ = shared_->partial_sums;
   std::string fence_holder_;
   uint64_t fence_epoch_ = 0;
 };

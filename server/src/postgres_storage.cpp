@@ -118,6 +118,19 @@ CREATE TABLE coordinator_lease (
   expires_unix_ms bigint  NOT NULL
 );
 )sql",
+    // Version 3: each aggregator's partial sum of a sealed round, and which aggregator acknowledged
+    // each update (the rows a partial sum covers). Rows from before have the aggregator ''.
+    R"sql(
+ALTER TABLE updates ADD COLUMN aggregator text NOT NULL DEFAULT '';
+CREATE TABLE partial_sums (
+  round_id   bigint NOT NULL REFERENCES rounds (round_id),
+  aggregator text   NOT NULL CHECK (length(aggregator) > 0),
+  updates    bigint NOT NULL CHECK (updates >= 0),
+  state      bytea  NOT NULL CHECK (length(state) > 0),
+  PRIMARY KEY (round_id, aggregator)
+);
+ALTER TABLE partial_sums ALTER COLUMN state SET STORAGE EXTERNAL;
+)sql",
 };
 static_assert(sizeof kMigrations / sizeof kMigrations[0] == kPostgresSchemaVersion,
               "one migration per schema version");
@@ -125,8 +138,9 @@ static_assert(sizeof kMigrations / sizeof kMigrations[0] == kPostgresSchemaVersi
 #define EDGEFL_ROUND_COLUMNS                                                                       \
   "round_id, nonce, base_model_version, state, opened_unix_ms, deadline_unix_ms, closed_unix_ms, " \
   "result_model_version, accepted_updates, sealed"
-#define EDGEFL_UPDATE_COLUMNS \
-  "sequence, round_id, device_id, upload_id, sample_count, digest, payload_bytes, accepted_unix_ms"
+#define EDGEFL_UPDATE_COLUMNS                                                                         \
+  "sequence, round_id, device_id, upload_id, sample_count, digest, payload_bytes, accepted_unix_ms, " \
+  "aggregator"
 
 constexpr const char* kGetRoundSql = "SELECT " EDGEFL_ROUND_COLUMNS " FROM rounds WHERE round_id = $1";
 constexpr const char* kLockRoundShareSql =
@@ -139,6 +153,9 @@ constexpr const char* kFindUpdateSql =
     "SELECT " EDGEFL_UPDATE_COLUMNS " FROM updates WHERE round_id = $1 AND device_id = $2";
 constexpr const char* kEachUpdateSql =
     "SELECT " EDGEFL_UPDATE_COLUMNS ", payload FROM updates WHERE round_id = $1 ORDER BY sequence";
+constexpr const char* kEachUpdateOfSql = "SELECT " EDGEFL_UPDATE_COLUMNS
+                                         ", payload FROM updates WHERE round_id = $1 AND aggregator = $2 "
+                                         "ORDER BY sequence";
 constexpr const char* kLatestModelSql =
     "SELECT version, round_id, path, digest, bytes, created_unix_ms FROM models ORDER BY version DESC LIMIT "
     "1";
@@ -277,14 +294,15 @@ bool read_update(PGresult* r, int row, bool with_payload, UpdateRecord* u) {
   if (!column_u64(r, row, 0, &u->sequence) || !column_u64(r, row, 1, &u->round_id) ||
       !column_text(r, row, 2, &u->device_id) || !column_array(r, row, 3, &u->upload_id) ||
       !column_u32(r, row, 4, &u->sample_count) || !column_array(r, row, 5, &u->digest) ||
-      !column_u64(r, row, 6, &u->payload_bytes) || !column_i64(r, row, 7, &u->accepted_unix_ms)) {
+      !column_u64(r, row, 6, &u->payload_bytes) || !column_i64(r, row, 7, &u->accepted_unix_ms) ||
+      !column_text(r, row, 8, &u->aggregator)) {
     return false;
   }
   if (!with_payload) {
     u->payload.clear();
     return true;
   }
-  return column_bytes(r, row, 8, &u->payload);
+  return column_bytes(r, row, 9, &u->payload);
 }
 
 bool read_model(PGresult* r, int row, ModelRecord* m) {
@@ -341,8 +359,23 @@ class PostgresStorage final : public Storage {
   Status seal_round(uint64_t round_id, std::string* error) override;
   Status list_settings(const std::string& prefix, std::vector<std::pair<std::string, std::string>>* out,
                        std::string* error) override;
+  Status ledger_shares(uint64_t round_id, std::vector<LedgerShare>* out, std::string* error) override;
+  Status for_each_update_of(uint64_t round_id, const std::string& aggregator,
+                            const std::function<Status(const UpdateRecord&)>& fn,
+                            std::string* error) override;
+  Status put_partial_sum(const PartialSum& sum, std::string* error) override;
+  Status for_each_partial_sum(uint64_t round_id, const std::function<Status(const PartialSum&)>& fn,
+                              std::string* error) override;
 
  private:
+  // each_row() inside with_retry(), each row handed once: a connection lost after the first row
+  // ends the call (kIoError) instead of starting the rows over. `row` gets the call's message.
+  Status each_row_once(const char* what, const char* sql, const Params& params,
+                       const std::function<Status(PGresult*, std::string*)>& row, std::string* error);
+  // for_each_update and for_each_update_of: the rows of `sql` with `params`, each handed once.
+  Status each_update(const char* sql, const Params& params,
+                     const std::function<Status(const UpdateRecord&)>& fn, std::string* error);
+
   bool connected() const { return conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK; }
 
   // Opens the connection and sets up the session: synchronous_commit on (read back), fsync on
@@ -505,9 +538,9 @@ class PostgresStorage final : public Storage {
     return Status::kOk;
   }
 
-  // Streams the rows of `sql` ($1 = round_id) one at a time to `row`, with the object marked as
+  // Streams the rows of `sql` (with `params`) one at a time to `row`, with the object marked as
   // iterating. Stops at row's first non-kOk (the rest of the result is drained).
-  Status each_row(const char* what, const char* sql, uint64_t round_id,
+  Status each_row(const char* what, const char* sql, const Params& params,
                   const std::function<Status(PGresult*)>& row, std::string* error);
 
   std::string conninfo_;
@@ -726,6 +759,8 @@ Status PostgresStorage::close_round(uint64_t round_id, RoundState state, uint64_
             id, message));
         EDGEFL_RETURN_IF_ERROR(
             command("drop round events", "DELETE FROM round_events WHERE round_id = $1", id, message));
+        EDGEFL_RETURN_IF_ERROR(
+            command("drop partial sums", "DELETE FROM partial_sums WHERE round_id = $1", id, message));
         return txn.commit(message);
       },
       error);
@@ -814,12 +849,13 @@ Status PostgresStorage::record_update(const UpdateRecord& update, InsertResult* 
             .bytes(update.digest.data(), update.digest.size())
             .u64(update.payload_bytes)
             .i64(update.accepted_unix_ms)
-            .bytes(update.payload.data(), update.payload.size());
+            .bytes(update.payload.data(), update.payload.size())
+            .text(update.aggregator);
         EDGEFL_RETURN_IF_ERROR(
             query("insert update",
                   "INSERT INTO updates (round_id, device_id, upload_id, sample_count, digest, "
-                  "payload_bytes, accepted_unix_ms, payload) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
-                  "RETURNING sequence",
+                  "payload_bytes, accepted_unix_ms, payload, aggregator) "
+                  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING sequence",
                   p, &r, message));
         uint64_t assigned = 0;
         if (r.rows() != 1 || !column_u64(r.get(), 0, 0, &assigned)) return corrupt_row("updates", message);
@@ -871,10 +907,8 @@ Status PostgresStorage::count_updates(uint64_t round_id, uint64_t* out, std::str
       error);
 }
 
-Status PostgresStorage::each_row(const char* what, const char* sql, uint64_t round_id,
+Status PostgresStorage::each_row(const char* what, const char* sql, const Params& p,
                                  const std::function<Status(PGresult*)>& row, std::string* error) {
-  Params p;
-  p.u64(round_id);
   if (PQsendQueryParams(conn_, sql, p.count(), p.types(), p.values(), p.lengths(), p.formats(), 1) != 1 ||
       PQsetSingleRowMode(conn_) != 1) {
     return failed(what, nullptr, error);
@@ -899,27 +933,129 @@ Status PostgresStorage::each_row(const char* what, const char* sql, uint64_t rou
   return st;
 }
 
+Status PostgresStorage::each_row_once(const char* what, const char* sql, const Params& params,
+                                      const std::function<Status(PGresult*, std::string*)>& row,
+                                      std::string* error) {
+  bool called = false;
+  return with_retry(
+      [&](const Attempt&, std::string* message) -> Status {
+        if (called) {  // never hand a row twice: a connection lost mid-iteration ends the call
+          if (message != nullptr) *message = std::string("postgresql: connection lost during ") + what;
+          return Status::kIoError;
+        }
+        return each_row(
+            what, sql, params,
+            [&](PGresult* r) -> Status {
+              called = true;
+              return row(r, message);
+            },
+            message);
+      },
+      error);
+}
+
+Status PostgresStorage::each_update(const char* sql, const Params& params,
+                                    const std::function<Status(const UpdateRecord&)>& fn,
+                                    std::string* error) {
+  UpdateRecord u;  // reused: its payload buffer keeps its capacity from row to row
+  return each_row_once(
+      "select updates", sql, params,
+      [&](PGresult* r, std::string* message) -> Status {
+        if (!read_update(r, 0, true, &u)) return corrupt_row("updates", message);
+        return fn(u);
+      },
+      error);
+}
+
 Status PostgresStorage::for_each_update(uint64_t round_id,
                                         const std::function<Status(const UpdateRecord&)>& fn,
                                         std::string* error) {
   if (!fn) return invalid_argument(error, "for_each_update: no callback");
   if (!fits_i64(round_id)) return invalid_argument(error, "for_each_update: round id out of range");
-  UpdateRecord u;  // reused: its payload buffer keeps its capacity from row to row
-  bool called = false;
+  Params p;
+  p.u64(round_id);
+  return each_update(kEachUpdateSql, p, fn, error);
+}
+
+Status PostgresStorage::for_each_update_of(uint64_t round_id, const std::string& aggregator,
+                                           const std::function<Status(const UpdateRecord&)>& fn,
+                                           std::string* error) {
+  if (!fn) return invalid_argument(error, "for_each_update_of: no callback");
+  if (!fits_i64(round_id)) return invalid_argument(error, "for_each_update_of: round id out of range");
+  Params p;
+  p.u64(round_id).text(aggregator);
+  return each_update(kEachUpdateOfSql, p, fn, error);
+}
+
+Status PostgresStorage::ledger_shares(uint64_t round_id, std::vector<LedgerShare>* out, std::string* error) {
+  if (out == nullptr) return invalid_argument(error, "ledger_shares: null output");
+  if (!fits_i64(round_id)) return invalid_argument(error, "ledger_shares: round id out of range");
   return with_retry(
       [&](const Attempt&, std::string* message) -> Status {
-        if (called) {  // never hand a row twice: a connection lost mid-iteration ends the call
-          if (message != nullptr) *message = "postgresql: connection lost while reading the updates";
-          return Status::kIoError;
+        Params p;
+        p.u64(round_id);
+        Result r;
+        EDGEFL_RETURN_IF_ERROR(
+            query("count updates by aggregator",
+                  "SELECT aggregator, count(*)::bigint, coalesce(sum(payload_bytes), 0)::bigint "
+                  "FROM updates WHERE round_id = $1 GROUP BY aggregator ORDER BY aggregator",
+                  p, &r, message));
+        std::vector<LedgerShare> shares(size_t(r.rows()));
+        for (int i = 0; i < r.rows(); ++i) {
+          LedgerShare& share = shares[size_t(i)];
+          if (!column_text(r.get(), i, 0, &share.aggregator) || !column_u64(r.get(), i, 1, &share.updates) ||
+              !column_u64(r.get(), i, 2, &share.payload_bytes))
+            return corrupt_row("updates", message);
         }
-        return each_row(
-            "select updates", kEachUpdateSql, round_id,
-            [&](PGresult* r) -> Status {
-              called = true;
-              if (!read_update(r, 0, true, &u)) return corrupt_row("updates", message);
-              return fn(u);
-            },
-            message);
+        *out = std::move(shares);
+        return Status::kOk;
+      },
+      error);
+}
+
+Status PostgresStorage::put_partial_sum(const PartialSum& sum, std::string* error) {
+  EDGEFL_RETURN_IF_ERROR(check_new_partial_sum(sum, error));
+  return with_retry(
+      [&](const Attempt&, std::string* message) -> Status {
+        // An upsert: a retry after a COMMIT in doubt writes the same row again.
+        Transaction txn(this);
+        EDGEFL_RETURN_IF_ERROR(txn.begin(message));
+        std::optional<RoundRecord> round;
+        EDGEFL_RETURN_IF_ERROR(select_round(kLockRoundShareSql, sum.round_id, &round, message));
+        if (!round || round->state != RoundState::kOpen || !round->sealed) {
+          return invalid_argument(
+              message, "put_partial_sum: round " + std::to_string(sum.round_id) + " is not open and sealed");
+        }
+        Params p;
+        p.u64(sum.round_id).text(sum.aggregator).u64(sum.updates).bytes(sum.state.data(), sum.state.size());
+        EDGEFL_RETURN_IF_ERROR(command("store partial sum",
+                                       "INSERT INTO partial_sums (round_id, aggregator, updates, state) "
+                                       "VALUES ($1, $2, $3, $4) ON CONFLICT (round_id, aggregator) "
+                                       "DO UPDATE SET updates = excluded.updates, state = excluded.state",
+                                       p, message));
+        return txn.commit(message);
+      },
+      error);
+}
+
+Status PostgresStorage::for_each_partial_sum(uint64_t round_id,
+                                             const std::function<Status(const PartialSum&)>& fn,
+                                             std::string* error) {
+  if (!fn) return invalid_argument(error, "for_each_partial_sum: no callback");
+  if (!fits_i64(round_id)) return invalid_argument(error, "for_each_partial_sum: round id out of range");
+  PartialSum sum;
+  sum.round_id = round_id;
+  Params p;
+  p.u64(round_id);
+  return each_row_once(
+      "select partial sums",
+      "SELECT aggregator, updates, state FROM partial_sums WHERE round_id = $1 ORDER BY aggregator", p,
+      [&](PGresult* r, std::string* message) -> Status {
+        if (!column_text(r, 0, 0, &sum.aggregator) || !column_u64(r, 0, 1, &sum.updates) ||
+            !column_bytes(r, 0, 2, &sum.state)) {
+          return corrupt_row("partial_sums", message);
+        }
+        return fn(sum);
       },
       error);
 }
@@ -969,28 +1105,20 @@ Status PostgresStorage::for_each_round_event(uint64_t round_id,
   if (!fits_i64(round_id)) return invalid_argument(error, "for_each_round_event: round id out of range");
   RoundEvent e;
   e.round_id = round_id;
-  bool called = false;
-  return with_retry(
-      [&](const Attempt&, std::string* message) -> Status {
-        if (called) {
-          if (message != nullptr) *message = "postgresql: connection lost while reading the round events";
-          return Status::kIoError;
+  Params p;
+  p.u64(round_id);
+  return each_row_once(
+      "select round events",
+      "SELECT sequence, device_id, kind, unix_ms, payload FROM round_events WHERE round_id = $1 "
+      "ORDER BY sequence",
+      p,
+      [&](PGresult* r, std::string* message) -> Status {
+        if (!column_u64(r, 0, 0, &e.sequence) || !column_text(r, 0, 1, &e.device_id) ||
+            !column_u32(r, 0, 2, &e.kind) || !column_i64(r, 0, 3, &e.unix_ms) ||
+            !column_bytes(r, 0, 4, &e.payload)) {
+          return corrupt_row("round_events", message);
         }
-        return each_row(
-            "select round events",
-            "SELECT sequence, device_id, kind, unix_ms, payload FROM round_events WHERE round_id = $1 "
-            "ORDER BY sequence",
-            round_id,
-            [&](PGresult* r) -> Status {
-              called = true;
-              if (!column_u64(r, 0, 0, &e.sequence) || !column_text(r, 0, 1, &e.device_id) ||
-                  !column_u32(r, 0, 2, &e.kind) || !column_i64(r, 0, 3, &e.unix_ms) ||
-                  !column_bytes(r, 0, 4, &e.payload)) {
-                return corrupt_row("round_events", message);
-              }
-              return fn(e);
-            },
-            message);
+        return fn(e);
       },
       error);
 }

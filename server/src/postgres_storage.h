@@ -45,7 +45,7 @@ namespace edgefl {
 namespace server {
 
 // The schema version this build writes and reads (edgefl_schema.version).
-constexpr int kPostgresSchemaVersion = 2;
+constexpr int kPostgresSchemaVersion = 3;
 // Attempts of one call when the connection is lost (waits 50, 100, 200, 400 ms between them).
 constexpr int kPostgresAttempts = 5;
 

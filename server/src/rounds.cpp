@@ -300,6 +300,12 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
 
   aggregate_memory_.resize(StreamingAggregator::storage_bytes(n_));
   EDGEFL_RETURN_IF_ERROR(aggregate_.init({aggregate_memory_.data(), aggregate_memory_.size()}, n_));
+  if (shared_) {
+    merged_memory_.resize(aggregate_memory_.size());
+    partial_memory_.resize(aggregate_memory_.size());
+    EDGEFL_RETURN_IF_ERROR(merged_.init({merged_memory_.data(), merged_memory_.size()}, n_));
+    EDGEFL_RETURN_IF_ERROR(partial_.init({partial_memory_.data(), partial_memory_.size()}, n_));
+  }
   optimizer_memory_.assign(ServerOptimizer::state_bytes(optimizer_spec_.kind, n_), 0);
   EDGEFL_RETURN_IF_ERROR(
       optimizer_.init(optimizer_spec_, {optimizer_memory_.data(), optimizer_memory_.size()}, n_));
@@ -554,19 +560,24 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
   return Status::kOk;
 }
 
+Status RoundManager::decode_recorded(const UpdateRecord& u) {
+  // As commit() decoded it, the same bits. No seed or norm check: the update was accepted under
+  // the rules of its day.
+  const UpdateCheck check = check_upload({u.payload.data(), u.payload.size()}, nullptr, HUGE_VAL);
+  if (check.status != Status::kOk) return check.status;
+  return check.verdict == UpdateVerdict::kAccepted ? Status::kOk : Status::kCorruptPayload;
+}
+
 Status RoundManager::rebuild_aggregate(OpenRound* round, std::string* error) {
   aggregate_.reset();
+  round->aggregate_is_own = false;
   round->contributed.clear();
   round->upload_bytes = 0;
   uint32_t rebuilt = 0;
   const Status s = storage_->for_each_update(
       round->record.round_id,
       [&](const UpdateRecord& u) -> Status {
-        // As commit() counted it: decoded into scratch_, then added (the same bits). No seed or
-        // norm check: the update was accepted under the rules of its day.
-        const UpdateCheck check = check_upload({u.payload.data(), u.payload.size()}, nullptr, HUGE_VAL);
-        if (check.status != Status::kOk) return check.status;
-        if (check.verdict != UpdateVerdict::kAccepted) return Status::kCorruptPayload;
+        EDGEFL_RETURN_IF_ERROR(decode_recorded(u));
         const Status st = aggregate_.add_dense({scratch_.data(), n_}, static_cast<double>(u.sample_count));
         if (st != Status::kOk) return st;
         round->offered[u.device_id] = std::numeric_limits<int64_t>::max();
@@ -581,6 +592,136 @@ Status RoundManager::rebuild_aggregate(OpenRound* round, std::string* error) {
     return s;
   }
   round->accepted = rebuilt;
+  return Status::kOk;
+}
+
+void RoundManager::flush_partial_sum() {
+  OpenRound& round = *open_;
+  if (round.partial_sum_flushed || aggregate_.count() == 0 || !round.aggregate_is_own ||
+      robust_spec_.rule != RobustRule::kMean)
+    return;
+  PartialSum sum;
+  sum.round_id = round.record.round_id;
+  sum.aggregator = lease_holder_;
+  sum.updates = aggregate_.count();
+  sum.state.resize(StreamingAggregator::export_bytes(n_));
+  size_t written = 0;
+  std::string error;
+  const auto start = std::chrono::steady_clock::now();
+  Status s = aggregate_.export_state({sum.state.data(), sum.state.size()}, &written);
+  if (s != Status::kOk) error = std::string("export: ") + status_name(s);
+  if (s == Status::kOk) s = storage_->put_partial_sum(sum, &error);
+  if (s != Status::kOk) {
+    // Retried at the next look while the round is open; the coordinator decodes this server's
+    // updates from the ledger if the sum never comes.
+    log_warn("partial_sum_flush_failed").kv("round", sum.round_id).kv("error", error);
+    return;
+  }
+  round.partial_sum_flushed = true;
+  log_info("partial_sum_flushed")
+      .kv("round", sum.round_id)
+      .kv("updates", sum.updates)
+      .kv("bytes", uint64_t{sum.state.size()})
+      .kv("write_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+Status RoundManager::merge_partial_sums(int64_t now_ms, bool* waiting, std::string* error) {
+  OpenRound& round = *open_;
+  const uint64_t round_id = round.record.round_id;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<LedgerShare> shares;
+  EDGEFL_RETURN_IF_ERROR(storage_->ledger_shares(round_id, &shares, error));
+  // Each share's rows, until a sum covers them: this server's own, a flushed one, or decoding.
+  std::map<std::string, uint64_t> uncovered;
+  uint64_t in_ledger = 0, payload_bytes = 0;
+  for (const LedgerShare& share : shares) {
+    uncovered[share.aggregator] = share.updates;
+    in_ledger += share.updates;
+    payload_bytes += share.payload_bytes;
+  }
+  merged_.reset();
+  uint64_t own = 0;
+  auto mine = uncovered.find(lease_holder_);
+  if (mine != uncovered.end() && round.aggregate_is_own && aggregate_.count() == mine->second) {
+    EDGEFL_RETURN_IF_ERROR(merged_.merge(aggregate_));
+    own = mine->second;
+    uncovered.erase(mine);
+  }
+  uint64_t partial_sums = 0;
+  std::set<std::string> unusable;  // shares whose flushed sum cannot be used
+  Status s = storage_->for_each_partial_sum(
+      round_id,
+      [&](const PartialSum& sum) -> Status {
+        auto it = uncovered.find(sum.aggregator);
+        if (it == uncovered.end()) return Status::kOk;  // this server's own, or no rows
+        // A sum of other rows than its aggregator's share (a write of its was in doubt) is not
+        // used, and no other comes (one flush per process): that share is decoded.
+        if (sum.updates != it->second) {
+          unusable.insert(sum.aggregator);
+          return Status::kOk;
+        }
+        const Status imported = partial_.import_state({sum.state.data(), sum.state.size()});
+        if (imported != Status::kOk || partial_.count() != it->second) {
+          unusable.insert(sum.aggregator);
+          log_warn("partial_sum_refused")
+              .kv("round", round_id)
+              .kv("aggregator", sum.aggregator)
+              .kv("reason", imported != Status::kOk ? std::string(status_name(imported))
+                                                    : std::string("its count differs from its header"));
+          return Status::kOk;
+        }
+        EDGEFL_RETURN_IF_ERROR(merged_.merge(partial_));
+        uncovered.erase(it);
+        ++partial_sums;
+        return Status::kOk;
+      },
+      error);
+  if (s != Status::kOk) {
+    if (error->empty()) *error = std::string("merging the partial sums: ") + status_name(s);
+    return s;
+  }
+  // This server's own rows never come as a flushed sum; another aggregator's may, for a while.
+  bool awaited = false;
+  for (const auto& entry : uncovered)
+    awaited = awaited || (entry.first != lease_holder_ && unusable.count(entry.first) == 0);
+  if (awaited && now_ms < round.sealed_ms + int64_t{options_.partial_sum_wait_ms}) {
+    *waiting = true;
+    return Status::kOk;
+  }
+  uint64_t decoded = 0;
+  for (const auto& [aggregator, rows] : uncovered) {
+    s = storage_->for_each_update_of(
+        round_id, aggregator,
+        [&](const UpdateRecord& u) -> Status {
+          EDGEFL_RETURN_IF_ERROR(decode_recorded(u));
+          ++decoded;
+          return merged_.add_dense({scratch_.data(), n_}, static_cast<double>(u.sample_count));
+        },
+        error);
+    if (s != Status::kOk) {
+      if (error->empty()) *error = std::string("decoding the ledger's updates: ") + status_name(s);
+      return s;
+    }
+  }
+  if (merged_.count() != in_ledger) {  // the sealed ledger cannot change: a store that misreads
+    *error = "the sealed ledger holds " + std::to_string(in_ledger) + " updates, its merge " +
+             std::to_string(merged_.count());
+    return Status::kIoError;
+  }
+  aggregate_.reset();
+  EDGEFL_RETURN_IF_ERROR(aggregate_.merge(merged_));
+  round.aggregate_is_own = false;
+  round.ledger_merged = true;
+  round.accepted = static_cast<uint32_t>(in_ledger);
+  round.upload_bytes = payload_bytes;
+  log_info("aggregate_merged")
+      .kv("round", round_id)
+      .kv("in_ledger", in_ledger)
+      .kv("own", own)
+      .kv("partial_sums", partial_sums)
+      .kv("decoded", decoded)
+      .kv("waited_s", double(now_ms - round.sealed_ms) / 1000.0)
+      .kv("merge_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return Status::kOk;
 }
 
@@ -704,9 +845,7 @@ Status RoundManager::robust_combination(std::string* error) {
   Status s = storage_->for_each_update(
       open_->record.round_id,
       [&](const UpdateRecord& u) -> Status {
-        const UpdateCheck check = check_upload({u.payload.data(), u.payload.size()}, nullptr, HUGE_VAL);
-        if (check.status != Status::kOk) return check.status;
-        if (check.verdict != UpdateVerdict::kAccepted) return Status::kCorruptPayload;
+        EDGEFL_RETURN_IF_ERROR(decode_recorded(u));
         rows.insert(rows.end(), scratch_.begin(), scratch_.begin() + long(n_));
         return Status::kOk;
       },
@@ -764,6 +903,7 @@ Status RoundManager::try_close(int64_t now_ms, std::string* error) {
     if (s == Status::kOk) s = storage_->count_updates(round.record.round_id, &in_ledger, error);
     if (s == Status::kOk) {
       round.decided_on_seal = true;
+      round.sealed_ms = now_ms;
       round.in_ledger = in_ledger;
       round.closing_commit = in_ledger >= min_quorum_;
       log_info("round_sealed")
@@ -773,7 +913,16 @@ Status RoundManager::try_close(int64_t now_ms, std::string* error) {
           .kv("commit", round.closing_commit ? 1 : 0);
     }
   }
-  if (s == Status::kOk && round.closing_commit && !candidate_ready_ && !secure_ &&
+  if (s == Status::kOk && shared_ && round.closing_commit && !candidate_ready_ && !round.ledger_merged &&
+      robust_spec_.rule == RobustRule::kMean) {
+    bool waiting = false;
+    s = merge_partial_sums(now_ms, &waiting, error);
+    if (s == Status::kOk && waiting) {
+      round.next_close_attempt_ms = now_ms + std::max<int64_t>(10, options_.follow_interval_ms / 2);
+      return Status::kOk;  // the aggregators flush their sums once they see the seal
+    }
+  }
+  if (s == Status::kOk && !shared_ && round.closing_commit && !candidate_ready_ && !secure_ &&
       robust_spec_.rule == RobustRule::kMean) {
     // The ledger is the truth: a write whose commit was in doubt (a networked store that went
     // away during COMMIT) may be in the ledger though record_update() failed and the update was
@@ -786,8 +935,7 @@ Status RoundManager::try_close(int64_t now_ms, std::string* error) {
       s = rebuild_aggregate(&round, error);
       if (s == Status::kOk) {
         round.aggregate_stale = false;
-        // Several aggregators: the normal way to merge the updates others acknowledged.
-        (shared_ ? log_info("aggregate_merged") : log_warn("aggregate_rebuilt"))
+        log_warn("aggregate_rebuilt")
             .kv("round", round.record.round_id)
             .kv("counted", uint64_t{before})
             .kv("in_ledger", in_ledger);
@@ -1163,6 +1311,7 @@ Status RoundManager::follow(int64_t now_ms, std::string* error) {
     open_->uploads.clear();
     open_->next_close_attempt_ms = now_ms + options_.follow_interval_ms;
   }
+  if (open->sealed) flush_partial_sum();
   return Status::kOk;
 }
 
@@ -1563,6 +1712,7 @@ std::optional<Reply> RoundManager::record_upload(const std::string& device, cons
   record->payload_bytes = upload.bytes.size();
   record->accepted_unix_ms = now_ms;
   record->payload = std::move(upload.bytes);
+  if (shared_) record->aggregator = lease_holder_;
   InsertResult inserted = InsertResult::kInserted;
   std::string error;
   const auto write_start = std::chrono::steady_clock::now();

@@ -135,6 +135,11 @@ struct RoundOptions {
   // after this long; a follower looks at the store every follow_interval_ms.
   uint32_t coordinator_lease_ms = 10000;
   uint32_t follow_interval_ms = 100;
+  // Once the coordinator has sealed a round, it merges the partial sums the aggregators flush
+  // (each sums the updates it acknowledged) and decodes from the ledger only the updates of an
+  // aggregator whose sum is missing or does not match its share of the ledger (one that died, or
+  // restarted mid-round). It waits this long after the seal for the sums before decoding.
+  uint32_t partial_sum_wait_ms = 500;
   std::string eval_data_dir;      // Fashion-MNIST directory for the built-in evaluator; "" = none
   uint32_t eval_samples = 10000;  // test samples the built-in evaluator uses
 };
@@ -242,6 +247,12 @@ class RoundManager {
     bool closing_commit = false;
     uint64_t in_ledger = 0;        // several aggregators: the ledger's count at the last look
     bool decided_on_seal = false;  // several aggregators: commit or abandon taken on the sealed ledger
+    int64_t sealed_ms = 0;         // several aggregators: when this server found the round sealed
+    // aggregate_ sums only updates this process recorded in this round (false once rebuilt from
+    // the whole ledger): what its partial sum may hold.
+    bool aggregate_is_own = true;
+    bool partial_sum_flushed = false;  // a follower's partial sum of the sealed round is stored
+    bool ledger_merged = false;        // the coordinator's aggregate_ is the sealed ledger's sum
     uint32_t close_failures = 0;
     int64_t next_close_attempt_ms = 0;
   };
@@ -269,6 +280,16 @@ class RoundManager {
   // Sets the aggregate, round->accepted, contributed and upload_bytes from the round's ledger
   // (the plain rounds' rule: every ledger update decoded and added, in acceptance order).
   Status rebuild_aggregate(OpenRound* round, std::string* error);
+  // A ledger update decoded into scratch_ as commit() decoded it; its decode status, or
+  // kCorruptPayload for one the checks would now refuse.
+  Status decode_recorded(const UpdateRecord& u);
+  // Several aggregators, once the round is sealed. A follower stores the sum of the updates it
+  // recorded (retried at the next look on failure). The coordinator sets aggregate_ to the sealed
+  // ledger's sum: its own sum, the partial sums whose count matches their aggregator's share of
+  // the ledger, and the other shares' updates decoded from the ledger; *waiting (nothing changed)
+  // while a share has no matching sum and the wait for them has not run out.
+  void flush_partial_sum();
+  Status merge_partial_sums(int64_t now_ms, bool* waiting, std::string* error);
   Status open_next_round(int64_t now_ms, std::string* error);
   // Decides to close the open round (commit or abandon) and tries to make it durable. kOk when
   // the round is closed (and the next one opened); an I/O failure leaves it closing, retried by
@@ -355,6 +376,9 @@ class RoundManager {
   ServerOptimizer optimizer_;
   std::vector<uint8_t> aggregate_memory_;
   StreamingAggregator aggregate_;
+  // Several aggregators: the coordinator's merge of the sealed ledger, and one partial sum read.
+  std::vector<uint8_t> merged_memory_, partial_memory_;
+  StreamingAggregator merged_, partial_;
   std::vector<float> scratch_;  // decode check of a committed update
   std::vector<uint8_t> decode_workspace_;
   std::vector<float> mean_;

@@ -46,9 +46,21 @@ Status check_new_update(const UpdateRecord& update, const InsertResult* result, 
   if (update.device_id.empty() || update.device_id.find('\0') != std::string::npos) {
     return invalid_argument(error, "record_update: the device id must be non-empty text");
   }
+  if (update.aggregator.find('\0') != std::string::npos)
+    return invalid_argument(error, "record_update: the aggregator must be text");
   if (update.payload.size() != update.payload_bytes || !fits_i64(update.payload_bytes)) {
     return invalid_argument(error, "record_update: payload_bytes differs from the payload's size");
   }
+  return Status::kOk;
+}
+
+Status check_new_partial_sum(const PartialSum& sum, std::string* error) {
+  if (sum.round_id == 0 || !fits_i64(sum.round_id) || !fits_i64(sum.updates))
+    return invalid_argument(error, "put_partial_sum: value out of range");
+  if (sum.aggregator.empty() || sum.aggregator.find('\0') != std::string::npos)
+    return invalid_argument(error, "put_partial_sum: the aggregator must be non-empty text");
+  if (sum.state.empty() || sum.state.size() > kMaxPartialSumBytes)
+    return invalid_argument(error, "put_partial_sum: the state must hold 1 .. 2^30 bytes");
   return Status::kOk;
 }
 
@@ -132,6 +144,21 @@ Status Storage::seal_round(uint64_t, std::string* error) {
 Status Storage::list_settings(const std::string&, std::vector<std::pair<std::string, std::string>>*,
                               std::string* error) {
   return not_shared("list_settings", error);
+}
+
+Status Storage::ledger_shares(uint64_t, std::vector<LedgerShare>*, std::string* error) {
+  return not_shared("ledger_shares", error);
+}
+Status Storage::for_each_update_of(uint64_t, const std::string&,
+                                   const std::function<Status(const UpdateRecord&)>&, std::string* error) {
+  return not_shared("for_each_update_of", error);
+}
+Status Storage::put_partial_sum(const PartialSum&, std::string* error) {
+  return not_shared("put_partial_sum", error);
+}
+Status Storage::for_each_partial_sum(uint64_t, const std::function<Status(const PartialSum&)>&,
+                                     std::string* error) {
+  return not_shared("for_each_partial_sum", error);
 }
 
 bool is_postgres_url(const std::string& state) {

@@ -70,7 +70,28 @@ struct UpdateRecord {
   int64_t accepted_unix_ms = 0;
   uint64_t sequence = 0;         // acceptance order, assigned by record_update
   std::vector<uint8_t> payload;  // the encoded update; only filled where documented
+  // Stores shared by several servers: the server process that acknowledged the update (its lease
+  // holder name), whose partial sum counts it. "" otherwise; SQLite does not keep it.
+  std::string aggregator;
 };
+
+// One aggregator's part of a round's ledger (stores shared by several servers).
+struct LedgerShare {
+  std::string aggregator;  // UpdateRecord::aggregator of the rows
+  uint64_t updates = 0;    // rows
+  uint64_t payload_bytes = 0;
+};
+
+// The sum of the updates one aggregator acknowledged in a sealed round, written by that
+// aggregator so that the coordinator merges sums instead of decoding every update.
+struct PartialSum {
+  uint64_t round_id = 0;
+  std::string aggregator;      // non-empty: the UpdateRecord::aggregator of the rows it sums
+  uint64_t updates = 0;        // how many of those rows it sums (the coordinator uses it only when
+                               // it equals the aggregator's LedgerShare::updates)
+  std::vector<uint8_t> state;  // StreamingAggregator::export_state(): 1 .. kMaxPartialSumBytes
+};
+constexpr size_t kMaxPartialSumBytes = size_t{1} << 30;
 
 struct ModelRecord {
   uint64_t version = 0;   // > 0; versions only grow
@@ -123,6 +144,7 @@ Status check_close(uint64_t round_id, RoundState state, uint64_t result_model_ve
 Status check_new_update(const UpdateRecord& update, const InsertResult* result, std::string* error);
 Status check_new_model(const ModelRecord& model, std::string* error);
 Status check_new_event(const RoundEvent& event, std::string* error);
+Status check_new_partial_sum(const PartialSum& sum, std::string* error);
 
 // What every implementation does around its calls: one mutex serialises them, and a call made
 // from inside one of the object's own iteration callbacks (for_each_update,
@@ -165,7 +187,7 @@ class Storage {
   // Marks the open round `round_id` committed or abandoned, stores the result version (committed:
   // a version recorded with record_model for this round, which must happen first; abandoned: 0)
   // and the ledger count, and, in the same transaction, drops the round's payloads (the ledger
-  // rows with their digests stay). kInvalidArgument if the round is not open.
+  // rows with their digests stay) and partial sums. kInvalidArgument if the round is not open.
   virtual Status close_round(uint64_t round_id, RoundState state, uint64_t result_model_version,
                              int64_t closed_unix_ms, std::string* error) = 0;
 
@@ -247,6 +269,21 @@ class Storage {
   // The settings whose keys start with `prefix`, in key order (*out replaced on kOk).
   virtual Status list_settings(const std::string& prefix,
                                std::vector<std::pair<std::string, std::string>>* out, std::string* error);
+
+  // The round's ledger by aggregator, ordered by aggregator (*out replaced on kOk; rows recorded
+  // without an aggregator are the share of "").
+  virtual Status ledger_shares(uint64_t round_id, std::vector<LedgerShare>* out, std::string* error);
+  // As for_each_update, for the rows of one aggregator only.
+  virtual Status for_each_update_of(uint64_t round_id, const std::string& aggregator,
+                                    const std::function<Status(const UpdateRecord&)>& fn, std::string* error);
+  // Stores `sum` durably, replacing the one of its (round, aggregator). Only for a sealed, open
+  // round (kInvalidArgument otherwise; nothing changes): the rows it sums can no longer grow.
+  // Not fenced: every aggregator writes its own.
+  virtual Status put_partial_sum(const PartialSum& sum, std::string* error);
+  // The round's partial sums, ordered by aggregator. As for_each_update: stops at fn's first
+  // non-kOk, and fn must not call back into this Storage.
+  virtual Status for_each_partial_sum(uint64_t round_id, const std::function<Status(const PartialSum&)>& fn,
+                                      std::string* error);
 };
 
 }  // namespace server

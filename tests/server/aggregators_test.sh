@@ -162,10 +162,14 @@ for n in 1 2 3; do
   echo "aggregator $n: $sessions sessions through HAProxy"
 done
 merged=$(cat "$work"/aggregator*.log | grep -c 'event=aggregate_merged' || true)
-((merged > 0)) || fail "no close merged updates acknowledged by other aggregators"
+with_sums=$(cat "$work"/aggregator*.log | grep 'event=aggregate_merged' | grep -vc 'partial_sums=0 ' || true)
+decoded=$(cat "$work"/aggregator*.log | grep -o 'event=aggregate_merged.* decoded=[0-9]*' |
+  sed 's/.*decoded=//' | awk '{s += $1} END {print s + 0}')
+((with_sums > 0)) || fail "no close merged a partial sum flushed by another aggregator"
 elections=$(cat "$work"/aggregator*.log | grep -c 'event=coordinator_elected' || true)
 ((elections >= 2)) || fail "the lease never changed hands ($elections elections)"
 echo "aggregators_test: $devices devices through HAProxy to 3 aggregators on PostgreSQL; follower" \
   "agg$follower killed -9 in round 2, coordinator agg$victim after round $((rounds / 2)), the database" \
   "crashed for 3 s in round $((rounds / 2 + 2)); $rounds rounds committed, $rows updates in the ledger," \
-  "$merged closes merged other aggregators' updates, $elections elections"
+  "$with_sums of $merged closes merged partial sums flushed by the other aggregators ($decoded updates" \
+  "decoded from the ledger instead), $elections elections"

@@ -162,6 +162,25 @@ printf '| %s (%s) | %s | %s | %s of %s | %s (%.0f) | %.2f ms | %s MiB | %s ms | 
   "$devices" "$present" "$aggregators" "$state_name" "$committed" "$rounds" "$accepted" "$(awk "BEGIN {print $accepted / $wall}")" \
   "$ledger_ms" "$peak" "$latency" "$(awk "BEGIN {print $handshakes / $wall}")" "$failed_handshakes" \
   "$open_peak" "$busy_answers" "$busy" "$wall"
+# Several aggregators: each round's close from its (first) seal to its commit, and what the
+# coordinator merged: the partial sums the others flushed, or their updates decoded from the ledger.
+closes=$(cat "$work"/server-*.log | grep -E 'event=(round_sealed|round_committed)' |
+  awk '{ split(substr($1, 15, 12), t, ":"); s = t[1] * 3600 + t[2] * 60 + t[3]
+         for (i = 2; i <= NF; i++) if ($i ~ /^round=/) r = substr($i, 7)
+         if ($0 ~ /event=round_sealed/) { if (!(r in sealed) || s < sealed[r]) sealed[r] = s }
+         else committed[r] = s }
+       END { for (r in committed) if (r in sealed) { d = committed[r] - sealed[r]; if (d < 0) d += 86400; print d } }' |
+  sort -n)
+if [[ -n $closes ]]; then
+  n_closes=$(wc -l <<<"$closes")
+  merges=$(cat "$work"/server-*.log | grep -c 'event=aggregate_merged' || true)
+  with_sums=$(cat "$work"/server-*.log | grep 'event=aggregate_merged' | grep -vc 'partial_sums=0 ' || true)
+  decoded=$(cat "$work"/server-*.log | grep -o 'event=aggregate_merged.* decoded=[0-9]*' |
+    sed 's/.*decoded=//' | awk '{s += $1} END {print s + 0}')
+  printf 'closes (seal to commit, %d rounds): median %.3f s, max %.3f s; %s of %s merges used partial sums flushed by the other aggregators; %s updates decoded from the ledger\n' \
+    "$n_closes" "$(sed -n "$(((n_closes + 1) / 2))p" <<<"$closes")" "$(tail -1 <<<"$closes")" \
+    "$with_sums" "$merges" "$decoded"
+fi
 if ((swarm_status != 0)) || [[ "$committed" != "$rounds" ]]; then
   echo "load.sh: FAILED (swarm exit $swarm_status, $committed of $rounds rounds committed)" >&2
   exit 1

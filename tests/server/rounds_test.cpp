@@ -156,6 +156,24 @@ class FaultyStorage final : public Storage {
     if (fail("seal_round", e)) return Status::kIoError;
     return inner_->seal_round(id, e);
   }
+  Status ledger_shares(uint64_t id, std::vector<LedgerShare>* out, std::string* e) override {
+    if (fail("ledger_shares", e)) return Status::kIoError;
+    return inner_->ledger_shares(id, out, e);
+  }
+  Status for_each_update_of(uint64_t id, const std::string& a,
+                            const std::function<Status(const UpdateRecord&)>& fn, std::string* e) override {
+    if (fail("for_each_update_of", e)) return Status::kIoError;
+    return inner_->for_each_update_of(id, a, fn, e);
+  }
+  Status put_partial_sum(const PartialSum& sum, std::string* e) override {
+    if (fail("put_partial_sum", e)) return Status::kIoError;
+    return inner_->put_partial_sum(sum, e);
+  }
+  Status for_each_partial_sum(uint64_t id, const std::function<Status(const PartialSum&)>& fn,
+                              std::string* e) override {
+    if (fail("for_each_partial_sum", e)) return Status::kIoError;
+    return inner_->for_each_partial_sum(id, fn, e);
+  }
 
  private:
   bool fail(const char* call, std::string* e) {
@@ -857,9 +875,13 @@ TEST_SUITE("server.rounds.aggregators") {
       CHECK(std::holds_alternative<wire::RetryLater>(again.message));
     }
     CHECK(p.a->rounds->model_version() == 1);  // two updates here: the cohort is in the ledger only
-    p.advance(100);                            // the coordinator counts the shared ledger, seals, commits
+    p.advance(100);  // the coordinator counts the shared ledger and seals; the follower flushes its sum
+    CHECK(p.a->rounds->model_version() == 1);
+    CHECK(p.b->faults->calls["put_partial_sum"] == 1);
+    p.advance(100);  // the coordinator merges its own sum with the follower's, and commits
     REQUIRE(p.a->rounds->model_version() == 2);
     CHECK(p.a->model() == fedavg(v1, ups));
+    CHECK(p.a->faults->calls["for_each_update_of"] == 0);  // no update decoded again
     REQUIRE(p.a->rounds->history().size() == 1);
     CHECK(p.a->rounds->history()[0].accepted == 4);
     p.advance(100);  // the follower loads version 2 and follows round 2
@@ -878,6 +900,7 @@ TEST_SUITE("server.rounds.aggregators") {
     CHECK(disposition(p.b->upload(from_a, ups[0])) == wire::UpdateDisposition::kAccepted);
     const wire::TaskOffer from_b = p.b->offer("d1");  // and this one to a
     CHECK(disposition(p.a->upload(from_b, ups[1])) == wire::UpdateDisposition::kAccepted);
+    p.advance(100);
     p.advance(100);
     REQUIRE(p.a->rounds->model_version() == 2);
     CHECK(p.a->model() == fedavg(v1, ups));
@@ -937,9 +960,16 @@ TEST_SUITE("server.rounds.aggregators") {
     // Round 1 goes on under the new coordinator, with the two updates already in its ledger.
     CHECK(disposition(p.b->upload(p.b->offer("d2"), ups[2])) == wire::UpdateDisposition::kAccepted);
     CHECK(disposition(p.b->upload(p.b->offer("d3"), ups[3])) == wire::UpdateDisposition::kAccepted);
-    p.b->now += 100;
-    p.b->rounds->tick(p.b->now);
+    // Sealed at the next look; the silent one's update has no flushed sum: after the wait for one
+    // (500 ms), it is decoded from the ledger.
+    int ticks = 0;
+    for (; ticks < 10 && p.b->rounds->model_version() == 1; ++ticks) {
+      p.b->now += 100;
+      p.b->rounds->tick(p.b->now);
+    }
     REQUIRE(p.b->rounds->model_version() == 2);
+    CHECK(ticks == 6);
+    CHECK(p.b->faults->calls["for_each_update_of"] >= 1);
     CHECK(p.b->model() == fedavg(v1, ups));
     CHECK(fs::exists(p.dir + "/coordinator-2/model-v000002.safetensors"));
     // The old one wakes up: it finds the lease gone, follows, and serves version 2.
@@ -977,7 +1007,14 @@ TEST_SUITE("server.rounds.aggregators") {
       p.b->rounds->tick(p.b->now);
     }
     REQUIRE(p.b->rounds->coordinating());
-    CHECK(p.b->rounds->model_version() == 2);  // the sealed round, committed at takeover
+    // The sealed round, committed at takeover: b's update from the sum b flushed when it saw the
+    // seal, the dead coordinator's decoded from the ledger once the wait for a sum ran out.
+    CHECK(p.b->faults->calls["put_partial_sum"] == 1);
+    for (int i = 0; i < 6 && p.b->rounds->model_version() == 1; ++i) {
+      p.b->now += 100;
+      p.b->rounds->tick(p.b->now);
+    }
+    CHECK(p.b->rounds->model_version() == 2);
     CHECK(p.b->model() == fedavg(v1, ups));
   }
 
@@ -1011,8 +1048,89 @@ TEST_SUITE("server.rounds.aggregators") {
     CHECK(disposition(p.a->upload(p.a->offer("d0"), ups[0])) == wire::UpdateDisposition::kAccepted);
     CHECK(disposition(p.b->upload(p.b->offer("d1"), ups[1])) == wire::UpdateDisposition::kAccepted);
     p.advance(100);
+    p.advance(100);
     REQUIRE(p.a->rounds->model_version() == 2);
     CHECK(p.a->model() == fedavg(v1, ups));
+  }
+
+  TEST_CASE(
+      "a follower that dies before flushing its sum: the coordinator waits for it, then decodes that "
+      "follower's updates only") {
+    Pair p(3);
+    const std::vector<float> v1 = p.a->model();
+    const std::vector<Update> ups = {honest("d0", 1, 10), honest("d1", 2, 20), honest("d2", 3, 30)};
+    CHECK(disposition(p.a->upload(p.a->offer("d0"), ups[0])) == wire::UpdateDisposition::kAccepted);
+    CHECK(disposition(p.b->upload(p.b->offer("d1"), ups[1])) == wire::UpdateDisposition::kAccepted);
+    CHECK(disposition(p.b->upload(p.b->offer("d2"), ups[2])) == wire::UpdateDisposition::kAccepted);
+    // b dies (it never ticks again); a seals at its next look and waits 500 ms for b's sum.
+    int64_t sealed_at = 0;
+    for (int i = 0; i < 12 && p.a->rounds->model_version() == 1; ++i) {
+      p.a->now += 100;
+      p.a->rounds->tick(p.a->now);
+      if (sealed_at == 0) {
+        std::optional<RoundRecord> round;
+        REQUIRE(p.a->storage->get_round(1, &round, nullptr) == Status::kOk);
+        if (round && round->sealed) sealed_at = p.a->now;
+      }
+    }
+    REQUIRE(p.a->rounds->model_version() == 2);
+    REQUIRE(sealed_at != 0);
+    const int64_t waited = p.a->now - sealed_at;
+    CHECK(waited >= 500);
+    CHECK(waited <= 600);
+    CHECK(p.a->faults->calls["for_each_update_of"] == 1);  // b's share only: a's own sum is in memory
+    CHECK(p.a->model() == fedavg(v1, ups));
+    REQUIRE(p.a->rounds->history().size() == 1);
+    CHECK(p.a->rounds->history()[0].accepted == 3);
+  }
+
+  TEST_CASE(
+      "a flushed sum that does not match its share of the ledger, or does not verify, is not used: that "
+      "share is decoded at once") {
+    for (const bool corrupt : {false, true}) {
+      CAPTURE(corrupt);
+      Pair p(3);
+      const std::vector<float> v1 = p.a->model();
+      const std::vector<Update> ups = {honest("d0", 1, 10), honest("d1", 2, 20), honest("d2", 3, 30)};
+      CHECK(disposition(p.a->upload(p.a->offer("d0"), ups[0])) == wire::UpdateDisposition::kAccepted);
+      CHECK(disposition(p.b->upload(p.b->offer("d1"), ups[1])) == wire::UpdateDisposition::kAccepted);
+      if (!corrupt) {
+        // b's write of d2 commits, but b is told it failed (a connection lost during COMMIT): the
+        // ledger has it, b's sum does not.
+        p.b->faults->record_update_in_doubt = 1;
+        CHECK(std::holds_alternative<wire::Error>(p.b->upload(p.b->offer("d2"), ups[2])));
+      } else {
+        CHECK(disposition(p.b->upload(p.b->offer("d2"), ups[2])) == wire::UpdateDisposition::kAccepted);
+      }
+      uint64_t in_ledger = 0;
+      REQUIRE(p.a->storage->count_updates(1, &in_ledger, nullptr) == Status::kOk);
+      REQUIRE(in_ledger == 3);
+      p.a->now += 100;
+      p.a->rounds->tick(p.a->now);  // sealed; b's sum awaited
+      REQUIRE(p.a->rounds->model_version() == 1);
+      if (corrupt) {
+        // A sum whose bytes do not verify (a checksum flipped), with the right count.
+        std::vector<LedgerShare> shares;
+        REQUIRE(p.a->storage->ledger_shares(1, &shares, nullptr) == Status::kOk);
+        REQUIRE(shares.size() == 2);
+        const std::string b_name =
+            shares[0].aggregator.rfind("b#", 0) == 0 ? shares[0].aggregator : shares[1].aggregator;
+        p.b->faults->failing["put_partial_sum"] = -1;  // b's own flush never lands
+        PartialSum bad;
+        bad.round_id = 1;
+        bad.aggregator = b_name;
+        bad.updates = 2;
+        bad.state.assign(StreamingAggregator::export_bytes(spec_size()), 0);
+        REQUIRE(p.a->storage->put_partial_sum(bad, nullptr) == Status::kOk);
+      }
+      p.b->now = p.a->now;
+      p.b->rounds->tick(p.b->now);  // b flushes (or fails to)
+      p.a->now += 50;
+      p.a->rounds->tick(p.a->now);  // not waited for: decoded now, 50 ms after the seal
+      REQUIRE(p.a->rounds->model_version() == 2);
+      CHECK(p.a->faults->calls["for_each_update_of"] == 1);
+      CHECK(p.a->model() == fedavg(v1, ups));
+    }
   }
 
   TEST_CASE("configurations several aggregators cannot run are refused at start") {

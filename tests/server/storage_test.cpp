@@ -1095,6 +1095,107 @@ TEST_SUITE("server.storage.shared") {
     CHECK(s.a->list_settings("x", nullptr, &error) == Status::kInvalidArgument);
   }
 
+  TEST_CASE(
+      "ledger shares and partial sums: by aggregator, only for a sealed open round, replaced in place, "
+      "dropped at close") {
+    SharedStores s;
+    create(*s.a, make_round(1));
+    const std::string agg_a("a#01"), agg_b("b#02");
+    UpdateRecord u1 = make_update(1, "dev-1", 1, 100), u2 = make_update(1, "dev-2", 2, 50),
+                 u3 = make_update(1, "dev-3", 3, 70);
+    u1.aggregator = agg_a;
+    u2.aggregator = agg_b;
+    u3.aggregator = agg_a;
+    CHECK(record(*s.a, u1) == InsertResult::kInserted);
+    CHECK(record(*s.b, u2) == InsertResult::kInserted);
+    CHECK(record(*s.a, u3) == InsertResult::kInserted);
+    std::string error;
+    std::vector<LedgerShare> shares = {LedgerShare{}};
+    REQUIRE(s.b->ledger_shares(1, &shares, &error) == Status::kOk);
+    REQUIRE(shares.size() == 2);
+    CHECK(shares[0].aggregator == agg_a);
+    CHECK(shares[0].updates == 2);
+    CHECK(shares[0].payload_bytes == 170);
+    CHECK(shares[1].aggregator == agg_b);
+    CHECK(shares[1].updates == 1);
+    CHECK(shares[1].payload_bytes == 50);
+    std::vector<std::string> devices;
+    REQUIRE(s.b->for_each_update_of(
+                1, agg_a,
+                [&](const UpdateRecord& u) {
+                  CHECK(u.aggregator == agg_a);
+                  CHECK(u.payload.size() == u.payload_bytes);
+                  devices.push_back(u.device_id);
+                  return Status::kOk;
+                },
+                &error) == Status::kOk);
+    CHECK(devices == std::vector<std::string>{"dev-1", "dev-3"});  // acceptance order
+    PartialSum sum;
+    sum.round_id = 1;
+    sum.aggregator = agg_b;
+    sum.updates = 1;
+    sum.state.assign(64, 0x5a);
+    error.clear();
+    CHECK(s.b->put_partial_sum(sum, &error) == Status::kInvalidArgument);  // not sealed yet
+    CHECK(error.find("sealed") != std::string::npos);
+    REQUIRE(s.a->seal_round(1, &error) == Status::kOk);
+    REQUIRE(s.b->put_partial_sum(sum, &error) == Status::kOk);
+    sum.state.assign(80, 0x6b);  // written again (a retry): replaced, not added
+    REQUIRE(s.b->put_partial_sum(sum, &error) == Status::kOk);
+    PartialSum other = sum;
+    other.aggregator = agg_a;
+    other.updates = 2;
+    other.state.assign(16, 1);
+    REQUIRE(s.a->put_partial_sum(other, &error) == Status::kOk);
+    std::vector<PartialSum> read;
+    REQUIRE(s.a->for_each_partial_sum(
+                1,
+                [&](const PartialSum& p) {
+                  read.push_back(p);
+                  return Status::kOk;
+                },
+                &error) == Status::kOk);
+    REQUIRE(read.size() == 2);
+    CHECK(read[0].aggregator == agg_a);
+    CHECK(read[0].updates == 2);
+    CHECK(read[0].state == other.state);
+    CHECK(read[1].aggregator == agg_b);
+    CHECK(read[1].state == sum.state);
+    // Bad sums change nothing.
+    PartialSum bad = sum;
+    bad.aggregator.clear();
+    CHECK(s.a->put_partial_sum(bad, &error) == Status::kInvalidArgument);
+    bad = sum;
+    bad.state.clear();
+    CHECK(s.a->put_partial_sum(bad, &error) == Status::kInvalidArgument);
+    bad = sum;
+    bad.round_id = 9;
+    CHECK(s.a->put_partial_sum(bad, &error) == Status::kInvalidArgument);
+    // An iteration's callback cannot call back in; the first non-kOk ends it.
+    int calls = 0;
+    CHECK(s.a->for_each_partial_sum(
+              1,
+              [&](const PartialSum&) {
+                ++calls;
+                return Status::kCorruptPayload;
+              },
+              &error) == Status::kCorruptPayload);
+    CHECK(calls == 1);
+    REQUIRE(s.a->close_round(1, RoundState::kAbandoned, 0, 9, &error) == Status::kOk);
+    read.clear();
+    REQUIRE(s.a->for_each_partial_sum(
+                1,
+                [&](const PartialSum& p) {
+                  read.push_back(p);
+                  return Status::kOk;
+                },
+                &error) == Status::kOk);
+    CHECK(read.empty());                                                   // dropped with the payloads
+    CHECK(s.a->put_partial_sum(sum, &error) == Status::kInvalidArgument);  // closed
+    REQUIRE(s.a->ledger_shares(1, &shares, &error) == Status::kOk);
+    CHECK(shares.size() == 2);  // the ledger stays
+  }
+
   TEST_CASE("SQLite belongs to one server: lease, fence and seal are refused") {
     TempDir dir;
     auto s = open_db(dir.file("state.db"));
@@ -1106,6 +1207,13 @@ TEST_SUITE("server.storage.shared") {
     CHECK(s->seal_round(1, &error) == Status::kInvalidArgument);
     std::vector<std::pair<std::string, std::string>> settings;
     CHECK(s->list_settings("", &settings, &error) == Status::kInvalidArgument);
+    std::vector<LedgerShare> shares;
+    CHECK(s->ledger_shares(1, &shares, &error) == Status::kInvalidArgument);
+    PartialSum sum;
+    sum.round_id = 1;
+    sum.aggregator = "a";
+    sum.state.assign(8, 0);
+    CHECK(s->put_partial_sum(sum, &error) == Status::kInvalidArgument);
   }
 }
 
@@ -1123,7 +1231,7 @@ TEST_SUITE("server.storage.postgresql") {
     CHECK(pg_query(db, "SELECT version FROM edgefl_schema") == std::to_string(kPostgresSchemaVersion));
     CHECK(pg_query(db, "SELECT count(*) FROM edgefl_schema") == "1");
     auto s = open_postgres(path);  // a second open migrates nothing
-    CHECK(pg_query(db, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == "7");
+    CHECK(pg_query(db, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == "8");
     // The ack promise: the session commits synchronously even when the database's default is off.
     pg_query(db, "ALTER DATABASE " + db + " SET synchronous_commit = off");
     s = open_postgres(path);
@@ -1133,8 +1241,8 @@ TEST_SUITE("server.storage.postgresql") {
   }
 
   TEST_CASE(
-      "a database of schema version 1 is migrated to version 2 (sealed rounds, the lease), keeping its "
-      "rows") {
+      "a database of schema version 1 is migrated to version 3 (sealed rounds, the lease, partial sums), "
+      "keeping its rows") {
     REQUIRE(postgres_run());
     TempDir dir;
     const std::string path = dir.file("db");
@@ -1147,9 +1255,16 @@ TEST_SUITE("server.storage.postgresql") {
     // Back to version 1's tables, as a build of that version left them.
     pg_query(db, "ALTER TABLE rounds DROP COLUMN sealed");
     pg_query(db, "DROP TABLE coordinator_lease");
+    pg_query(db, "DROP TABLE partial_sums");
+    pg_query(db, "ALTER TABLE updates DROP COLUMN aggregator");
     pg_query(db, "UPDATE edgefl_schema SET version = 1");
     auto s = open_postgres(path);
-    CHECK(pg_query(db, "SELECT version FROM edgefl_schema") == "2");
+    CHECK(pg_query(db, "SELECT version FROM edgefl_schema") == "3");
+    std::vector<LedgerShare> shares;
+    REQUIRE(s->ledger_shares(1, &shares, nullptr) == Status::kOk);
+    REQUIRE(shares.size() == 1);
+    CHECK(shares[0].aggregator.empty());  // the row from before: nobody's partial sum
+    CHECK(shares[0].updates == 1);
     std::optional<RoundRecord> open;
     REQUIRE(s->open_round(&open, nullptr) == Status::kOk);
     REQUIRE(open.has_value());
