@@ -1842,6 +1842,9 @@ void RoundManager::secure_tick(int64_t now_ms) {
     return;
   }
   if (!secure_mean_ready_) {
+    const std::string wrong = secure_->wrong_share_holders();
+    if (!wrong.empty())
+      log_warn("secagg_wrong_shares_corrected").kv("round", open_->record.round_id).kv("devices", wrong);
     // The unmasked sum as one encoding (its codes, `contributors` recorded), decoded: the sum of
     // the contributors' decoded updates; the round's mean is its 1 / contributors.
     const std::vector<int32_t>& codes = secure_->summed_codes();

@@ -299,6 +299,15 @@ void SecureRound::end_phase(Kind kind, int64_t unix_ms) {
   }
 }
 
+std::string SecureRound::wrong_share_holders() const {
+  std::string out;
+  for (uint32_t index : server_.wrong_share_holders()) {
+    if (index >= by_index_.size()) continue;
+    out += (out.empty() ? "" : ",") + by_index_[index];
+  }
+  return out;
+}
+
 Status SecureRound::recover(const std::function<Status(const MaskedVisitor&)>& masked_vectors,
                             std::string* error) {
   // The log first (storage refuses a read from inside another read's callback), then replayed.

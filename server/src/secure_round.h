@@ -132,6 +132,9 @@ class SecureRound {
   const std::string& failure() const { return failure_; }
   // The devices holding an index, by index.
   const std::vector<std::string>& devices() const { return by_index_; }
+  // kDone: the devices that revealed a share off its secret's polynomial (corrected: the sum is
+  // exact), comma-separated; "" if none.
+  std::string wrong_share_holders() const;
   // Counts for logs and tests.
   size_t assigned() const { return devices_.size(); }
   size_t advertised() const { return server_.advertised(); }

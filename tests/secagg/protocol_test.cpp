@@ -455,7 +455,7 @@ TEST_SUITE("secagg.protocol") {
     CHECK(s.devices[0].unmask(honest, &revealed) == Status::kSecAggRefused);
   }
 
-  TEST_CASE("the server refuses malformed or out-of-phase messages and detects a wrong share") {
+  TEST_CASE("the server refuses malformed or out-of-phase messages and corrects a wrong share") {
     Setup s(10);
     std::vector<uint32_t> words(s.p.words, 0);
     CHECK(s.server.add_masked(0, {words.data(), words.size()}) == Status::kProtocolError);  // phase
@@ -502,7 +502,7 @@ TEST_SUITE("secagg.protocol") {
       REQUIRE(s.server.add_masked(d, {masked.data(), masked.size()}) == Status::kOk);
     }
     REQUIRE(s.server.end_masked() == Status::kOk);
-    // unmask answers: wrong kind, wrong x; then one wrong y that only the extra shares expose
+    // unmask answers: wrong kind, wrong x; then one wrong y that the extra shares expose and correct
     for (uint32_t d = 0; d < 10; ++d) {
       std::vector<RevealedShare> revealed;
       REQUIRE(s.devices[d].unmask(s.server.unmask_request_for(d), &revealed) == Status::kOk);
@@ -516,7 +516,72 @@ TEST_SUITE("secagg.protocol") {
       REQUIRE(s.server.add_unmask(d, {revealed.data(), revealed.size()}) == Status::kOk);
     }
     std::vector<uint32_t> sum(s.p.words), contributors;
-    CHECK(s.server.finish({sum.data(), sum.size()}, &contributors) == Status::kBadShare);
+    REQUIRE(s.server.finish({sum.data(), sum.size()}, &contributors) == Status::kOk);
+    CHECK(contributors.size() == 10);
+    CHECK(sum == expected_sum(s.p, s.inputs, contributors));
+    CHECK(s.server.wrong_share_holders() == std::vector<uint32_t>{7});
+  }
+
+  TEST_CASE(
+      "devices that reveal wrong shares: the sum stays exact while each secret has at most "
+      "floor((shares - t) / 2) wrong ones, and they are named; more fail the round with bad_share") {
+    // n = 100, 10% dropping before they answer the unmask request, and `liars` survivors answering
+    // with every share off its polynomial (another error in each sub-secret).
+    Setup s(100, 32);
+    s.advertise_all();
+    s.share_all();
+    s.mask_all();
+    const uint32_t t = s.p.graph.threshold;
+    auto answers = [](uint32_t d) { return d % 10 != 3; };
+    std::vector<std::vector<RevealedShare>> honest(100);
+    for (uint32_t d = 0; d < 100; ++d) {
+      if (answers(d)) REQUIRE(s.devices[d].unmask(s.server.unmask_request_for(d), &honest[d]) == Status::kOk);
+    }
+    HararyGraph graph;
+    REQUIRE(graph.build(s.p.graph, s.p.graph_seed) == Status::kOk);
+    CAPTURE(t);
+    CAPTURE(s.p.graph.degree);
+    for (uint32_t liars : {1u, 4u, 40u}) {
+      CAPTURE(liars);
+      SecAggServer server = s.server;  // the same round up to R3, for each set of liars
+      std::set<uint32_t> lying;
+      for (uint32_t d = 1; d < 100 && lying.size() < liars; d += 2) {
+        if (answers(d)) lying.insert(d);
+      }
+      for (uint32_t d = 0; d < 100; ++d) {
+        if (!answers(d)) continue;
+        std::vector<RevealedShare> revealed = honest[d];
+        if (lying.count(d)) {
+          for (RevealedShare& r : revealed) {
+            for (size_t k = 0; k < kSubsecrets; ++k)
+              r.share.y[k] = uint32_t((uint64_t(r.share.y[k]) + 1 + r.owner + k) % kFieldPrime);
+          }
+        }
+        REQUIRE(server.add_unmask(d, {revealed.data(), revealed.size()}) == Status::kOk);
+      }
+      // Correctable when every seed's shares hold at most floor((m - t) / 2) lies, m its shares.
+      bool correctable = true;
+      for (uint32_t u = 0; u < 100; ++u) {
+        uint32_t m = 0, lies = 0;
+        for (uint32_t v : graph.neighbours(u)) {
+          m += answers(v) ? 1 : 0;
+          lies += lying.count(v) ? 1 : 0;
+        }
+        m = std::min(m, t + 2 * SecAggServer::kMaxCorrectedShares);
+        correctable = correctable && lies <= (m - t) / 2;
+      }
+      CHECK(correctable == (liars <= 4));
+      std::vector<uint32_t> sum(s.p.words), contributors;
+      const Status status = server.finish({sum.data(), sum.size()}, &contributors);
+      if (correctable) {
+        REQUIRE(status == Status::kOk);
+        CHECK(contributors.size() == 100);
+        CHECK(sum == expected_sum(s.p, s.inputs, contributors));
+        CHECK(server.wrong_share_holders() == std::vector<uint32_t>(lying.begin(), lying.end()));
+      } else {
+        CHECK(status == Status::kBadShare);
+      }
+    }
   }
 
   TEST_CASE("a wrong share among exactly t is caught by the seed commitment, not summed") {

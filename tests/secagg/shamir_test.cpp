@@ -1,6 +1,7 @@
 // tests/secagg/shamir_test.cpp: Shamir sharing over GF(2^31 + 11) (sdk/src/secagg/shamir.h):
-// any t shares recover the secret, fewer are refused, and a share off the polynomial, out of the
-// field or repeated is detected when one share more than t is at hand.
+// any t shares recover the secret, fewer are refused, a share off the polynomial, out of the
+// field or repeated is detected when one share more than t is at hand, and up to
+// floor((m - t) / 2) wrong ones among m are corrected (shamir_decode).
 #include <string.h>
 
 #include <algorithm>
@@ -123,6 +124,86 @@ TEST_SUITE("secagg.shamir") {
         }
       }
     }
+  }
+
+  TEST_CASE(
+      "shamir_decode corrects up to floor((m - t) / 2) wrong values per sub-secret anywhere, names their "
+      "shares, and refuses more") {
+    TestRandom pick{99};
+    auto random_below = [&](uint32_t bound) {
+      uint8_t b[4] = {};
+      REQUIRE(TestRandom::fill(&pick, b, 4) == Status::kOk);
+      return (uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16) % bound;
+    };
+    for (uint32_t t : {2u, 3u, 7u, 30u}) {
+      for (uint32_t extra : {0u, 1u, 2u, 5u, 12u}) {
+        const uint32_t m = t + extra, e = extra / 2;
+        CAPTURE(t);
+        CAPTURE(m);
+        const Secret secret = secret_from(t * 100 + m);
+        const std::vector<Share> shares = split(secret, t, iota_holders(m, 3), t + m);
+        for (uint32_t wrong_count = 0; wrong_count <= e + 2 && wrong_count <= m; ++wrong_count) {
+          for (const bool all_subsecrets : {true, false}) {
+            CAPTURE(wrong_count);
+            CAPTURE(all_subsecrets);
+            std::vector<Share> tampered = shares;
+            std::vector<uint8_t> is_wrong(m, 0);
+            uint32_t per_subsecret[kSubsecrets] = {};
+            for (uint32_t w = 0; w < wrong_count;) {
+              const uint32_t i = random_below(m);
+              if (is_wrong[i]) continue;
+              is_wrong[i] = 1;
+              ++w;
+              // every sub-secret, or one, moved by anything in the field but zero
+              const size_t first = all_subsecrets ? 0 : random_below(kSubsecrets);
+              const size_t last = all_subsecrets ? kSubsecrets : first + 1;
+              for (size_t k = first; k < last; ++k) {
+                ++per_subsecret[k];
+                tampered[i].y[k] =
+                    uint32_t((uint64_t(tampered[i].y[k]) + 1 + random_below(kFieldPrime - 1)) % kFieldPrime);
+              }
+            }
+            const uint32_t worst = *std::max_element(per_subsecret, per_subsecret + kSubsecrets);
+            Secret got;
+            std::vector<uint8_t> flagged(m, 0xee);
+            const Status status = shamir_decode({tampered.data(), m}, t, &got, {flagged.data(), m});
+            if (worst <= e) {
+              REQUIRE(status == Status::kOk);
+              CHECK(got == secret);
+              CHECK(flagged == is_wrong);
+            } else if (extra == 0) {
+              // t shares carry no redundancy: any t values are some polynomial's. The caller's
+              // check (a commitment, a public key) is what catches this.
+              CHECK((status != Status::kOk || got != secret));
+            } else {
+              CHECK(status == Status::kBadShare);
+              CHECK(got == Secret{});
+              CHECK(flagged == std::vector<uint8_t>(m, 0));
+            }
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("shamir_decode: the same refusals as shamir_reconstruct, and a flag array of the wrong size") {
+    const Secret secret = secret_from(8);
+    std::vector<Share> shares = split(secret, 4, iota_holders(8), 9);
+    Secret got;
+    std::vector<uint8_t> flags(8);
+    CHECK(shamir_decode({shares.data(), 3}, 4, &got, {}) == Status::kTooFewSurvivors);
+    CHECK(shamir_decode({shares.data(), 8}, 4, &got, {flags.data(), 7}) == Status::kInvalidArgument);
+    CHECK(shamir_decode({shares.data(), 8}, 1, &got, {}) == Status::kInvalidArgument);
+    CHECK(shamir_decode({shares.data(), 8}, 4, nullptr, {}) == Status::kInvalidArgument);
+    REQUIRE(shamir_decode({shares.data(), 8}, 4, &got, {}) == Status::kOk);
+    CHECK(got == secret);
+    shares[5].x = shares[2].x;
+    CHECK(shamir_decode({shares.data(), 8}, 4, &got, {}) == Status::kBadShare);
+    shares[5].x = 0;
+    CHECK(shamir_decode({shares.data(), 8}, 4, &got, {}) == Status::kBadShare);
+    shares[5].x = 6;
+    shares[5].y[1] = kFieldPrime;
+    CHECK(shamir_decode({shares.data(), 8}, 4, &got, {}) == Status::kBadShare);
   }
 
   TEST_CASE("bad input: x out of range or repeated, y outside the field, bad thresholds") {

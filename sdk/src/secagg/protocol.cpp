@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <functional>
 
 #include <mbedtls/platform_util.h>
 
@@ -538,15 +539,42 @@ Status SecAggServer::finish(Span<uint32_t> sum, std::vector<uint32_t>* contribut
   if (sum.size() != params_.words) return Status::kDimensionMismatch;
   const uint32_t n = params_.graph.clients, t = params_.graph.threshold, bits = params_.modulus_bits;
   phase_ = Phase::kDone;
+  wrong_share_holders_.clear();
+  std::vector<uint8_t> caught(n, 0);  // holders of a share found off its polynomial
+  // The secret of `shares` such that `check` accepts it: from the shares as they are (holders
+  // caught before last), else decoded from up to t + 2 kMaxCorrectedShares of them, correcting
+  // wrong ones.
+  auto recover = [&](std::vector<Share>* shares, const std::function<Status(const Secret&)>& check,
+                     Secret* secret) -> Status {
+    std::stable_partition(shares->begin(), shares->end(),
+                          [&](const Share& share) { return caught[share.x - 1] == 0; });
+    Status status = shamir_reconstruct({shares->data(), shares->size()}, t, secret);
+    if (status == Status::kOk) status = check(*secret);
+    if (status != Status::kBadShare) return status;
+    const size_t m = std::min<size_t>(shares->size(), size_t{t} + 2 * kMaxCorrectedShares);
+    std::vector<uint8_t> wrong(m, 0);
+    status = shamir_decode({shares->data(), m}, t, secret, {wrong.data(), m});
+    if (status == Status::kOk) status = check(*secret);
+    if (status != Status::kOk) return status;
+    for (size_t i = 0; i < m; ++i) {
+      if (wrong[i] != 0) caught[(*shares)[i].x - 1] = 1;
+    }
+    return Status::kOk;
+  };
   std::vector<uint32_t> acc = std::move(sum_);
   Span<uint32_t> acc_span(acc.data(), acc.size());
   for (uint32_t u = 0; u < n; ++u) {
     if (!has(u, kMasked)) continue;
     Secret seed;
-    Status status = shamir_reconstruct({seed_shares_[u].data(), seed_shares_[u].size()}, t, &seed);
-    Key32 commitment{};
-    if (status == Status::kOk) status = seed_commitment_of(params_, u, seed, &commitment);
-    if (status == Status::kOk && commitment != commitments_[u]) status = Status::kBadShare;
+    Status status = recover(
+        &seed_shares_[u],
+        [&](const Secret& candidate) {
+          Key32 commitment{};
+          const Status s = seed_commitment_of(params_, u, candidate, &commitment);
+          if (s != Status::kOk) return s;
+          return commitment == commitments_[u] ? Status::kOk : Status::kBadShare;
+        },
+        &seed);
     if (status == Status::kOk) status = apply_stream(acc_span, seed, kSelfMaskNonce, bits, /*subtract=*/true);
     mbedtls_platform_zeroize(seed.data(), seed.size());
     EDGEFL_RETURN_IF_ERROR(status);
@@ -559,13 +587,19 @@ Status SecAggServer::finish(Span<uint32_t> sum, std::vector<uint32_t>* contribut
     }
     if (holders.empty()) continue;
     Secret secret;
-    Status status = shamir_reconstruct({key_shares_[v].data(), key_shares_[v].size()}, t, &secret);
-    Key32 key{}, public_key{};
-    if (status == Status::kOk) {
-      memcpy(key.data(), secret.data(), 32);
-      status = x25519_public_key(key, &public_key);
-      if (status == Status::kOk && public_key != keys_[v].mask_public) status = Status::kBadShare;
-    }
+    Status status = recover(
+        &key_shares_[v],
+        [&](const Secret& candidate) {
+          Key32 key{}, public_key{};
+          memcpy(key.data(), candidate.data(), 32);
+          Status s = x25519_public_key(key, &public_key);
+          mbedtls_platform_zeroize(key.data(), key.size());
+          if (s != Status::kOk) return s;
+          return public_key == keys_[v].mask_public ? Status::kOk : Status::kBadShare;
+        },
+        &secret);
+    Key32 key{};
+    memcpy(key.data(), secret.data(), 32);
     for (uint32_t u : holders) {
       if (status != Status::kOk) break;
       Key32 seed;
@@ -578,6 +612,9 @@ Status SecAggServer::finish(Span<uint32_t> sum, std::vector<uint32_t>* contribut
     mbedtls_platform_zeroize(secret.data(), secret.size());
     mbedtls_platform_zeroize(key.data(), key.size());
     EDGEFL_RETURN_IF_ERROR(status);
+  }
+  for (uint32_t d = 0; d < n; ++d) {
+    if (caught[d] != 0) wrong_share_holders_.push_back(d);
   }
   memcpy(sum.data(), acc.data(), acc.size() * 4);
   contributors->clear();

@@ -197,11 +197,20 @@ class SecAggServer {
   [[nodiscard]] Status add_unmask(uint32_t device, Span<const RevealedShare> shares);
 
   // Unmasks the sum of the survivors' vectors into `sum` (L words) and lists them in
-  // `contributors`. Fails: kTooFewSurvivors (a secret with fewer than t shares), kBadShare
-  // (shares not on one polynomial, a seed that does not match its commitment, or a mask key that
-  // does not match its public key: a wrong share is caught even when only t shares are at hand),
-  // kProtocolError (phase), kDimensionMismatch, kCryptoError. The server is then done.
+  // `contributors`. Each secret is recovered from its revealed shares and checked (a seed against
+  // its commitment, a mask key against its public key). Wrong shares are corrected while they are
+  // few: a secret whose shares are not on one polynomial, or whose recovery does not check, is
+  // decoded again from up to t + kMaxCorrectedShares * 2 of its shares (shamir_decode), and the
+  // holders of shares off the recovered polynomial are listed in wrong_share_holders(); their
+  // shares of later secrets are tried last. Fails: kTooFewSurvivors (a secret with fewer than t
+  // shares), kBadShare (a secret that cannot be recovered so that it checks: more wrong shares
+  // than can be corrected, or a wrong one among only t), kProtocolError (phase),
+  // kDimensionMismatch, kCryptoError. The server is then done.
   [[nodiscard]] Status finish(Span<uint32_t> sum, std::vector<uint32_t>* contributors);
+  static constexpr uint32_t kMaxCorrectedShares = 32;
+  // After finish(): the devices that revealed a share off its secret's polynomial, ascending. A
+  // device there lied in R3, or was dealt a wrong share in R1 by the secret's owner.
+  const std::vector<uint32_t>& wrong_share_holders() const { return wrong_share_holders_; }
 
   // What each phase has seen, for deadlines and reports.
   size_t advertised() const { return count(kAdvertised); }
@@ -224,6 +233,7 @@ class SecAggServer {
   std::vector<std::vector<Share>> seed_shares_, key_shares_;  // by owner
   std::vector<Key32> commitments_;                            // by owner
   std::vector<uint32_t> sum_;
+  std::vector<uint32_t> wrong_share_holders_;
 };
 
 }  // namespace secagg

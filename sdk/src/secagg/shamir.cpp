@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include <vector>
+
 #include <mbedtls/platform_util.h>
 
 #include "core/bitio.h"
@@ -110,6 +112,81 @@ void lagrange_weights(const uint32_t* xs, uint32_t t, uint32_t at, uint32_t* w, 
   }
 }
 
+// The checks every reconstruction makes on its input shares: x in range and distinct, y in the field.
+bool shares_well_formed(Span<const Share> shares) {
+  for (size_t i = 0; i < shares.size(); ++i) {
+    if (!valid_x(shares[i].x)) return false;
+    for (size_t s = 0; s < kSubsecrets; ++s) {
+      if (shares[i].y[s] >= kFieldPrime) return false;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (shares[j].x == shares[i].x) return false;
+    }
+  }
+  return true;
+}
+
+// Berlekamp-Welch: the polynomial P (k coefficients into p) that agrees with all but at most e of
+// the m >= k + 2e points (x[i], y[i]). Unknowns: Q of degree < e + k and the monic error locator E
+// of degree e, with Q(x[i]) = y[i] E(x[i]) for every i; then P = Q / E. false when no such P
+// exists (more than e points are wrong). `a` is scratch (m rows of e + k + e + 1 words).
+bool berlekamp_welch(const uint32_t* x, const uint32_t* y, uint32_t m, uint32_t k, uint32_t e,
+                     std::vector<uint32_t>* a, uint32_t* p) {
+  const uint32_t nq = e + k, cols = nq + e, stride = cols + 1;
+  a->assign(size_t(m) * stride, 0);
+  for (uint32_t i = 0; i < m; ++i) {
+    uint32_t* row = a->data() + size_t(i) * stride;
+    uint32_t power_of_x = 1;  // x^j
+    for (uint32_t j = 0; j < nq; ++j) {
+      row[j] = power_of_x;
+      if (j < e) row[nq + j] = sub(0, mul(y[i], power_of_x));
+      if (j == e) row[cols] = mul(y[i], power_of_x);
+      power_of_x = mul(power_of_x, x[i]);
+    }
+  }
+  // Gauss-Jordan elimination; free unknowns are 0.
+  std::vector<uint32_t> pivot_column;
+  uint32_t rank = 0;
+  for (uint32_t c = 0; c < cols && rank < m; ++c) {
+    uint32_t r = rank;
+    while (r < m && (*a)[size_t(r) * stride + c] == 0) ++r;
+    if (r == m) continue;
+    uint32_t* pivot = a->data() + size_t(rank) * stride;
+    if (r != rank) {
+      uint32_t* other = a->data() + size_t(r) * stride;
+      for (uint32_t j = 0; j < stride; ++j) std::swap(pivot[j], other[j]);
+    }
+    const uint32_t scale = inverse(pivot[c]);
+    for (uint32_t j = c; j < stride; ++j) pivot[j] = mul(pivot[j], scale);
+    for (uint32_t i = 0; i < m; ++i) {
+      uint32_t* row = a->data() + size_t(i) * stride;
+      if (i == rank || row[c] == 0) continue;
+      const uint32_t factor = row[c];
+      for (uint32_t j = c; j < stride; ++j) row[j] = sub(row[j], mul(factor, pivot[j]));
+    }
+    pivot_column.push_back(c);
+    ++rank;
+  }
+  for (uint32_t i = rank; i < m; ++i) {
+    if ((*a)[size_t(i) * stride + cols] != 0) return false;  // inconsistent
+  }
+  std::vector<uint32_t> solution(cols + 1, 0);
+  for (uint32_t i = 0; i < rank; ++i) solution[pivot_column[i]] = (*a)[size_t(i) * stride + cols];
+  // E: solution[nq .. nq + e) and a leading 1. Q / E by long division; the remainder must vanish.
+  std::vector<uint32_t> rem(solution.begin(), solution.begin() + nq);
+  solution[cols] = 1;
+  const uint32_t* locator = solution.data() + nq;  // e + 1 coefficients, monic
+  for (uint32_t d = nq; d-- > e;) {
+    const uint32_t coefficient = rem[d];
+    p[d - e] = coefficient;
+    for (uint32_t j = 0; j <= e; ++j) rem[d - e + j] = sub(rem[d - e + j], mul(coefficient, locator[j]));
+  }
+  for (uint32_t j = 0; j < e; ++j) {
+    if (rem[j] != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Status shamir_split(const Secret& secret, uint32_t threshold, Span<const uint32_t> holders,
@@ -148,15 +225,7 @@ Status shamir_reconstruct(Span<const Share> shares, uint32_t threshold, Secret* 
   if (secret == nullptr || threshold < 2 || threshold > kMaxThreshold) return Status::kInvalidArgument;
   secret->fill(0);
   if (shares.size() < threshold) return Status::kTooFewSurvivors;
-  for (size_t i = 0; i < shares.size(); ++i) {
-    if (!valid_x(shares[i].x)) return Status::kBadShare;
-    for (size_t s = 0; s < kSubsecrets; ++s) {
-      if (shares[i].y[s] >= kFieldPrime) return Status::kBadShare;
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (shares[j].x == shares[i].x) return Status::kBadShare;
-    }
-  }
+  if (!shares_well_formed(shares)) return Status::kBadShare;
   uint32_t xs[kMaxThreshold], weights[kMaxThreshold], scratch[kMaxThreshold];
   for (uint32_t i = 0; i < threshold; ++i) xs[i] = shares[i].x;
   lagrange_weights(xs, threshold, 0, weights, scratch);
@@ -181,6 +250,46 @@ Status shamir_reconstruct(Span<const Share> shares, uint32_t threshold, Secret* 
   mbedtls_platform_zeroize(values, sizeof values);
   mbedtls_platform_zeroize(weights, sizeof weights);
   if (status != Status::kOk) secret->fill(0);
+  return status;
+}
+
+Status shamir_decode(Span<const Share> shares, uint32_t threshold, Secret* secret, Span<uint8_t> wrong) {
+  if (secret == nullptr || threshold < 2 || threshold > kMaxThreshold ||
+      (!wrong.empty() && wrong.size() != shares.size())) {
+    return Status::kInvalidArgument;
+  }
+  secret->fill(0);
+  for (uint8_t& flag : wrong) flag = 0;
+  if (shares.size() < threshold) return Status::kTooFewSurvivors;
+  if (!shares_well_formed(shares)) return Status::kBadShare;
+  const uint32_t m = uint32_t(shares.size()), e = (m - threshold) / 2;
+  std::vector<uint32_t> xs(m), ys(m), scratch, p(threshold);
+  for (uint32_t i = 0; i < m; ++i) xs[i] = shares[i].x;
+  Status status = Status::kOk;
+  for (size_t s = 0; s < kSubsecrets && status == Status::kOk; ++s) {
+    for (uint32_t i = 0; i < m; ++i) ys[i] = shares[i].y[s];
+    if (!berlekamp_welch(xs.data(), ys.data(), m, threshold, e, &scratch, p.data())) {
+      status = Status::kBadShare;
+      break;
+    }
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < m; ++i) {
+      uint32_t v = 0;  // Horner
+      for (uint32_t j = threshold; j-- > 0;) v = add(mul(v, xs[i]), p[j]);
+      if (v != ys[i]) {
+        ++off;
+        if (!wrong.empty()) wrong[i] = 1;
+      }
+    }
+    if (off > e || !set_subsecret(secret, s, p[0])) status = Status::kBadShare;
+  }
+  mbedtls_platform_zeroize(p.data(), p.size() * 4);
+  mbedtls_platform_zeroize(ys.data(), ys.size() * 4);
+  if (!scratch.empty()) mbedtls_platform_zeroize(scratch.data(), scratch.size() * 4);
+  if (status != Status::kOk) {
+    secret->fill(0);
+    for (uint8_t& flag : wrong) flag = 0;
+  }
   return status;
 }
 

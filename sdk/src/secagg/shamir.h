@@ -60,6 +60,20 @@ struct RandomSource {
 // or a recovered sub-secret wider than its bits); `secret` is then wiped.
 [[nodiscard]] Status shamir_reconstruct(Span<const Share> shares, uint32_t threshold, Secret* secret);
 
+// Recovers the secret when some of `shares` may be wrong: each sub-secret's polynomial is decoded
+// as a Reed-Solomon codeword (McEliece and Sarwate, "On sharing secrets and Reed-Solomon codes",
+// CACM 1981; the Berlekamp-Welch decoder), which corrects up to floor((m - threshold) / 2) wrong
+// shares among the m = shares.size() given (with m = threshold nothing can be detected: the
+// caller checks the secret). `wrong` is empty, or one flag per share: set (1) for
+// a share off the recovered polynomials, else 0. Costs O(m^3) field operations per sub-secret and
+// 4 m^2 bytes of heap: pass at most threshold + 2 x (the wrong shares to correct), and try
+// shamir_reconstruct() first. Fails: kTooFewSurvivors (m < threshold), kInvalidArgument
+// (threshold, wrong's size), kBadShare (an x out of range or repeated, a y outside the field, more
+// wrong shares than can be corrected, a sub-secret wider than its bits); `secret` and `wrong` are
+// then zeroed.
+[[nodiscard]] Status shamir_decode(Span<const Share> shares, uint32_t threshold, Secret* secret,
+                                   Span<uint8_t> wrong);
+
 // The 40-byte little-endian form of a share, and back (kBadShare for an x or y out of range).
 void shamir_share_to_bytes(const Share& share, uint8_t out[kShareBytes]);
 [[nodiscard]] Status shamir_share_from_bytes(const uint8_t in[kShareBytes], Share* share);
