@@ -312,6 +312,8 @@ class MemoryStorage final : public Storage {
       share.aggregator = update.aggregator;
       ++share.updates;
       share.payload_bytes += update.payload_bytes;
+      share.samples += update.sample_count;
+      share.sequence_sum = (share.sequence_sum + update.sequence) & kSequenceSumMask;
     }
     out->clear();
     for (auto& entry : shares) out->push_back(std::move(entry.second));
@@ -346,7 +348,8 @@ class MemoryStorage final : public Storage {
     return Status::kOk;
   }
 
-  Status for_each_partial_sum(uint64_t round_id, const std::function<Status(const PartialSum&)>& fn,
+  Status for_each_partial_sum(uint64_t round_id, bool with_state,
+                              const std::function<Status(const PartialSum&)>& fn,
                               std::string* error) override {
     if (!fn) return invalid_argument(error, "for_each_partial_sum: no callback");
     std::unique_lock<std::mutex> lock;
@@ -355,7 +358,12 @@ class MemoryStorage final : public Storage {
     for (auto it = partial_sums_.lower_bound({round_id, std::string()});
          it != partial_sums_.end() && it->first.first == round_id; ++it)
       rows.push_back(&it->second);
-    return visit(rows, [&](const PartialSum* p) { return fn(*p); });
+    return visit(rows, [&](const PartialSum* p) {
+      if (with_state) return fn(*p);
+      PartialSum bare = *p;
+      bare.state.clear();
+      return fn(bare);
+    });
   }
 
  private:

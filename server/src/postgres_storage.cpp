@@ -126,6 +126,7 @@ CREATE TABLE partial_sums (
   round_id   bigint NOT NULL REFERENCES rounds (round_id),
   aggregator text   NOT NULL CHECK (length(aggregator) > 0),
   updates    bigint NOT NULL CHECK (updates >= 0),
+  sequence_sum bigint NOT NULL CHECK (sequence_sum >= 0),
   state      bytea  NOT NULL CHECK (length(state) > 0),
   PRIMARY KEY (round_id, aggregator)
 );
@@ -364,7 +365,8 @@ class PostgresStorage final : public Storage {
                             const std::function<Status(const UpdateRecord&)>& fn,
                             std::string* error) override;
   Status put_partial_sum(const PartialSum& sum, std::string* error) override;
-  Status for_each_partial_sum(uint64_t round_id, const std::function<Status(const PartialSum&)>& fn,
+  Status for_each_partial_sum(uint64_t round_id, bool with_state,
+                              const std::function<Status(const PartialSum&)>& fn,
                               std::string* error) override;
 
  private:
@@ -817,8 +819,11 @@ Status PostgresStorage::record_update(const UpdateRecord& update, InsertResult* 
           // this call's, not a duplicate.
           EDGEFL_RETURN_IF_ERROR(query("select update", kFindUpdateSql, find, &r, message));
           UpdateRecord existing;
+          // Only a row of this aggregator: the same upload retried through another aggregator (a
+          // device that timed out and came back through the balancer) is that one's, a duplicate
+          // here, or both aggregators' partial sums would count it.
           if (r.rows() == 1 && read_update(r.get(), 0, false, &existing) &&
-              existing.upload_id == update.upload_id) {
+              existing.upload_id == update.upload_id && existing.aggregator == update.aggregator) {
             *result = InsertResult::kInserted;
             if (sequence != nullptr) *sequence = existing.sequence;
             return Status::kOk;
@@ -997,14 +1002,17 @@ Status PostgresStorage::ledger_shares(uint64_t round_id, std::vector<LedgerShare
         Result r;
         EDGEFL_RETURN_IF_ERROR(
             query("count updates by aggregator",
-                  "SELECT aggregator, count(*)::bigint, coalesce(sum(payload_bytes), 0)::bigint "
+                  "SELECT aggregator, count(*)::bigint, coalesce(sum(payload_bytes), 0)::bigint, "
+                  "coalesce(sum(sample_count), 0)::bigint, "
+                  "(coalesce(sum(sequence), 0) % 4611686018427387904)::bigint "
                   "FROM updates WHERE round_id = $1 GROUP BY aggregator ORDER BY aggregator",
                   p, &r, message));
         std::vector<LedgerShare> shares(size_t(r.rows()));
         for (int i = 0; i < r.rows(); ++i) {
           LedgerShare& share = shares[size_t(i)];
           if (!column_text(r.get(), i, 0, &share.aggregator) || !column_u64(r.get(), i, 1, &share.updates) ||
-              !column_u64(r.get(), i, 2, &share.payload_bytes))
+              !column_u64(r.get(), i, 2, &share.payload_bytes) ||
+              !column_u64(r.get(), i, 3, &share.samples) || !column_u64(r.get(), i, 4, &share.sequence_sum))
             return corrupt_row("updates", message);
         }
         *out = std::move(shares);
@@ -1027,18 +1035,23 @@ Status PostgresStorage::put_partial_sum(const PartialSum& sum, std::string* erro
               message, "put_partial_sum: round " + std::to_string(sum.round_id) + " is not open and sealed");
         }
         Params p;
-        p.u64(sum.round_id).text(sum.aggregator).u64(sum.updates).bytes(sum.state.data(), sum.state.size());
-        EDGEFL_RETURN_IF_ERROR(command("store partial sum",
-                                       "INSERT INTO partial_sums (round_id, aggregator, updates, state) "
-                                       "VALUES ($1, $2, $3, $4) ON CONFLICT (round_id, aggregator) "
-                                       "DO UPDATE SET updates = excluded.updates, state = excluded.state",
-                                       p, message));
+        p.u64(sum.round_id)
+            .text(sum.aggregator)
+            .u64(sum.updates)
+            .bytes(sum.state.data(), sum.state.size())
+            .u64(sum.sequence_sum);
+        EDGEFL_RETURN_IF_ERROR(command(
+            "store partial sum",
+            "INSERT INTO partial_sums (round_id, aggregator, updates, state, sequence_sum) "
+            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (round_id, aggregator) DO UPDATE "
+            "SET updates = excluded.updates, state = excluded.state, sequence_sum = excluded.sequence_sum",
+            p, message));
         return txn.commit(message);
       },
       error);
 }
 
-Status PostgresStorage::for_each_partial_sum(uint64_t round_id,
+Status PostgresStorage::for_each_partial_sum(uint64_t round_id, bool with_state,
                                              const std::function<Status(const PartialSum&)>& fn,
                                              std::string* error) {
   if (!fn) return invalid_argument(error, "for_each_partial_sum: no callback");
@@ -1049,10 +1062,14 @@ Status PostgresStorage::for_each_partial_sum(uint64_t round_id,
   p.u64(round_id);
   return each_row_once(
       "select partial sums",
-      "SELECT aggregator, updates, state FROM partial_sums WHERE round_id = $1 ORDER BY aggregator", p,
+      with_state ? "SELECT aggregator, updates, sequence_sum, state FROM partial_sums WHERE round_id = $1 "
+                   "ORDER BY aggregator"
+                 : "SELECT aggregator, updates, sequence_sum FROM partial_sums WHERE round_id = $1 "
+                   "ORDER BY aggregator",
+      p,
       [&](PGresult* r, std::string* message) -> Status {
         if (!column_text(r, 0, 0, &sum.aggregator) || !column_u64(r, 0, 1, &sum.updates) ||
-            !column_bytes(r, 0, 2, &sum.state)) {
+            !column_u64(r, 0, 2, &sum.sequence_sum) || (with_state && !column_bytes(r, 0, 3, &sum.state))) {
           return corrupt_row("partial_sums", message);
         }
         return fn(sum);

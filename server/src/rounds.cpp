@@ -300,12 +300,6 @@ Status RoundManager::start(int64_t now_ms, std::string* error) {
 
   aggregate_memory_.resize(StreamingAggregator::storage_bytes(n_));
   EDGEFL_RETURN_IF_ERROR(aggregate_.init({aggregate_memory_.data(), aggregate_memory_.size()}, n_));
-  if (shared_) {
-    merged_memory_.resize(aggregate_memory_.size());
-    partial_memory_.resize(aggregate_memory_.size());
-    EDGEFL_RETURN_IF_ERROR(merged_.init({merged_memory_.data(), merged_memory_.size()}, n_));
-    EDGEFL_RETURN_IF_ERROR(partial_.init({partial_memory_.data(), partial_memory_.size()}, n_));
-  }
   optimizer_memory_.assign(ServerOptimizer::state_bytes(optimizer_spec_.kind, n_), 0);
   EDGEFL_RETURN_IF_ERROR(
       optimizer_.init(optimizer_spec_, {optimizer_memory_.data(), optimizer_memory_.size()}, n_));
@@ -544,6 +538,8 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
   }
   EDGEFL_RETURN_IF_ERROR(rebuild_aggregate(&round, error));
   const uint32_t rebuilt = round.accepted;
+  // Several aggregators: a sealed ledger is final, so its rebuilt sum is the merge the close needs.
+  round.ledger_merged = shared_ && open->sealed;
   open_ = std::move(round);
   open_->norm_bound = update_norm_bound();
   metrics_->round_id.store(open->round_id);
@@ -604,17 +600,28 @@ void RoundManager::flush_partial_sum() {
   sum.round_id = round.record.round_id;
   sum.aggregator = lease_holder_;
   sum.updates = aggregate_.count();
-  sum.state.resize(StreamingAggregator::export_bytes(n_));
-  size_t written = 0;
+  sum.sequence_sum = round.own_sequence_sum;
   std::string error;
+  Status s = Status::kOk;
   const auto start = std::chrono::steady_clock::now();
-  Status s = aggregate_.export_state({sum.state.data(), sum.state.size()}, &written);
-  if (s != Status::kOk) error = std::string("export: ") + status_name(s);
-  if (s == Status::kOk) s = storage_->put_partial_sum(sum, &error);
+  if (StreamingAggregator::export_bytes(n_) > kMaxPartialSumBytes) {
+    s = Status::kInvalidArgument;
+    error = "a model of " + std::to_string(n_) + " parameters has a sum above the store's value limit";
+  } else {
+    sum.state.resize(StreamingAggregator::export_bytes(n_));
+    size_t written = 0;
+    s = aggregate_.export_state({sum.state.data(), sum.state.size()}, &written);
+    if (s != Status::kOk) error = std::string("export: ") + status_name(s);
+    if (s == Status::kOk) s = storage_->put_partial_sum(sum, &error);
+  }
   if (s != Status::kOk) {
-    // Retried at the next look while the round is open; the coordinator decodes this server's
-    // updates from the ledger if the sum never comes.
-    log_warn("partial_sum_flush_failed").kv("round", sum.round_id).kv("error", error);
+    // The coordinator decodes this server's updates from the ledger if the sum never comes. A
+    // store failure is retried at the next look while the round is open; a refusal is final.
+    if (s == Status::kInvalidArgument) round.partial_sum_flushed = true;
+    log_warn("partial_sum_flush_failed")
+        .kv("round", sum.round_id)
+        .kv("retried", s == Status::kInvalidArgument ? 0 : 1)
+        .kv("error", error);
     return;
   }
   round.partial_sum_flushed = true;
@@ -629,69 +636,97 @@ Status RoundManager::merge_partial_sums(int64_t now_ms, bool* waiting, std::stri
   OpenRound& round = *open_;
   const uint64_t round_id = round.record.round_id;
   const auto start = std::chrono::steady_clock::now();
+  if (!merged_.bound()) {  // the coordinator's only: allocated at its first merge
+    merged_memory_.resize(aggregate_memory_.size());
+    partial_memory_.resize(aggregate_memory_.size());
+    EDGEFL_RETURN_IF_ERROR(merged_.init({merged_memory_.data(), merged_memory_.size()}, n_));
+    EDGEFL_RETURN_IF_ERROR(partial_.init({partial_memory_.data(), partial_memory_.size()}, n_));
+  }
   std::vector<LedgerShare> shares;
   EDGEFL_RETURN_IF_ERROR(storage_->ledger_shares(round_id, &shares, error));
-  // Each share's rows, until a sum covers them: this server's own, a flushed one, or decoding.
-  std::map<std::string, uint64_t> uncovered;
+  // Each share's rows, until a sum covers them: this server's own, a flushed one, or decoding. A
+  // sum covers a share when it sums as many rows, with the same sequences and weight.
+  std::map<std::string, LedgerShare> uncovered;
   uint64_t in_ledger = 0, payload_bytes = 0;
-  for (const LedgerShare& share : shares) {
-    uncovered[share.aggregator] = share.updates;
+  for (LedgerShare& share : shares) {
     in_ledger += share.updates;
     payload_bytes += share.payload_bytes;
+    uncovered[share.aggregator] = std::move(share);
   }
+  auto same_rows = [](const LedgerShare& share, uint64_t updates, uint64_t sequence_sum, double weight) {
+    return updates == share.updates && sequence_sum == share.sequence_sum && weight == double(share.samples);
+  };
   merged_.reset();
   uint64_t own = 0;
   auto mine = uncovered.find(lease_holder_);
-  if (mine != uncovered.end() && round.aggregate_is_own && aggregate_.count() == mine->second) {
+  if (mine != uncovered.end() && round.aggregate_is_own &&
+      same_rows(mine->second, aggregate_.count(), round.own_sequence_sum, aggregate_.total_weight())) {
     EDGEFL_RETURN_IF_ERROR(merged_.merge(aggregate_));
-    own = mine->second;
+    own = mine->second.updates;
     uncovered.erase(mine);
   }
-  uint64_t partial_sums = 0;
-  std::set<std::string> unusable;  // shares whose flushed sum cannot be used
+  // First which flushed sums match their share (without their contents), then, once none is
+  // awaited any more, the matching ones read and merged.
+  std::set<std::string> matching, unusable;
   Status s = storage_->for_each_partial_sum(
-      round_id,
+      round_id, /*with_state=*/false,
       [&](const PartialSum& sum) -> Status {
         auto it = uncovered.find(sum.aggregator);
         if (it == uncovered.end()) return Status::kOk;  // this server's own, or no rows
         // A sum of other rows than its aggregator's share (a write of its was in doubt) is not
         // used, and no other comes (one flush per process): that share is decoded.
-        if (sum.updates != it->second) {
-          unusable.insert(sum.aggregator);
-          return Status::kOk;
-        }
-        const Status imported = partial_.import_state({sum.state.data(), sum.state.size()});
-        if (imported != Status::kOk || partial_.count() != it->second) {
-          unusable.insert(sum.aggregator);
-          log_warn("partial_sum_refused")
-              .kv("round", round_id)
-              .kv("aggregator", sum.aggregator)
-              .kv("reason", imported != Status::kOk ? std::string(status_name(imported))
-                                                    : std::string("its count differs from its header"));
-          return Status::kOk;
-        }
-        EDGEFL_RETURN_IF_ERROR(merged_.merge(partial_));
-        uncovered.erase(it);
-        ++partial_sums;
+        const bool same = sum.updates == it->second.updates && sum.sequence_sum == it->second.sequence_sum;
+        (same ? matching : unusable).insert(sum.aggregator);
         return Status::kOk;
       },
       error);
   if (s != Status::kOk) {
-    if (error->empty()) *error = std::string("merging the partial sums: ") + status_name(s);
+    if (error->empty()) *error = std::string("listing the partial sums: ") + status_name(s);
     return s;
   }
   // This server's own rows never come as a flushed sum; another aggregator's may, for a while.
   bool awaited = false;
-  for (const auto& entry : uncovered)
-    awaited = awaited || (entry.first != lease_holder_ && unusable.count(entry.first) == 0);
+  for (const auto& entry : uncovered) {
+    awaited = awaited || (entry.first != lease_holder_ && matching.count(entry.first) == 0 &&
+                          unusable.count(entry.first) == 0);
+  }
   if (awaited && now_ms < round.sealed_ms + int64_t{options_.partial_sum_wait_ms}) {
     *waiting = true;
     return Status::kOk;
   }
+  uint64_t partial_sums = 0;
+  if (!matching.empty()) {
+    s = storage_->for_each_partial_sum(
+        round_id, /*with_state=*/true,
+        [&](const PartialSum& sum) -> Status {
+          auto it = uncovered.find(sum.aggregator);
+          if (it == uncovered.end() || matching.count(sum.aggregator) == 0) return Status::kOk;
+          const Status imported = partial_.import_state({sum.state.data(), sum.state.size()});
+          if (imported != Status::kOk ||
+              !same_rows(it->second, partial_.count(), sum.sequence_sum, partial_.total_weight())) {
+            log_warn("partial_sum_refused")
+                .kv("round", round_id)
+                .kv("aggregator", sum.aggregator)
+                .kv("reason", imported != Status::kOk
+                                  ? std::string(status_name(imported))
+                                  : std::string("its count or weight differs from its share"));
+            return Status::kOk;
+          }
+          EDGEFL_RETURN_IF_ERROR(merged_.merge(partial_));
+          uncovered.erase(it);
+          ++partial_sums;
+          return Status::kOk;
+        },
+        error);
+    if (s != Status::kOk) {
+      if (error->empty()) *error = std::string("merging the partial sums: ") + status_name(s);
+      return s;
+    }
+  }
   uint64_t decoded = 0;
-  for (const auto& [aggregator, rows] : uncovered) {
+  for (const auto& entry : uncovered) {
     s = storage_->for_each_update_of(
-        round_id, aggregator,
+        round_id, entry.first,
         [&](const UpdateRecord& u) -> Status {
           EDGEFL_RETURN_IF_ERROR(decode_recorded(u));
           ++decoded;
@@ -1716,7 +1751,7 @@ std::optional<Reply> RoundManager::record_upload(const std::string& device, cons
   InsertResult inserted = InsertResult::kInserted;
   std::string error;
   const auto write_start = std::chrono::steady_clock::now();
-  const Status written = storage_->record_update(*record, &inserted, nullptr, &error);
+  const Status written = storage_->record_update(*record, &inserted, &record->sequence, &error);
   const auto write_us =
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - write_start);
   if (written != Status::kOk && shared_) {
@@ -1767,6 +1802,7 @@ Reply RoundManager::count_update(const std::string& device, const wire::Commit& 
   metrics_->observe_upload_latency(latency_s);
   metrics_->updates_accepted.fetch_add(1);
   round.upload_bytes += record.payload_bytes;
+  round.own_sequence_sum = (round.own_sequence_sum + record.sequence) & kSequenceSumMask;
   ++round.accepted;
   round.contributed.insert(device);
   round.uploads.erase(it);
@@ -1961,6 +1997,7 @@ Reply RoundManager::count_masked(const std::string& device, const wire::Commit& 
   }
   metrics_->updates_accepted.fetch_add(1);
   round.upload_bytes += record.payload_bytes;
+  round.own_sequence_sum = (round.own_sequence_sum + record.sequence) & kSequenceSumMask;
   ++round.accepted;
   round.contributed.insert(device);
   log_info("masked_vector_accepted")

@@ -251,6 +251,7 @@ class RoundManager {
     // aggregate_ sums only updates this process recorded in this round (false once rebuilt from
     // the whole ledger): what its partial sum may hold.
     bool aggregate_is_own = true;
+    uint64_t own_sequence_sum = 0;     // the sequences of the updates aggregate_ holds (kSequenceSumMask)
     bool partial_sum_flushed = false;  // a follower's partial sum of the sealed round is stored
     bool ledger_merged = false;        // the coordinator's aggregate_ is the sealed ledger's sum
     uint32_t close_failures = 0;

@@ -55,12 +55,13 @@ Status check_new_update(const UpdateRecord& update, const InsertResult* result, 
 }
 
 Status check_new_partial_sum(const PartialSum& sum, std::string* error) {
-  if (sum.round_id == 0 || !fits_i64(sum.round_id) || !fits_i64(sum.updates))
+  if (sum.round_id == 0 || !fits_i64(sum.round_id) || !fits_i64(sum.updates) ||
+      sum.sequence_sum > kSequenceSumMask)
     return invalid_argument(error, "put_partial_sum: value out of range");
   if (sum.aggregator.empty() || sum.aggregator.find('\0') != std::string::npos)
     return invalid_argument(error, "put_partial_sum: the aggregator must be non-empty text");
   if (sum.state.empty() || sum.state.size() > kMaxPartialSumBytes)
-    return invalid_argument(error, "put_partial_sum: the state must hold 1 .. 2^30 bytes");
+    return invalid_argument(error, "put_partial_sum: the state must hold 1 .. 1023 MiB");
   return Status::kOk;
 }
 
@@ -156,7 +157,7 @@ Status Storage::for_each_update_of(uint64_t, const std::string&,
 Status Storage::put_partial_sum(const PartialSum&, std::string* error) {
   return not_shared("put_partial_sum", error);
 }
-Status Storage::for_each_partial_sum(uint64_t, const std::function<Status(const PartialSum&)>&,
+Status Storage::for_each_partial_sum(uint64_t, bool, const std::function<Status(const PartialSum&)>&,
                                      std::string* error) {
   return not_shared("for_each_partial_sum", error);
 }

@@ -80,18 +80,24 @@ struct LedgerShare {
   std::string aggregator;  // UpdateRecord::aggregator of the rows
   uint64_t updates = 0;    // rows
   uint64_t payload_bytes = 0;
+  uint64_t samples = 0;       // the rows' sample counts, summed
+  uint64_t sequence_sum = 0;  // the rows' sequences, summed modulo 2^62 (kSequenceSumMask)
 };
+constexpr uint64_t kSequenceSumMask = (uint64_t{1} << 62) - 1;
 
 // The sum of the updates one aggregator acknowledged in a sealed round, written by that
 // aggregator so that the coordinator merges sums instead of decoding every update.
 struct PartialSum {
   uint64_t round_id = 0;
-  std::string aggregator;      // non-empty: the UpdateRecord::aggregator of the rows it sums
-  uint64_t updates = 0;        // how many of those rows it sums (the coordinator uses it only when
-                               // it equals the aggregator's LedgerShare::updates)
+  std::string aggregator;  // non-empty: the UpdateRecord::aggregator of the rows it sums
+  // Which rows it sums: how many, and their sequences summed modulo 2^62. The coordinator uses a
+  // sum only when both equal the aggregator's LedgerShare (and its weight the share's samples).
+  uint64_t updates = 0;
+  uint64_t sequence_sum = 0;
   std::vector<uint8_t> state;  // StreamingAggregator::export_state(): 1 .. kMaxPartialSumBytes
 };
-constexpr size_t kMaxPartialSumBytes = size_t{1} << 30;
+// PostgreSQL's limit for one value (1 GB), less room for the message around it.
+constexpr size_t kMaxPartialSumBytes = (size_t{1} << 30) - (size_t{1} << 20);
 
 struct ModelRecord {
   uint64_t version = 0;   // > 0; versions only grow
@@ -280,10 +286,11 @@ class Storage {
   // round (kInvalidArgument otherwise; nothing changes): the rows it sums can no longer grow.
   // Not fenced: every aggregator writes its own.
   virtual Status put_partial_sum(const PartialSum& sum, std::string* error);
-  // The round's partial sums, ordered by aggregator. As for_each_update: stops at fn's first
-  // non-kOk, and fn must not call back into this Storage.
-  virtual Status for_each_partial_sum(uint64_t round_id, const std::function<Status(const PartialSum&)>& fn,
-                                      std::string* error);
+  // The round's partial sums, ordered by aggregator; with_state false leaves PartialSum::state
+  // empty (nothing of it is read). As for_each_update: stops at fn's first non-kOk, and fn must
+  // not call back into this Storage.
+  virtual Status for_each_partial_sum(uint64_t round_id, bool with_state,
+                                      const std::function<Status(const PartialSum&)>& fn, std::string* error);
 };
 
 }  // namespace server

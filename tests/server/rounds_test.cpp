@@ -169,10 +169,10 @@ class FaultyStorage final : public Storage {
     if (fail("put_partial_sum", e)) return Status::kIoError;
     return inner_->put_partial_sum(sum, e);
   }
-  Status for_each_partial_sum(uint64_t id, const std::function<Status(const PartialSum&)>& fn,
-                              std::string* e) override {
+  Status for_each_partial_sum(uint64_t id, bool with_state,
+                              const std::function<Status(const PartialSum&)>& fn, std::string* e) override {
     if (fail("for_each_partial_sum", e)) return Status::kIoError;
-    return inner_->for_each_partial_sum(id, fn, e);
+    return inner_->for_each_partial_sum(id, with_state, fn, e);
   }
 
  private:
@@ -1085,18 +1085,21 @@ TEST_SUITE("server.rounds.aggregators") {
   }
 
   TEST_CASE(
-      "a flushed sum that does not match its share of the ledger, or does not verify, is not used: that "
-      "share is decoded at once") {
-    for (const bool corrupt : {false, true}) {
-      CAPTURE(corrupt);
+      "a flushed sum of other rows than its share, or one that does not verify, is not used: that share is "
+      "decoded at once; a failed read during the merge is retried") {
+    // in doubt: b's write of d2 commits, but b is told it failed (a connection lost during COMMIT):
+    //   the ledger has it, b's sum (one update) does not.
+    // other rows: a sum with the share's count and weight but other sequences.
+    // corrupt: a sum of the share's rows whose bytes do not verify.
+    // weight: the share's count and sequences, a valid state of another weight.
+    for (const std::string variant : {"in doubt", "other rows", "corrupt", "weight"}) {
+      CAPTURE(variant);
       Pair p(3);
       const std::vector<float> v1 = p.a->model();
       const std::vector<Update> ups = {honest("d0", 1, 10), honest("d1", 2, 20), honest("d2", 3, 30)};
       CHECK(disposition(p.a->upload(p.a->offer("d0"), ups[0])) == wire::UpdateDisposition::kAccepted);
       CHECK(disposition(p.b->upload(p.b->offer("d1"), ups[1])) == wire::UpdateDisposition::kAccepted);
-      if (!corrupt) {
-        // b's write of d2 commits, but b is told it failed (a connection lost during COMMIT): the
-        // ledger has it, b's sum does not.
+      if (variant == "in doubt") {
         p.b->faults->record_update_in_doubt = 1;
         CHECK(std::holds_alternative<wire::Error>(p.b->upload(p.b->offer("d2"), ups[2])));
       } else {
@@ -1108,26 +1111,44 @@ TEST_SUITE("server.rounds.aggregators") {
       p.a->now += 100;
       p.a->rounds->tick(p.a->now);  // sealed; b's sum awaited
       REQUIRE(p.a->rounds->model_version() == 1);
-      if (corrupt) {
-        // A sum whose bytes do not verify (a checksum flipped), with the right count.
+      const int64_t sealed_at = p.a->now;
+      if (variant != "in doubt") {
         std::vector<LedgerShare> shares;
         REQUIRE(p.a->storage->ledger_shares(1, &shares, nullptr) == Status::kOk);
         REQUIRE(shares.size() == 2);
-        const std::string b_name =
-            shares[0].aggregator.rfind("b#", 0) == 0 ? shares[0].aggregator : shares[1].aggregator;
+        const LedgerShare& b_share = shares[0].aggregator.rfind("b#", 0) == 0 ? shares[0] : shares[1];
+        REQUIRE(b_share.updates == 2);
         p.b->faults->failing["put_partial_sum"] = -1;  // b's own flush never lands
         PartialSum bad;
         bad.round_id = 1;
-        bad.aggregator = b_name;
+        bad.aggregator = b_share.aggregator;
         bad.updates = 2;
-        bad.state.assign(StreamingAggregator::export_bytes(spec_size()), 0);
+        bad.sequence_sum = variant == "other rows" ? b_share.sequence_sum + 1 : b_share.sequence_sum;
+        // A valid state of two updates: b's own (the right rows) or of another weight.
+        std::vector<uint8_t> memory(StreamingAggregator::storage_bytes(spec_size()));
+        StreamingAggregator made;
+        REQUIRE(made.init({memory.data(), memory.size()}, spec_size()) == Status::kOk);
+        const double extra = variant == "weight" ? 1 : 0;
+        REQUIRE(made.add_dense({ups[1].values.data(), spec_size()}, 20 + extra) == Status::kOk);
+        REQUIRE(made.add_dense({ups[2].values.data(), spec_size()}, 30) == Status::kOk);
+        bad.state.resize(StreamingAggregator::export_bytes(spec_size()));
+        size_t written = 0;
+        REQUIRE(made.export_state({bad.state.data(), bad.state.size()}, &written) == Status::kOk);
+        if (variant == "corrupt") bad.state[bad.state.size() / 2] ^= 1;
         REQUIRE(p.a->storage->put_partial_sum(bad, nullptr) == Status::kOk);
       }
       p.b->now = p.a->now;
       p.b->rounds->tick(p.b->now);  // b flushes (or fails to)
-      p.a->now += 50;
-      p.a->rounds->tick(p.a->now);  // not waited for: decoded now, 50 ms after the seal
+      // The first attempt's read of the sums fails: retried, with the same result.
+      p.a->faults->failing["for_each_partial_sum"] = 1;
+      for (int i = 0; i < 8 && p.a->rounds->model_version() == 1; ++i) {
+        p.a->now += 50;
+        p.a->rounds->tick(p.a->now);  // not waited for once read: decoded
+      }
       REQUIRE(p.a->rounds->model_version() == 2);
+      CHECK(p.a->faults->calls["for_each_partial_sum"] >= 2);
+      const int64_t closed_after = p.a->now - sealed_at;
+      CHECK(closed_after < 500);  // at the retry after its 200 ms backoff, not after the 500 ms wait
       CHECK(p.a->faults->calls["for_each_update_of"] == 1);
       CHECK(p.a->model() == fedavg(v1, ups));
     }

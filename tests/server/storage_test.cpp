@@ -1106,9 +1106,10 @@ TEST_SUITE("server.storage.shared") {
     u1.aggregator = agg_a;
     u2.aggregator = agg_b;
     u3.aggregator = agg_a;
-    CHECK(record(*s.a, u1) == InsertResult::kInserted);
-    CHECK(record(*s.b, u2) == InsertResult::kInserted);
-    CHECK(record(*s.a, u3) == InsertResult::kInserted);
+    uint64_t seq1 = 0, seq2 = 0, seq3 = 0;
+    CHECK(record(*s.a, u1, &seq1) == InsertResult::kInserted);
+    CHECK(record(*s.b, u2, &seq2) == InsertResult::kInserted);
+    CHECK(record(*s.a, u3, &seq3) == InsertResult::kInserted);
     std::string error;
     std::vector<LedgerShare> shares = {LedgerShare{}};
     REQUIRE(s.b->ledger_shares(1, &shares, &error) == Status::kOk);
@@ -1116,6 +1117,9 @@ TEST_SUITE("server.storage.shared") {
     CHECK(shares[0].aggregator == agg_a);
     CHECK(shares[0].updates == 2);
     CHECK(shares[0].payload_bytes == 170);
+    CHECK(shares[0].samples == u1.sample_count + u3.sample_count);
+    CHECK(shares[0].sequence_sum == seq1 + seq3);
+    CHECK(shares[1].sequence_sum == seq2);
     CHECK(shares[1].aggregator == agg_b);
     CHECK(shares[1].updates == 1);
     CHECK(shares[1].payload_bytes == 50);
@@ -1134,6 +1138,7 @@ TEST_SUITE("server.storage.shared") {
     sum.round_id = 1;
     sum.aggregator = agg_b;
     sum.updates = 1;
+    sum.sequence_sum = seq2;
     sum.state.assign(64, 0x5a);
     error.clear();
     CHECK(s.b->put_partial_sum(sum, &error) == Status::kInvalidArgument);  // not sealed yet
@@ -1149,7 +1154,7 @@ TEST_SUITE("server.storage.shared") {
     REQUIRE(s.a->put_partial_sum(other, &error) == Status::kOk);
     std::vector<PartialSum> read;
     REQUIRE(s.a->for_each_partial_sum(
-                1,
+                1, true,
                 [&](const PartialSum& p) {
                   read.push_back(p);
                   return Status::kOk;
@@ -1161,6 +1166,19 @@ TEST_SUITE("server.storage.shared") {
     CHECK(read[0].state == other.state);
     CHECK(read[1].aggregator == agg_b);
     CHECK(read[1].state == sum.state);
+    CHECK(read[1].sequence_sum == seq2);
+    read.clear();
+    REQUIRE(s.b->for_each_partial_sum(
+                1, false,
+                [&](const PartialSum& p) {
+                  read.push_back(p);
+                  return Status::kOk;
+                },
+                &error) == Status::kOk);
+    REQUIRE(read.size() == 2);  // without their contents
+    CHECK(read[0].state.empty());
+    CHECK(read[0].updates == 2);
+    CHECK(read[1].sequence_sum == seq2);
     // Bad sums change nothing.
     PartialSum bad = sum;
     bad.aggregator.clear();
@@ -1169,12 +1187,15 @@ TEST_SUITE("server.storage.shared") {
     bad.state.clear();
     CHECK(s.a->put_partial_sum(bad, &error) == Status::kInvalidArgument);
     bad = sum;
+    bad.sequence_sum = kSequenceSumMask + 1;
+    CHECK(s.a->put_partial_sum(bad, &error) == Status::kInvalidArgument);
+    bad = sum;
     bad.round_id = 9;
     CHECK(s.a->put_partial_sum(bad, &error) == Status::kInvalidArgument);
     // An iteration's callback cannot call back in; the first non-kOk ends it.
     int calls = 0;
     CHECK(s.a->for_each_partial_sum(
-              1,
+              1, true,
               [&](const PartialSum&) {
                 ++calls;
                 return Status::kCorruptPayload;
@@ -1184,7 +1205,7 @@ TEST_SUITE("server.storage.shared") {
     REQUIRE(s.a->close_round(1, RoundState::kAbandoned, 0, 9, &error) == Status::kOk);
     read.clear();
     REQUIRE(s.a->for_each_partial_sum(
-                1,
+                1, true,
                 [&](const PartialSum& p) {
                   read.push_back(p);
                   return Status::kOk;

@@ -541,25 +541,39 @@ Status SecAggServer::finish(Span<uint32_t> sum, std::vector<uint32_t>* contribut
   phase_ = Phase::kDone;
   wrong_share_holders_.clear();
   std::vector<uint8_t> caught(n, 0);  // holders of a share found off its polynomial
-  // The secret of `shares` such that `check` accepts it: from the shares as they are (holders
-  // caught before last), else decoded from up to t + 2 kMaxCorrectedShares of them, correcting
-  // wrong ones.
+  uint64_t decode_work = 0;           // m^3 summed over the decodes of this call
+  // The secret of `shares` such that `check` accepts it: from the shares as they are (without
+  // those of holders caught before, while t + 1 others are left to check them), else decoded
+  // from the first t + 2e shares, caught holders last, for e = 1, 2, 4, ... kMaxCorrectedShares,
+  // until one checks or the work budget is spent.
   auto recover = [&](std::vector<Share>* shares, const std::function<Status(const Secret&)>& check,
                      Secret* secret) -> Status {
-    std::stable_partition(shares->begin(), shares->end(),
-                          [&](const Share& share) { return caught[share.x - 1] == 0; });
-    Status status = shamir_reconstruct({shares->data(), shares->size()}, t, secret);
+    const auto trusted_end = std::stable_partition(
+        shares->begin(), shares->end(), [&](const Share& share) { return caught[share.x - 1] == 0; });
+    const size_t trusted = size_t(trusted_end - shares->begin());
+    const size_t first_try = trusted >= size_t{t} + 1 ? trusted : shares->size();
+    Status status = shamir_reconstruct({shares->data(), first_try}, t, secret);
     if (status == Status::kOk) status = check(*secret);
     if (status != Status::kBadShare) return status;
-    const size_t m = std::min<size_t>(shares->size(), size_t{t} + 2 * kMaxCorrectedShares);
-    std::vector<uint8_t> wrong(m, 0);
-    status = shamir_decode({shares->data(), m}, t, secret, {wrong.data(), m});
-    if (status == Status::kOk) status = check(*secret);
-    if (status != Status::kOk) return status;
-    for (size_t i = 0; i < m; ++i) {
-      if (wrong[i] != 0) caught[(*shares)[i].x - 1] = 1;
+    for (uint32_t e = 1;; e *= 2) {
+      const size_t m = std::min<size_t>(shares->size(), size_t{t} + 2 * size_t{e});
+      if (m < size_t{t} + 2) break;  // no share to spare: nothing can be corrected
+      decode_work += uint64_t(m) * m * m;
+      if (decode_work > kMaxDecodeWork) break;
+      std::vector<uint8_t> wrong(m, 0);
+      status = shamir_decode({shares->data(), m}, t, secret, {wrong.data(), m});
+      if (status == Status::kOk) status = check(*secret);
+      if (status == Status::kOk) {
+        for (size_t i = 0; i < m; ++i) {
+          if (wrong[i] != 0) caught[(*shares)[i].x - 1] = 1;
+        }
+        return Status::kOk;
+      }
+      if (status != Status::kBadShare) return status;
+      if (m == shares->size() || e >= kMaxCorrectedShares) break;
     }
-    return Status::kOk;
+    secret->fill(0);
+    return Status::kBadShare;
   };
   std::vector<uint32_t> acc = std::move(sum_);
   Span<uint32_t> acc_span(acc.data(), acc.size());

@@ -200,14 +200,18 @@ class SecAggServer {
   // `contributors`. Each secret is recovered from its revealed shares and checked (a seed against
   // its commitment, a mask key against its public key). Wrong shares are corrected while they are
   // few: a secret whose shares are not on one polynomial, or whose recovery does not check, is
-  // decoded again from up to t + kMaxCorrectedShares * 2 of its shares (shamir_decode), and the
-  // holders of shares off the recovered polynomial are listed in wrong_share_holders(); their
-  // shares of later secrets are tried last. Fails: kTooFewSurvivors (a secret with fewer than t
-  // shares), kBadShare (a secret that cannot be recovered so that it checks: more wrong shares
-  // than can be corrected, or a wrong one among only t), kProtocolError (phase),
+  // decoded again (shamir_decode) from its first t + 2e shares for e = 1, 2, 4, ...
+  // kMaxCorrectedShares, until the result checks; the holders of shares off the recovered
+  // polynomial are listed in wrong_share_holders(), and their shares of later secrets are left
+  // out (while t + 1 others remain) or put last. The decodes of one call cost at most
+  // kMaxDecodeWork (the sum of m^3 over them, m the shares decoded): a bounded stall of the
+  // server, whatever devices send. Fails: kTooFewSurvivors (a secret with fewer than t shares),
+  // kBadShare (a secret that cannot be recovered so that it checks: more wrong shares than can
+  // be corrected within the budget, or a wrong one among only t), kProtocolError (phase),
   // kDimensionMismatch, kCryptoError. The server is then done.
   [[nodiscard]] Status finish(Span<uint32_t> sum, std::vector<uint32_t>* contributors);
   static constexpr uint32_t kMaxCorrectedShares = 32;
+  static constexpr uint64_t kMaxDecodeWork = uint64_t{1} << 24;
   // After finish(): the devices that revealed a share off its secret's polynomial, ascending. A
   // device there lied in R3, or was dealt a wrong share in R1 by the secret's owner.
   const std::vector<uint32_t>& wrong_share_holders() const { return wrong_share_holders_; }

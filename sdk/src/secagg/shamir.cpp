@@ -168,7 +168,10 @@ bool berlekamp_welch(const uint32_t* x, const uint32_t* y, uint32_t m, uint32_t 
     ++rank;
   }
   for (uint32_t i = rank; i < m; ++i) {
-    if ((*a)[size_t(i) * stride + cols] != 0) return false;  // inconsistent
+    if ((*a)[size_t(i) * stride + cols] != 0) {  // inconsistent
+      mbedtls_platform_zeroize(a->data(), a->size() * 4);
+      return false;
+    }
   }
   std::vector<uint32_t> solution(cols + 1, 0);
   for (uint32_t i = 0; i < rank; ++i) solution[pivot_column[i]] = (*a)[size_t(i) * stride + cols];
@@ -181,10 +184,11 @@ bool berlekamp_welch(const uint32_t* x, const uint32_t* y, uint32_t m, uint32_t 
     p[d - e] = coefficient;
     for (uint32_t j = 0; j <= e; ++j) rem[d - e + j] = sub(rem[d - e + j], mul(coefficient, locator[j]));
   }
-  for (uint32_t j = 0; j < e; ++j) {
-    if (rem[j] != 0) return false;
-  }
-  return true;
+  bool divides = true;
+  for (uint32_t j = 0; j < e; ++j) divides = divides && rem[j] == 0;
+  mbedtls_platform_zeroize(solution.data(), solution.size() * 4);  // Q and E: P = Q / E
+  mbedtls_platform_zeroize(rem.data(), rem.size() * 4);
+  return divides;
 }
 
 }  // namespace

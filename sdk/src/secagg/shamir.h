@@ -68,9 +68,10 @@ struct RandomSource {
 // a share off the recovered polynomials, else 0. Costs O(m^3) field operations per sub-secret and
 // 4 m^2 bytes of heap: pass at most threshold + 2 x (the wrong shares to correct), and try
 // shamir_reconstruct() first. Fails: kTooFewSurvivors (m < threshold), kInvalidArgument
-// (threshold, wrong's size), kBadShare (an x out of range or repeated, a y outside the field, more
-// wrong shares than can be corrected, a sub-secret wider than its bits); `secret` and `wrong` are
-// then zeroed.
+// (threshold, wrong's size), kBadShare (an x out of range or repeated, a y outside the field, no
+// polynomial within the bound, a sub-secret wider than its bits); `secret` and `wrong` are then
+// zeroed. With more wrong shares than the bound the result may also be another polynomial's
+// secret (kOk): the caller checks it (a commitment, a public key) before using it.
 [[nodiscard]] Status shamir_decode(Span<const Share> shares, uint32_t threshold, Secret* secret,
                                    Span<uint8_t> wrong);
 
