@@ -190,6 +190,27 @@ TEST_SUITE("secagg.shamir") {
     }
   }
 
+  TEST_CASE("shamir_off_polynomial flags the shares off the polynomial through the first t") {
+    const Secret secret = secret_from(12);
+    std::vector<Share> shares = split(secret, 5, iota_holders(12), 13);
+    shares[6].y[3] = (shares[6].y[3] + 1) % kFieldPrime;
+    shares[11].y[0] = (shares[11].y[0] + 7) % kFieldPrime;
+    std::vector<uint8_t> off(12, 0xee);
+    REQUIRE(shamir_off_polynomial({shares.data(), 12}, 5, {off.data(), 12}) == Status::kOk);
+    std::vector<uint8_t> expected(12, 0);
+    expected[6] = expected[11] = 1;
+    CHECK(off == expected);
+    // A wrong share among the first t moves the polynomial: most others are off it.
+    std::swap(shares[0], shares[6]);
+    REQUIRE(shamir_off_polynomial({shares.data(), 12}, 5, {off.data(), 12}) == Status::kOk);
+    CHECK(std::count(off.begin(), off.end(), uint8_t{1}) >= 6);
+    CHECK(shamir_off_polynomial({shares.data(), 12}, 5, {off.data(), 11}) == Status::kInvalidArgument);
+    CHECK(shamir_off_polynomial({shares.data(), 4}, 5, {off.data(), 4}) == Status::kTooFewSurvivors);
+    shares[3].x = shares[2].x;
+    CHECK(shamir_off_polynomial({shares.data(), 12}, 5, {off.data(), 12}) == Status::kBadShare);
+    CHECK(off == std::vector<uint8_t>(12, 0));
+  }
+
   TEST_CASE("shamir_decode: the same refusals as shamir_reconstruct, and a flag array of the wrong size") {
     const Secret secret = secret_from(8);
     std::vector<Share> shares = split(secret, 4, iota_holders(8), 9);

@@ -548,9 +548,19 @@ Status SecAggServer::finish(Span<uint32_t> sum, std::vector<uint32_t>* contribut
   // until one checks or the work budget is spent.
   auto recover = [&](std::vector<Share>* shares, const std::function<Status(const Secret&)>& check,
                      Secret* secret) -> Status {
-    const auto trusted_end = std::stable_partition(
-        shares->begin(), shares->end(), [&](const Share& share) { return caught[share.x - 1] == 0; });
-    const size_t trusted = size_t(trusted_end - shares->begin());
+    // Caught holders' shares last, the order otherwise kept (by hand: std::stable_partition's
+    // temporary buffer would pull a libstdc++ data symbol into this non-PIC library, which the
+    // shared C API links).
+    std::vector<Share> reordered;
+    reordered.reserve(shares->size());
+    size_t trusted = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const Share& share : *shares) {
+        if ((caught[share.x - 1] != 0) == (pass == 1)) reordered.push_back(share);
+      }
+      if (pass == 0) trusted = reordered.size();
+    }
+    *shares = std::move(reordered);
     const size_t first_try = trusted >= size_t{t} + 1 ? trusted : shares->size();
     Status status = shamir_reconstruct({shares->data(), first_try}, t, secret);
     if (status == Status::kOk) status = check(*secret);
@@ -559,13 +569,31 @@ Status SecAggServer::finish(Span<uint32_t> sum, std::vector<uint32_t>* contribut
       const size_t m = std::min<size_t>(shares->size(), size_t{t} + 2 * size_t{e});
       if (m < size_t{t} + 2) break;  // no share to spare: nothing can be corrected
       decode_work += uint64_t(m) * m * m;
-      if (decode_work > kMaxDecodeWork) break;
+      if (decode_work > decode_work_cap(t)) break;
       std::vector<uint8_t> wrong(m, 0);
       status = shamir_decode({shares->data(), m}, t, secret, {wrong.data(), m});
       if (status == Status::kOk) status = check(*secret);
       if (status == Status::kOk) {
-        for (size_t i = 0; i < m; ++i) {
-          if (wrong[i] != 0) caught[(*shares)[i].x - 1] = 1;
+        // Who to name: the shares of all s off the polynomial through the first t the decode
+        // found right, if they are few enough to be the wrong ones.
+        std::vector<Share> ordered;
+        ordered.reserve(shares->size());
+        for (int pass = 0; pass < 2; ++pass) {
+          for (size_t i = 0; i < m; ++i) {
+            if ((wrong[i] != 0) == (pass == 1)) ordered.push_back((*shares)[i]);
+          }
+        }
+        ordered.insert(ordered.end(), shares->begin() + long(m), shares->end());
+        std::vector<uint8_t> off(ordered.size(), 0);
+        size_t off_count = 0;
+        if (shamir_off_polynomial({ordered.data(), ordered.size()}, t, {off.data(), off.size()}) ==
+            Status::kOk) {
+          for (uint8_t flag : off) off_count += flag;
+          if (off_count <= (ordered.size() - t) / 2) {
+            for (size_t i = 0; i < ordered.size(); ++i) {
+              if (off[i] != 0) caught[ordered[i].x - 1] = 1;
+            }
+          }
         }
         return Status::kOk;
       }

@@ -33,6 +33,7 @@
 
 #include <stdint.h>
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -203,15 +204,21 @@ class SecAggServer {
   // decoded again (shamir_decode) from its first t + 2e shares for e = 1, 2, 4, ...
   // kMaxCorrectedShares, until the result checks; the holders of shares off the recovered
   // polynomial are listed in wrong_share_holders(), and their shares of later secrets are left
-  // out (while t + 1 others remain) or put last. The decodes of one call cost at most
-  // kMaxDecodeWork (the sum of m^3 over them, m the shares decoded): a bounded stall of the
-  // server, whatever devices send. Fails: kTooFewSurvivors (a secret with fewer than t shares),
-  // kBadShare (a secret that cannot be recovered so that it checks: more wrong shares than can
-  // be corrected within the budget, or a wrong one among only t), kProtocolError (phase),
+  // out (while t + 1 others remain) or put last. A holder is named only when all of the secret's
+  // s shares show it: at most floor((s - t) / 2) of them off the recovered polynomial (colluding
+  // devices could otherwise plant a polynomial with the right secret that blames an honest one).
+  // The decodes of one call cost at most decode_work_cap(t) (the sum of m^3 over them, m the
+  // shares decoded): a bounded stall of the server, whatever devices send. Fails: kTooFewSurvivors (a secret
+  // with fewer than t shares), kBadShare (a secret that cannot be recovered so that it checks: more wrong
+  // shares than can be corrected within the budget, or a wrong one among only t), kProtocolError (phase),
   // kDimensionMismatch, kCryptoError. The server is then done.
   [[nodiscard]] Status finish(Span<uint32_t> sum, std::vector<uint32_t>* contributors);
   static constexpr uint32_t kMaxCorrectedShares = 32;
-  static constexpr uint64_t kMaxDecodeWork = uint64_t{1} << 24;
+  // max(2^24, 4 (t + 2 kMaxCorrectedShares)^3): a few decodes of the largest size at any t.
+  static uint64_t decode_work_cap(uint32_t t) {
+    const uint64_t largest = uint64_t{t} + 2 * kMaxCorrectedShares;
+    return std::max<uint64_t>(uint64_t{1} << 24, 4 * largest * largest * largest);
+  }
   // After finish(): the devices that revealed a share off its secret's polynomial, ascending. A
   // device there lied in R3, or was dealt a wrong share in R1 by the secret's owner.
   const std::vector<uint32_t>& wrong_share_holders() const { return wrong_share_holders_; }

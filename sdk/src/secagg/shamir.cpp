@@ -297,6 +297,26 @@ Status shamir_decode(Span<const Share> shares, uint32_t threshold, Secret* secre
   return status;
 }
 
+Status shamir_off_polynomial(Span<const Share> shares, uint32_t threshold, Span<uint8_t> off) {
+  if (threshold < 2 || threshold > kMaxThreshold || off.size() != shares.size())
+    return Status::kInvalidArgument;
+  for (uint8_t& flag : off) flag = 0;
+  if (shares.size() < threshold) return Status::kTooFewSurvivors;
+  if (!shares_well_formed(shares)) return Status::kBadShare;
+  uint32_t xs[kMaxThreshold], weights[kMaxThreshold], scratch[kMaxThreshold];
+  for (uint32_t i = 0; i < threshold; ++i) xs[i] = shares[i].x;
+  for (size_t e = threshold; e < shares.size(); ++e) {
+    lagrange_weights(xs, threshold, shares[e].x, weights, scratch);
+    for (size_t s = 0; s < kSubsecrets; ++s) {
+      uint32_t v = 0;
+      for (uint32_t i = 0; i < threshold; ++i) v = add(v, mul(weights[i], shares[i].y[s]));
+      if (v != shares[e].y[s]) off[e] = 1;
+    }
+  }
+  mbedtls_platform_zeroize(weights, sizeof weights);
+  return Status::kOk;
+}
+
 void shamir_share_to_bytes(const Share& share, uint8_t out[kShareBytes]) {
   store_le32(out, share.x);
   for (size_t s = 0; s < kSubsecrets; ++s) store_le32(out + 4 + 4 * s, share.y[s]);

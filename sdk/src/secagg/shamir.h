@@ -75,6 +75,12 @@ struct RandomSource {
 [[nodiscard]] Status shamir_decode(Span<const Share> shares, uint32_t threshold, Secret* secret,
                                    Span<uint8_t> wrong);
 
+// Flags (1 in `off`, one per share) the shares not on the polynomials through the first
+// `threshold` shares, which get 0. O(shares x threshold^2) field operations, no allocation.
+// Fails: kTooFewSurvivors, kInvalidArgument (threshold, off's size), kBadShare (an x out of range
+// or repeated, a y outside the field); `off` is then zeroed.
+[[nodiscard]] Status shamir_off_polynomial(Span<const Share> shares, uint32_t threshold, Span<uint8_t> off);
+
 // The 40-byte little-endian form of a share, and back (kBadShare for an x or y out of range).
 void shamir_share_to_bytes(const Share& share, uint8_t out[kShareBytes]);
 [[nodiscard]] Status shamir_share_from_bytes(const uint8_t in[kShareBytes], Share* share);
