@@ -159,15 +159,7 @@ class MemoryStorage final : public Storage {
                          std::string* error) override {
     if (!fn) return invalid_argument(error, "for_each_update: no callback");
     if (!fits_i64(round_id)) return invalid_argument(error, "for_each_update: round id out of range");
-    std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
-    std::vector<const UpdateRecord*> rows;
-    for (const auto& [key, update] : updates_) {
-      if (key.first == round_id) rows.push_back(&update);
-    }
-    std::sort(rows.begin(), rows.end(),
-              [](const UpdateRecord* a, const UpdateRecord* b) { return a->sequence < b->sequence; });
-    return visit(rows, [&](const UpdateRecord* u) { return fn(*u); });
+    return visit_updates(round_id, nullptr, fn, error);
   }
 
   Status append_round_event(const RoundEvent& event, std::string* error) override {
@@ -324,15 +316,7 @@ class MemoryStorage final : public Storage {
                             const std::function<Status(const UpdateRecord&)>& fn,
                             std::string* error) override {
     if (!fn) return invalid_argument(error, "for_each_update_of: no callback");
-    std::unique_lock<std::mutex> lock;
-    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
-    std::vector<const UpdateRecord*> rows;
-    for (const auto& [key, update] : updates_) {
-      if (key.first == round_id && update.aggregator == aggregator) rows.push_back(&update);
-    }
-    std::sort(rows.begin(), rows.end(),
-              [](const UpdateRecord* a, const UpdateRecord* b) { return a->sequence < b->sequence; });
-    return visit(rows, [&](const UpdateRecord* u) { return fn(*u); });
+    return visit_updates(round_id, &aggregator, fn, error);
   }
 
   Status put_partial_sum(const PartialSum& sum, std::string* error) override {
@@ -367,6 +351,21 @@ class MemoryStorage final : public Storage {
   }
 
  private:
+  // for_each_update (aggregator null) and for_each_update_of: the round's rows in acceptance order.
+  Status visit_updates(uint64_t round_id, const std::string* aggregator,
+                       const std::function<Status(const UpdateRecord&)>& fn, std::string* error) {
+    std::unique_lock<std::mutex> lock;
+    EDGEFL_RETURN_IF_ERROR(gate_.enter(&lock, error));
+    std::vector<const UpdateRecord*> rows;
+    for (const auto& [key, update] : updates_) {
+      if (key.first == round_id && (aggregator == nullptr || update.aggregator == *aggregator))
+        rows.push_back(&update);
+    }
+    std::sort(rows.begin(), rows.end(),
+              [](const UpdateRecord* a, const UpdateRecord* b) { return a->sequence < b->sequence; });
+    return visit(rows, [&](const UpdateRecord* u) { return fn(*u); });
+  }
+
   // Calls fn on each of `rows` until it returns non-kOk. The caller holds the lock throughout (as
   // with SQLite), and this thread is marked: a callback that calls back in is refused.
   template <typename Rows, typename Fn>

@@ -205,6 +205,21 @@ uint64_t count(Storage& s, uint64_t round) {
   return n;
 }
 
+std::vector<PartialSum> partial_sums(Storage& s, uint64_t round, bool with_state) {
+  std::vector<PartialSum> out;
+  std::string error;
+  const Status st = s.for_each_partial_sum(
+      round, with_state,
+      [&](const PartialSum& p) {
+        out.push_back(p);
+        return Status::kOk;
+      },
+      &error);
+  INFO(error);
+  REQUIRE(st == Status::kOk);
+  return out;
+}
+
 std::vector<UpdateRecord> all_updates(Storage& s, uint64_t round) {
   std::vector<UpdateRecord> out;
   std::string error;
@@ -1152,14 +1167,7 @@ TEST_SUITE("server.storage.shared") {
     other.updates = 2;
     other.state.assign(16, 1);
     REQUIRE(s.a->put_partial_sum(other, &error) == Status::kOk);
-    std::vector<PartialSum> read;
-    REQUIRE(s.a->for_each_partial_sum(
-                1, true,
-                [&](const PartialSum& p) {
-                  read.push_back(p);
-                  return Status::kOk;
-                },
-                &error) == Status::kOk);
+    std::vector<PartialSum> read = partial_sums(*s.a, 1, true);
     REQUIRE(read.size() == 2);
     CHECK(read[0].aggregator == agg_a);
     CHECK(read[0].updates == 2);
@@ -1167,14 +1175,7 @@ TEST_SUITE("server.storage.shared") {
     CHECK(read[1].aggregator == agg_b);
     CHECK(read[1].state == sum.state);
     CHECK(read[1].sequence_sum == seq2);
-    read.clear();
-    REQUIRE(s.b->for_each_partial_sum(
-                1, false,
-                [&](const PartialSum& p) {
-                  read.push_back(p);
-                  return Status::kOk;
-                },
-                &error) == Status::kOk);
+    read = partial_sums(*s.b, 1, false);
     REQUIRE(read.size() == 2);  // without their contents
     CHECK(read[0].state.empty());
     CHECK(read[0].updates == 2);
@@ -1203,14 +1204,7 @@ TEST_SUITE("server.storage.shared") {
               &error) == Status::kCorruptPayload);
     CHECK(calls == 1);
     REQUIRE(s.a->close_round(1, RoundState::kAbandoned, 0, 9, &error) == Status::kOk);
-    read.clear();
-    REQUIRE(s.a->for_each_partial_sum(
-                1, true,
-                [&](const PartialSum& p) {
-                  read.push_back(p);
-                  return Status::kOk;
-                },
-                &error) == Status::kOk);
+    read = partial_sums(*s.a, 1, true);
     CHECK(read.empty());                                                   // dropped with the payloads
     CHECK(s.a->put_partial_sum(sum, &error) == Status::kInvalidArgument);  // closed
     REQUIRE(s.a->ledger_shares(1, &shares, &error) == Status::kOk);
