@@ -13,6 +13,12 @@ extern "C" {
 
 // Writes a NUL-terminated string to the host's console (SYS_WRITE0).
 void semihost_write(const char* text);
+// Host files (QEMU's semihosting opens them on the host): SYS_OPEN with an fopen() mode index
+// (0 = "r", 1 = "rb"), returning a handle or -1; SYS_READ, returning the bytes read (0 at the end
+// or on an error); SYS_CLOSE.
+int semihost_open(const char* path, int mode);
+size_t semihost_read(int handle, void* buffer, size_t length);
+void semihost_close(int handle);
 // Ends the program with `code` as QEMU's exit status (SYS_EXIT_EXTENDED). Never returns.
 __attribute__((noreturn)) void semihost_exit(int code);
 

@@ -5,6 +5,11 @@ maps, against the budget of this configuration (size_budget.txt). Run by ctest -
   size_report.py --config MinSizeRel --budget size_budget.txt --size arm-none-eabi-size \
                  --probe codecs=build/.../edgefl_size_codecs.elf [--probe ...] [--out report.md]
 
+With --device NAME=ELF (the device client, device_client.cpp) it also prints its flash per
+component (client and protocol, TLS, codecs and round steps, trainer, training data, libc) and its
+RAM (.data + .bss per owner, and the stack), with budget quantities `flash` (.text + .data),
+`ram` (.data + .bss + stack) and `tls_text`.
+
 For each probe it prints .text (code and read-only data: flash), .data (RAM, and flash for its
 initial values), .bss (RAM, without the stack) and who contributes them: edgefl_core,
 edgefl_train, edgefl_aggregate, libc/libm/libgcc, the program. For the probe `codecs` it also
@@ -118,6 +123,50 @@ def summarize(sizes):
     return total, by_class
 
 
+# The device client's components: (name, predicate on (library, member)).
+DEVICE_COMPONENTS = [
+    ("client and protocol (device_client.cpp, board, credentials, frame.cpp)",
+     lambda lib, m: lib == "program" and m in ("device_client.cpp", "board.cpp", "credentials.cpp", "frame.cpp")),
+    ("TLS 1.3 client: mbedTLS 3.6 (edgefl_mbedtls_device_config.h)", lambda lib, m: lib == "libedgefl_cm_mbedtls.a"),
+    ("codecs, error feedback, downlink, round steps (edgefl_core)", lambda lib, m: lib == "libedgefl_core.a"),
+    ("trainer (edgefl_train)", lambda lib, m: lib == "libedgefl_train.a"),
+    ("training data: the Fashion-MNIST shard", lambda lib, m: lib == "program" and m == "device_shard.cpp"),
+    ("libc/libm/libgcc", lambda lib, m: lib_class(lib) == "libc/libm/libgcc"),
+]
+
+
+def device_report(name, elf, size_tool):
+    """Markdown lines and measured quantities of the device client ELF."""
+    sizes = parse_map(elf + ".map")
+    sysv = subprocess.run([size_tool, "-A", elf], check=True, capture_output=True, text=True).stdout
+    sections = {}
+    for l in sysv.splitlines():
+        fields = l.split()
+        if len(fields) >= 2 and fields[0] in OUTPUT_GROUP and fields[1].isdigit():
+            sections[OUTPUT_GROUP[fields[0]]] = sections.get(OUTPUT_GROUP[fields[0]], 0) + int(fields[1])
+    out = [f"\nDevice client `{name}` (a whole round over mutual TLS 1.3), flash by component:\n",
+           "| component | .text (flash) | .data + .bss (RAM) |", "| --- | ---: | ---: |"]
+    counted = {"text": 0, "ram": 0}
+    measured = {}
+    for label, pred in DEVICE_COMPONENTS:
+        text = sum(v for (g, lib, m), v in sizes.items() if g == "text" and pred(lib, m))
+        ram = sum(v for (g, lib, m), v in sizes.items() if g in ("data", "bss") and pred(lib, m))
+        counted["text"] += text
+        counted["ram"] += ram
+        out.append(f"| {label} | {text} | {ram} |")
+        if label.startswith("TLS"):
+            measured["tls_text"] = text
+    total_text = sum(v for (g, _l, _m), v in sizes.items() if g == "text")
+    total_ram = sum(v for (g, _l, _m), v in sizes.items() if g in ("data", "bss"))
+    out.append(f"| startup, padding, other | {total_text - counted['text']} | {total_ram - counted['ram']} |")
+    flash = sections.get("text", 0) + sections.get("data", 0)
+    ram = sections.get("data", 0) + sections.get("bss", 0) + sections.get("stack", 0)
+    out.append(f"| **total** (ELF) | **{flash}** ({kib(flash)} KiB, with .data's initial values) | "
+               f"**{ram}** ({kib(ram)} KiB, with the {sections.get('stack', 0)}-byte stack) |")
+    measured.update({"flash": flash, "ram": ram, "text": sections.get("text", 0)})
+    return out, measured
+
+
 def read_budget(path, config):
     budgets = []
     with open(path, encoding="utf-8") as f:
@@ -141,6 +190,7 @@ def main():
     ap.add_argument("--budget", required=True)
     ap.add_argument("--size", default="arm-none-eabi-size")
     ap.add_argument("--probe", action="append", default=[], help="name=path.elf (its map: path.elf.map)")
+    ap.add_argument("--device", help="name=path.elf of the device client (its map: path.elf.map)")
     ap.add_argument("--out")
     args = ap.parse_args()
 
@@ -196,6 +246,11 @@ def main():
         for member, size in sorted(core_objects.items(), key=lambda kv: -kv[1]):
             out.append(f"| {member} | {size} | {CORE_OBJECTS.get(member, '')} |")
         out.append(f"| (total) | {sum(core_objects.values())} | |")
+
+    if args.device:
+        name, elf = args.device.split("=", 1)
+        lines, measured[name] = device_report(name, elf, args.size)
+        out.extend(lines)
 
     budgets = read_budget(args.budget, args.config)
     if budgets:

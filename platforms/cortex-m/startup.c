@@ -30,6 +30,24 @@ void semihost_write(const char* text) {
   semihost_call(0x04, text);
 }  // SYS_WRITE0
 
+int semihost_open(const char* path, int mode) {
+  size_t length = 0;
+  while (path[length] != '\0') ++length;
+  const uint32_t block[3] = {(uint32_t)(uintptr_t)path, (uint32_t)mode, (uint32_t)length};
+  return semihost_call(0x01, block);  // SYS_OPEN: a handle, or -1
+}
+
+size_t semihost_read(int handle, void* buffer, size_t length) {
+  const uint32_t block[3] = {(uint32_t)handle, (uint32_t)(uintptr_t)buffer, (uint32_t)length};
+  const int not_read = semihost_call(0x06, block);  // SYS_READ: the bytes NOT read
+  return (not_read < 0 || (size_t)not_read > length) ? 0 : length - (size_t)not_read;
+}
+
+void semihost_close(int handle) {
+  const uint32_t block[1] = {(uint32_t)handle};
+  semihost_call(0x02, block);  // SYS_CLOSE
+}
+
 void semihost_exit(int code) {
   // SYS_EXIT_EXTENDED: {ADP_Stopped_ApplicationExit, status}; QEMU exits with that status.
   const uint32_t block[2] = {0x20026u, (uint32_t)code};

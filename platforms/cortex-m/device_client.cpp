@@ -1,0 +1,863 @@
+// platforms/cortex-m/device_client.cpp: a bare-metal Cortex-M4F device takes part in federated
+// rounds of an unmodified edgefl-server, over mutually authenticated TLS 1.3, in a fixed amount
+// of RAM (no heap, no OS, no exceptions).
+//
+// Per round: Hello -> TaskOffer (or RetryLater: wait as asked) -> the model (version 1 built here
+// from the offer's spec and seed; later versions as the patch stream of round/downlink.h, checked
+// by SHA-256 before and after applying) -> local training on the Fashion-MNIST shard in flash
+// (edgefl::SgdTrainer) -> error feedback and encoding with the offer's codec and codec seed
+// (round/update_steps.h, the functions the hosted client uses) -> UploadStart / UploadChunk ->
+// Commit -> Ack. All on one TLS session; the server's idle timeout (60 s) is far above a round.
+//
+// The link is UART0, which QEMU bridges to the server's TCP port (`-serial tcp:HOST:PORT`), so
+// the server sees an ordinary TLS client. Credentials (CA, device certificate and key, server
+// name) come from the flash partition of credentials.h; entropy from mbedtls_hardware_poll()
+// below; mbedTLS's memory from a 24 KiB arena (MBEDTLS_MEMORY_BUFFER_ALLOC_C); the round's from
+// a second arena carved per round by plan_round(). Frames are read and written with the SDK's
+// frame code (sdk/src/wire/frame.cpp); messages with FlatBuffers' builder and Verifier under the
+// SDK's limits.
+//
+// Output (semihosting): one line per phase, the memory plan, and a footprint line. Exit status 0
+// when every round was acknowledged as accepted, else a status naming the failed step (kExit*).
+// device_client_test.sh runs it against a real server.
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <mbedtls/memory_buffer_alloc.h>
+#include <mbedtls/pk.h>
+#include <mbedtls/ssl.h>
+#include <mbedtls/x509_crt.h>
+#include <psa/crypto.h>
+extern "C" {  // mbedTLS 3.6.6's psa_util.h does not declare C linkage itself
+#include <mbedtls/psa_util.h>
+}
+
+#include "board.h"
+#include "core/crc32c.h"
+#include "credentials.h"
+#include "device_shard.h"
+#include "edgefl/codec.h"
+#include "edgefl/error_feedback.h"
+#include "edgefl/model.h"
+#include "edgefl/trainer.h"
+#include "edgefl/wire.h"
+#include "round/downlink.h"
+#include "round/update_steps.h"
+#include "semihost.h"
+
+// FlatBuffers' internal consistency checks end the program instead of calling libc's assert.
+[[noreturn]] void device_fault(const char* what);
+#define FLATBUFFERS_ASSERT(x) ((x) ? (void)0 : device_fault("FlatBuffers assertion"))
+#include "edgefl_wire_generated.h"
+
+namespace fbs = edgefl::wire::fb;
+using edgefl::Span;
+using edgefl::Status;
+using edgefl::wire::MessageType;
+
+// FlatBuffers' DefaultAllocator (operator new[]) is the fallback of a builder given no allocator;
+// every builder here gets one (MessageAllocator), so these are never called. Firmware has no
+// heap: a call ends the program.
+void* operator new[](size_t) {
+  device_fault("operator new[]");
+}
+void operator delete[](void*) noexcept {
+  device_fault("operator delete[]");
+}
+void operator delete[](void*, size_t) noexcept {
+  device_fault("operator delete[]");
+}
+void operator delete(void*) noexcept {
+  device_fault("operator delete");
+}
+void operator delete(void*, size_t) noexcept {
+  device_fault("operator delete");
+}
+
+[[noreturn]] void device_fault(const char* what) {
+  (Line() << "device: FAIL: " << what << " (no heap on the device)").print();
+  semihost_exit(97);
+}
+
+namespace {
+
+#ifndef EDGEFL_DEVICE_ROUNDS
+#define EDGEFL_DEVICE_ROUNDS 2
+#endif
+constexpr int kRounds = EDGEFL_DEVICE_ROUNDS;  // rounds to complete before the device stops
+
+enum ExitStatus : int {
+  kExitOk = 0,
+  kExitCredentials = 10,
+  kExitCrypto = 11,
+  kExitTlsSetup = 12,
+  kExitHandshake = 13,
+  kExitProtocol = 14,
+  kExitRefused = 15,
+  kExitMemory = 16,
+  kExitModel = 17,
+  kExitTraining = 18,
+  kExitEncoding = 19,
+  kExitNotAccepted = 20,
+  kExitNoTask = 21,
+};
+
+// --- memory: everything is here, sized at build time --------------------------------------
+// The RAM budget of the whole device program is 256 KiB: these arenas, the message buffers, the
+// 24 KiB stack (CMakeLists.txt: decoding a sparq patch takes 15 KiB of it) and a few hundred bytes
+// of state. The footprint line reports each; device_client_test.sh checks the ELF against it.
+constexpr size_t kTlsArenaBytes = 24 * 1024;     // mbedTLS: the goal for one TLS connection
+constexpr size_t kRoundArenaBytes = 184 * 1024;  // the model, its update and the round's phases
+constexpr size_t kMessageBytes = 4 * 1024;       // one outgoing message, built in place
+constexpr size_t kReplyBytes = 4 * 1024;         // one incoming payload
+// ModelChunks must fit one TLS record the device can read (MBEDTLS_SSL_IN_CONTENT_LEN 4096, with
+// the frame and the FlatBuffer around the data); UploadChunks are cut the same way.
+constexpr uint32_t kDownloadChunkBytes = 3 * 1024;
+constexpr uint32_t kUploadChunkBytes = 3 * 1024;
+constexpr uint32_t kReadTimeoutMs = 60000;
+constexpr uint32_t kMaxWaitForTaskMs = 300000;
+
+// Painted arenas: the highest byte that is no longer paint is the high-water mark.
+constexpr uint8_t kPaint = 0xA5;
+alignas(8) uint8_t g_tls_arena[kTlsArenaBytes];
+alignas(8) uint8_t g_round_arena[kRoundArenaBytes];
+alignas(8) uint8_t g_message_arena[kMessageBytes];
+alignas(8) uint8_t g_reply[kReplyBytes];
+// mbedtls_memory_buffer_alloc_init() zeroes its arena and writes one block header at the start.
+constexpr size_t kTlsArenaHeaderBytes = 64;
+
+size_t high_water(const uint8_t* arena, size_t size) {
+  while (size > 0 && arena[size - 1] == kPaint) --size;
+  return size;
+}
+size_t tls_high_water() {
+  return high_water(g_tls_arena, kTlsArenaBytes);
+}
+size_t round_high_water() {
+  return high_water(g_round_arena, kRoundArenaBytes);
+}
+
+// One builder at a time owns g_message_arena (each builder gets its own allocator, a local: an
+// object with a virtual destructor at namespace scope would need atexit()).
+class MessageAllocator final : public flatbuffers::Allocator {
+ public:
+  uint8_t* allocate(size_t size) override {
+    if (in_use_ || size > sizeof g_message_arena) return nullptr;
+    in_use_ = true;
+    return g_message_arena;
+  }
+  void deallocate(uint8_t*, size_t) override { in_use_ = false; }
+
+ private:
+  bool in_use_ = false;
+};
+
+extern "C" const uint8_t __credentials_start__[];
+extern "C" const uint8_t __credentials_end__[];
+
+// --- TLS over the UART ----------------------------------------------------------------------
+mbedtls_x509_crt g_ca, g_own;
+mbedtls_pk_context g_key;
+mbedtls_ssl_config g_conf;
+mbedtls_ssl_context g_ssl;
+
+int uart_send(void*, const unsigned char* data, size_t length) {
+  board::uart_write(data, length);
+  return static_cast<int>(length);
+}
+
+int uart_recv(void*, unsigned char* data, size_t length) {
+  const size_t n = board::uart_read(data, length, kReadTimeoutMs);
+  return n == 0 ? MBEDTLS_ERR_SSL_TIMEOUT : static_cast<int>(n);
+}
+
+// The policy of edgefl's hosted clients (sdk/src/tls/tls_credentials.cpp), TLS 1.3 only.
+const int kSuites[] = {MBEDTLS_TLS1_3_AES_128_GCM_SHA256, 0};
+const uint16_t kGroups[] = {MBEDTLS_SSL_IANA_TLS_GROUP_X25519, MBEDTLS_SSL_IANA_TLS_GROUP_SECP256R1,
+                            MBEDTLS_SSL_IANA_TLS_GROUP_NONE};
+const uint16_t kSigAlgs[] = {MBEDTLS_TLS1_3_SIG_ECDSA_SECP256R1_SHA256, MBEDTLS_TLS1_3_SIG_NONE};
+const mbedtls_x509_crt_profile kP256Only = {
+    MBEDTLS_X509_ID_FLAG(MBEDTLS_MD_SHA256),
+    MBEDTLS_X509_ID_FLAG(MBEDTLS_PK_ECKEY) | MBEDTLS_X509_ID_FLAG(MBEDTLS_PK_ECDSA),
+    MBEDTLS_X509_ID_FLAG(MBEDTLS_ECP_DP_SECP256R1), 2048};
+
+int tls_write_all(const uint8_t* data, size_t length) {
+  while (length > 0) {
+    const int n = mbedtls_ssl_write(&g_ssl, data, length);
+    if (n == MBEDTLS_ERR_SSL_WANT_READ || n == MBEDTLS_ERR_SSL_WANT_WRITE) continue;
+    if (n <= 0) return n == 0 ? MBEDTLS_ERR_SSL_CONN_EOF : n;
+    data += n;
+    length -= static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+int tls_read_exactly(uint8_t* out, size_t length) {
+  size_t have = 0;
+  while (have < length) {
+    const int n = mbedtls_ssl_read(&g_ssl, out + have, length - have);
+    if (n == MBEDTLS_ERR_SSL_WANT_READ || n == MBEDTLS_ERR_SSL_WANT_WRITE) continue;
+    if (n <= 0) return n == 0 ? MBEDTLS_ERR_SSL_CONN_EOF : n;
+    have += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+// --- reporting ------------------------------------------------------------------------------
+struct Phase {
+  const char* name;
+  uint64_t start_ticks;
+  uint64_t start_wait;
+};
+
+Phase begin(const char* name) {
+  return {name, board::ticks(), board::uart_wait_ticks()};
+}
+
+void end(const Phase& phase, int round) {
+  const uint64_t total = board::ticks() - phase.start_ticks;
+  const uint64_t wait = board::uart_wait_ticks() - phase.start_wait;
+  // Work: the ticks not spent waiting for bytes. Under QEMU with -icount shift=0 one instruction
+  // takes 1 ns of virtual time, so a 25 MHz tick is 40 instructions (device_client_test.sh).
+  (Line() << "device: round " << static_cast<unsigned long>(round) << " " << phase.name << ": "
+          << static_cast<unsigned long>(board::ticks_to_ms(total)) << " ms ("
+          << static_cast<unsigned long>(board::ticks_to_ms(wait)) << " ms waiting for the server), work "
+          << static_cast<unsigned long>(total - wait) << " ticks, stack so far "
+          << static_cast<unsigned long>(startup_stack_high_water()) << " bytes")
+      .print();
+}
+
+int fail(int status, const char* step, int code = 0) {
+  Line line;
+  line << "device: FAIL: " << step;
+  if (code < 0) {
+    line << ": mbedTLS error -";
+    line.hex(static_cast<uint32_t>(-code));
+  }
+  line.print();
+  return status;
+}
+
+int fail_status(int exit_status, const char* step, Status s) {
+  (Line() << "device: FAIL: " << step << ": " << edgefl::status_name(s)).print();
+  return exit_status;
+}
+
+// --- messages --------------------------------------------------------------------------------
+// Sends the message `builder` holds as one frame.
+int send_message(MessageType type, flatbuffers::FlatBufferBuilder& builder) {
+  uint8_t header[edgefl::wire::kFrameHeaderBytes];
+  if (edgefl::wire::write_frame_header(type, static_cast<uint32_t>(builder.GetSize()),
+                                       {header, sizeof header}) != Status::kOk) {
+    return fail(kExitProtocol, "a message above its frame cap");
+  }
+  int ret = tls_write_all(header, sizeof header);
+  if (ret == 0) ret = tls_write_all(builder.GetBufferPointer(), builder.GetSize());
+  return ret == 0 ? kExitOk : fail(kExitProtocol, "sending", ret);
+}
+
+template <typename Table>
+int finish_and_send(flatbuffers::FlatBufferBuilder& builder, fbs::Message kind,
+                    flatbuffers::Offset<Table> message, MessageType type) {
+  builder.Finish(fbs::CreateEnvelope(builder, kind, message.Union()), "EFW1");
+  return send_message(type, builder);
+}
+
+// Reads one frame into g_reply and verifies it; *envelope points into g_reply until the next call.
+int receive(const fbs::Envelope** envelope) {
+  uint8_t header[edgefl::wire::kFrameHeaderBytes];
+  int ret = tls_read_exactly(header, sizeof header);
+  if (ret == MBEDTLS_ERR_SSL_INVALID_MAC || ret == MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE ||
+      ret == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || ret == MBEDTLS_ERR_SSL_CONN_EOF) {
+    // In TLS 1.3 the client's handshake ends before the server has checked the client's
+    // certificate: a refusal arrives as the first record after it, an alert under the handshake
+    // keys (which this side reads as a bad MAC), or the end of the connection.
+    return fail(kExitRefused,
+                "the server ended the session (after the handshake: it refuses this certificate)", ret);
+  }
+  if (ret != 0) return fail(kExitProtocol, "reading a frame header", ret);
+  edgefl::wire::FrameHeader frame;
+  if (edgefl::wire::read_frame_header({header, sizeof header}, &frame) != Status::kOk) {
+    return fail(kExitProtocol, "an invalid frame header");
+  }
+  if (frame.payload_length > kReplyBytes) return fail(kExitProtocol, "a reply larger than this device takes");
+  ret = tls_read_exactly(g_reply, frame.payload_length);
+  if (ret != 0) return fail(kExitProtocol, "reading a reply", ret);
+  // The SDK's Verifier limits (sdk/src/wire/schema.h): depth 4; a TaskOffer has 4 tables and one
+  // per tensor, and the device's models have few.
+  flatbuffers::Verifier verifier(g_reply, frame.payload_length, 4, 4 + 16);
+  if (!verifier.VerifyBuffer<fbs::Envelope>("EFW1"))
+    return fail(kExitProtocol, "a reply that fails verification");
+  const fbs::Envelope* e = fbs::GetEnvelope(g_reply);
+  if (static_cast<uint8_t>(e->message_type()) != static_cast<uint8_t>(frame.type)) {
+    return fail(kExitProtocol, "a reply holding another message than its header says");
+  }
+  if (const fbs::Error* error = e->message_as_Error()) {
+    (Line() << "device: the server answered Error " << static_cast<unsigned long>(error->code()) << ": "
+            << (error->message() ? error->message()->c_str() : ""))
+        .print();
+  }
+  *envelope = e;
+  return kExitOk;
+}
+
+bool bytes_equal(const flatbuffers::Vector<uint8_t>* v, const uint8_t* expected, size_t length) {
+  return v != nullptr && v->size() == length && memcmp(v->data(), expected, length) == 0;
+}
+
+int sha256(const void* data, size_t length, uint8_t out[32]) {
+  size_t written = 0;
+  const psa_status_t s =
+      psa_hash_compute(PSA_ALG_SHA_256, static_cast<const uint8_t*>(data), length, out, 32, &written);
+  return s == PSA_SUCCESS && written == 32 ? kExitOk
+                                           : fail(kExitCrypto, "SHA-256 (PSA status)", static_cast<int>(s));
+}
+
+// --- the round's memory (caller-owned, carved from g_round_arena) --------------------------
+// Kept across rounds: the public model and the error-feedback residual. Per round: the update,
+// then one region reused by the phases in turn (download stream + decode workspace; trainer
+// workspace; encoded update + codec workspace, the encoding kept until the upload ends).
+struct RoundPlan {
+  size_t n = 0;
+  size_t model = 0, residual = 0, delta = 0;
+  size_t download = 0, train = 0, encode = 0;
+  size_t total() const {
+    const size_t phases =
+        download > train ? (download > encode ? download : encode) : (train > encode ? train : encode);
+    return model + residual + delta + phases;
+  }
+};
+
+size_t align8(size_t n) {
+  return (n + 7) & ~size_t{7};
+}
+
+struct DeviceState {
+  uint64_t model_version = 0;  // 0: no trusted model
+  size_t n = 0;                // the model's parameter count (0: none)
+  char codec[edgefl::wire::kMaxCodecSpecChars + 1] = {};
+  edgefl::ErrorFeedback feedback;
+  bool feedback_ready = false;
+};
+DeviceState g_state;
+
+float* model_floats() {
+  return reinterpret_cast<float*>(g_round_arena);
+}
+
+// --- one round --------------------------------------------------------------------------------
+// The offer, copied out of g_reply (which every reply overwrites) and checked.
+struct Offer {
+  uint64_t round_id = 0;
+  uint8_t nonce[edgefl::wire::kRoundNonceLongBytes] = {};
+  size_t nonce_length = 0;
+  uint64_t model_version = 0;
+  uint64_t base_model_version = 0;
+  uint64_t model_bytes = 0;
+  uint8_t model_digest[32] = {};
+  uint8_t public_model_digest[32] = {};
+  uint64_t initial_model_seed = 0;
+  uint64_t codec_seed = 0;
+  uint32_t max_chunk_bytes = 0;
+  char model_spec[edgefl::wire::kMaxModelSpecChars + 1] = {};
+  char uplink_codec[edgefl::wire::kMaxCodecSpecChars + 1] = {};
+  edgefl::TrainConfig training;
+  edgefl::ModelSpec spec;
+  edgefl::CodecSpec codec;
+  edgefl::CodecSpec downlink;
+  size_t n = 0;
+};
+
+bool copy_text(const flatbuffers::String* text, char* out, size_t capacity) {
+  if (text == nullptr || text->size() >= capacity) return false;
+  memcpy(out, text->data(), text->size());
+  out[text->size()] = '\0';
+  return strlen(out) == text->size();
+}
+
+int read_offer(const fbs::TaskOffer& t, Offer* offer);
+
+// Hello until a TaskOffer (waiting as RetryLater asks), read into *offer.
+int obtain_offer(int round, Offer* offer) {
+  uint64_t waited_ms = 0;
+  for (;;) {
+    MessageAllocator allocator;
+    flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
+    const auto sdk_version = builder.CreateString("0.1.0-cortex-m4f");
+    fbs::HelloBuilder hello(builder);
+    hello.add_protocol_version(edgefl::wire::kProtocolVersion);
+    hello.add_sdk_version(sdk_version);
+    hello.add_supported_sparsifiers(edgefl::wire::kKnownSparsifierBits);
+    hello.add_supported_value_coders(edgefl::wire::kKnownValueCoderBits);
+    hello.add_supported_index_codings(edgefl::wire::kKnownIndexCodingBits);
+    hello.add_memory_budget_bytes(kRoundArenaBytes);
+    hello.add_cpu_cores(1);
+    hello.add_model_version(g_state.model_version);
+    int status = finish_and_send(builder, fbs::Message::Hello, hello.Finish(), MessageType::kHello);
+    if (status != kExitOk) return status;
+    const fbs::Envelope* reply = nullptr;
+    status = receive(&reply);
+    if (status != kExitOk) return status;
+    if (const fbs::RetryLater* retry = reply->message_as_RetryLater()) {
+      if (retry->reason() == fbs::RetryReason::Draining) return fail(kExitNoTask, "the server drains");
+      const uint32_t wait_ms = retry->retry_after_ms() + retry->retry_window_ms() / 2;
+      waited_ms += wait_ms;
+      if (waited_ms > kMaxWaitForTaskMs) return fail(kExitNoTask, "no task offered in 300 s");
+      (Line() << "device: round " << static_cast<unsigned long>(round) << ": retry later, waiting "
+              << static_cast<unsigned long>(wait_ms) << " ms")
+          .print();
+      const uint64_t until = board::ticks() + board::ms_to_ticks(wait_ms);
+      while (board::ticks() < until) {
+      }
+      continue;
+    }
+    const fbs::TaskOffer* task = reply->message_as_TaskOffer();
+    if (task == nullptr) return fail(kExitProtocol, "neither a TaskOffer nor a RetryLater");
+    return read_offer(*task, offer);
+  }
+}
+
+int read_offer(const fbs::TaskOffer& t, Offer* offer) {
+  const auto* nonce = t.round_nonce();
+  char downlink_codec[edgefl::wire::kMaxCodecSpecChars + 1];
+  if (t.round_id() == 0 || nonce == nullptr || (nonce->size() != 16 && nonce->size() != 32) ||
+      t.model_digest() == nullptr || t.model_digest()->size() != 32 || t.public_model_digest() == nullptr ||
+      t.public_model_digest()->size() != 32 || t.training() == nullptr || t.max_chunk_bytes() == 0 ||
+      !copy_text(t.model_spec(), offer->model_spec, sizeof offer->model_spec) ||
+      !copy_text(t.uplink_codec(), offer->uplink_codec, sizeof offer->uplink_codec) ||
+      !copy_text(t.downlink_codec(), downlink_codec, sizeof downlink_codec)) {
+    return fail(kExitProtocol, "a TaskOffer without its required fields");
+  }
+  offer->round_id = t.round_id();
+  offer->nonce_length = nonce->size();
+  memcpy(offer->nonce, nonce->data(), nonce->size());
+  offer->model_version = t.model_version();
+  offer->base_model_version = t.base_model_version();
+  offer->model_bytes = t.model_bytes();
+  memcpy(offer->model_digest, t.model_digest()->data(), 32);
+  memcpy(offer->public_model_digest, t.public_model_digest()->data(), 32);
+  offer->initial_model_seed = t.initial_model_seed();
+  offer->codec_seed = t.codec_seed();
+  offer->max_chunk_bytes = t.max_chunk_bytes();
+  const fbs::TrainingConfig& training = *t.training();
+  offer->training.batch_size = training.batch_size();
+  offer->training.local_epochs = training.local_epochs();
+  offer->training.max_steps = training.max_steps();
+  offer->training.learning_rate = training.learning_rate();
+  offer->training.momentum = training.momentum();
+  offer->training.weight_decay = training.weight_decay();
+  offer->training.prox_mu = training.prox_mu();
+  offer->training.seed = training.seed();
+  offer->training.micro_batch = 1;  // the smallest activations; the result is the same bits
+  if (edgefl::parse_model_spec(offer->model_spec, &offer->spec) != Status::kOk) {
+    return fail(kExitModel, "the offer's model is not a built-in model spec");
+  }
+  offer->n = edgefl::parameter_count(offer->spec);
+  if (offer->n != t.parameter_count() || edgefl::input_dim(offer->spec) != kShardInputDim) {
+    return fail(kExitModel, "the offer's model does not match its parameter count or this device's data");
+  }
+  if (edgefl::parse_codec_spec(offer->uplink_codec, &offer->codec) != Status::kOk ||
+      edgefl::parse_codec_spec(downlink_codec, &offer->downlink) != Status::kOk) {
+    return fail(kExitProtocol, "the offer's codecs do not parse");
+  }
+  return kExitOk;
+}
+
+int plan_round(const Offer& offer, RoundPlan* plan) {
+  const size_t n = offer.n;
+  plan->n = n;
+  plan->model = align8(n * sizeof(float));
+  plan->residual = align8(edgefl::ErrorFeedback::storage_bytes(n, edgefl::ResidualPrecision::kFp32));
+  plan->delta = align8(n * sizeof(float));
+  plan->download = align8(static_cast<size_t>(offer.model_bytes)) + edgefl::workspace_size(offer.downlink, n);
+  plan->train = edgefl::SgdTrainer::workspace_bytes(offer.spec, offer.training);
+  plan->encode = align8(edgefl::encoded_bound(offer.codec, n)) + edgefl::workspace_size(offer.codec, n);
+  (Line() << "device: plan: model " << static_cast<unsigned long>(plan->model) << " + residual "
+          << static_cast<unsigned long>(plan->residual) << " + update "
+          << static_cast<unsigned long>(plan->delta) << " + max(download "
+          << static_cast<unsigned long>(plan->download) << ", train "
+          << static_cast<unsigned long>(plan->train) << ", encode "
+          << static_cast<unsigned long>(plan->encode) << ") = " << static_cast<unsigned long>(plan->total())
+          << " of " << static_cast<unsigned long>(kRoundArenaBytes) << " bytes")
+      .print();
+  if (plan->total() > kRoundArenaBytes || offer.model_bytes > kRoundArenaBytes) {
+    return fail(kExitMemory, "the round needs more memory than this device has");
+  }
+  return kExitOk;
+}
+
+// The model of the offer's version in model_floats(), checked against the offer's digests.
+int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
+  const size_t n = offer.n;
+  if (g_state.n != n) {  // another model: nothing held is of use
+    g_state.model_version = 0;
+    g_state.feedback_ready = false;
+    g_state.n = n;
+  }
+  const uint64_t held = g_state.model_version;
+  if (held == offer.model_version) return kExitOk;
+  const uint64_t base = offer.base_model_version;
+  const bool seeded = base == 1 && held == 0 && offer.initial_model_seed != 0;
+  if (base != 0 && base != held && !seeded)
+    return fail(kExitModel, "the offer patches a version this device lacks");
+  Phase phase = begin("download");
+  float* model = model_floats();
+  float* delta = reinterpret_cast<float*>(g_round_arena + plan.model + plan.residual);
+  uint8_t* stream = g_round_arena + plan.model + plan.residual + plan.delta;
+  uint8_t* workspace = stream + align8(static_cast<size_t>(offer.model_bytes));
+  const size_t workspace_bytes = edgefl::workspace_size(offer.downlink, n);
+  uint64_t got = 0;
+  while (got < offer.model_bytes) {
+    MessageAllocator allocator;
+    flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
+    fbs::ModelRequestBuilder request(builder);
+    request.add_round_id(offer.round_id);
+    request.add_model_version(offer.model_version);
+    request.add_offset(got);
+    request.add_max_length(kDownloadChunkBytes < offer.max_chunk_bytes ? kDownloadChunkBytes
+                                                                       : offer.max_chunk_bytes);
+    request.add_base_model_version(base);
+    int status =
+        finish_and_send(builder, fbs::Message::ModelRequest, request.Finish(), MessageType::kModelRequest);
+    if (status != kExitOk) return status;
+    const fbs::Envelope* reply = nullptr;
+    status = receive(&reply);
+    if (status != kExitOk) return status;
+    const fbs::ModelChunk* chunk = reply->message_as_ModelChunk();
+    if (chunk == nullptr || chunk->data() == nullptr || chunk->offset() != got ||
+        chunk->total_bytes() != offer.model_bytes || chunk->model_version() != offer.model_version ||
+        chunk->data()->size() == 0 || chunk->data()->size() > offer.model_bytes - got) {
+      return fail(kExitProtocol, "a model chunk that does not continue the download");
+    }
+    if (edgefl::crc32c_update(0, chunk->data()->data(), chunk->data()->size()) != chunk->crc32c()) {
+      return fail(kExitProtocol, "a model chunk that fails its CRC32C");
+    }
+    memcpy(stream + got, chunk->data()->data(), chunk->data()->size());
+    got += chunk->data()->size();
+  }
+  uint8_t digest[32];
+  if (sha256(stream, static_cast<size_t>(got), digest) != kExitOk) return kExitCrypto;
+  if (memcmp(offer.model_digest, digest, 32) != 0)
+    return fail(kExitModel, "the download fails the offer's SHA-256");
+  g_state.model_version = 0;  // untrusted until the public model's digest matches
+  if (seeded) {
+    edgefl::init_parameters(offer.spec, offer.initial_model_seed, {model, n});
+    if (edgefl::round_to_bf16_grid({model, n}) != Status::kOk) return fail(kExitModel, "the initial model");
+  }
+  uint64_t patches = 0;
+  Status s = edgefl::apply_download({stream, static_cast<size_t>(got)}, base == 0, {model, n}, {delta, n},
+                                    {workspace, workspace_bytes}, &patches);
+  if (s != Status::kOk) return fail_status(kExitModel, "the download does not apply", s);
+  if (base != 0 && patches != offer.model_version - base)
+    return fail(kExitModel, "the download's patch count");
+  if (sha256(model, n * sizeof(float), digest) != kExitOk) return kExitCrypto;
+  if (memcmp(offer.public_model_digest, digest, 32) != 0) {
+    return fail(kExitModel, "the model after the download fails the offer's public-model SHA-256");
+  }
+  g_state.model_version = offer.model_version;
+  end(phase, round);
+  (Line() << "device: round " << static_cast<unsigned long>(round) << " model v"
+          << static_cast<unsigned long>(offer.model_version) << ": "
+          << (seeded      ? "built from the offer's seed"
+              : base == 0 ? "whole model"
+                          : "patched")
+          << ", " << static_cast<unsigned long>(got) << " bytes downloaded, "
+          << static_cast<unsigned long>(patches) << " patches, public-model SHA-256 verified")
+      .print();
+  return kExitOk;
+}
+
+struct Update {
+  const uint8_t* bytes;
+  size_t length;
+  uint32_t samples;
+  float loss;
+  uint8_t digest[32];
+};
+
+int compute_update(int round, const Offer& offer, const RoundPlan& plan, Update* update) {
+  const size_t n = offer.n;
+  float* model = model_floats();
+  uint8_t* residual = g_round_arena + plan.model;
+  float* delta = reinterpret_cast<float*>(g_round_arena + plan.model + plan.residual);
+  uint8_t* region = g_round_arena + plan.model + plan.residual + plan.delta;
+  Phase phase = begin("train");
+  edgefl::SgdTrainer trainer;
+  Status s = trainer.init(offer.spec, offer.training, {region, plan.train});
+  if (s == Status::kOk) {
+    edgefl::DataView data;
+    data.inputs = kShardInputs;
+    data.labels = kShardLabels;
+    data.count = kShardCount;
+    data.input_dim = kShardInputDim;
+    s = trainer.set_data(data);
+  }
+  edgefl::FitResult fit;
+  if (s == Status::kOk) {
+    trainer.set_seed(offer.training.seed);
+    s = trainer.fit({model, n}, {delta, n}, &fit);
+  }
+  if (s != Status::kOk) return fail_status(kExitTraining, "training", s);
+  end(phase, round);
+  (Line() << "device: round " << static_cast<unsigned long>(round) << " trained on "
+          << static_cast<unsigned long>(fit.samples) << " samples (" << static_cast<unsigned long>(fit.steps)
+          << " steps), loss x1000 " << static_cast<unsigned long>(fit.loss * 1000.0f) << ", accuracy x1000 "
+          << static_cast<unsigned long>(fit.accuracy * 1000.0f))
+      .print();
+
+  phase = begin("encode");
+  // The codec of this round; the residual carries over while the model and codec stay the same.
+  edgefl::ErrorFeedback* feedback = nullptr;
+  if (edgefl::needs_error_feedback(offer.codec)) {
+    if (!g_state.feedback_ready || strcmp(g_state.codec, offer.uplink_codec) != 0) {
+      s = g_state.feedback.init({residual, plan.residual}, n, edgefl::ResidualPrecision::kFp32);
+      if (s != Status::kOk) return fail_status(kExitEncoding, "error feedback", s);
+      memcpy(g_state.codec, offer.uplink_codec, sizeof g_state.codec);  // same size, NUL-terminated
+      g_state.feedback_ready = true;
+    }
+    feedback = &g_state.feedback;
+  }
+  uint8_t* out = region;
+  const size_t out_bytes = edgefl::encoded_bound(offer.codec, n);
+  uint8_t* workspace = region + align8(out_bytes);
+  const size_t workspace_bytes = edgefl::workspace_size(offer.codec, n);
+  size_t written = 0;
+  s = edgefl::encode_update(offer.codec, feedback, {delta, n}, offer.codec_seed, {workspace, workspace_bytes},
+                            {out, out_bytes}, &written);
+  if (s == Status::kOk)
+    s = edgefl::verify_update({out, written}, n, offer.codec_seed, {workspace, workspace_bytes});
+  if (s != Status::kOk) return fail_status(kExitEncoding, "encoding", s);
+  update->bytes = out;
+  update->length = written;
+  update->samples = fit.samples > 0 ? fit.samples : 1;
+  update->loss = fit.loss;
+  if (sha256(out, written, update->digest) != kExitOk) return kExitCrypto;
+  end(phase, round);
+  (Line() << "device: round " << static_cast<unsigned long>(round)
+          << " update: " << static_cast<unsigned long>(written) << " bytes with " << offer.uplink_codec
+          << " (" << static_cast<unsigned long>(n * 2) << " in bf16)")
+      .print();
+  return kExitOk;
+}
+
+int upload_update(int round, const Offer& offer, const Update& update) {
+  Phase phase = begin("upload");
+  uint8_t upload_id[edgefl::wire::kUploadIdBytes];
+  if (psa_generate_random(upload_id, sizeof upload_id) != PSA_SUCCESS)
+    return fail(kExitCrypto, "random upload id");
+  upload_id[0] |= 1;  // never all zero
+  const uint64_t round_id = offer.round_id;
+  const uint8_t* nonce = offer.nonce;
+  const size_t nonce_length = offer.nonce_length;
+  {
+    MessageAllocator allocator;
+    flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
+    const auto nonce_vector = builder.CreateVector(nonce, nonce_length);
+    const auto id = builder.CreateVector(upload_id, sizeof upload_id);
+    fbs::UploadStartBuilder start(builder);
+    start.add_round_id(round_id);
+    start.add_round_nonce(nonce_vector);
+    start.add_upload_id(id);
+    start.add_total_bytes(update.length);
+    int status =
+        finish_and_send(builder, fbs::Message::UploadStart, start.Finish(), MessageType::kUploadStart);
+    if (status != kExitOk) return status;
+  }
+  const fbs::Envelope* reply = nullptr;
+  int status = receive(&reply);
+  if (status != kExitOk) return status;
+  const fbs::UploadStatus* held = reply->message_as_UploadStatus();
+  if (held == nullptr || !bytes_equal(held->upload_id(), upload_id, sizeof upload_id) ||
+      held->offset() > update.length) {
+    return fail(kExitProtocol, "an upload status that does not match this upload");
+  }
+  for (uint64_t offset = held->offset(); offset < update.length;) {
+    const size_t length = update.length - offset < kUploadChunkBytes
+                              ? static_cast<size_t>(update.length - offset)
+                              : kUploadChunkBytes;
+    MessageAllocator allocator;
+    flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
+    const auto data = builder.CreateVector(update.bytes + offset, length);
+    const auto id = builder.CreateVector(upload_id, sizeof upload_id);
+    fbs::UploadChunkBuilder chunk(builder);
+    chunk.add_round_id(round_id);
+    chunk.add_upload_id(id);
+    chunk.add_offset(offset);
+    chunk.add_total_bytes(update.length);
+    chunk.add_data(data);
+    chunk.add_crc32c(edgefl::crc32c_update(0, update.bytes + offset, length));
+    status = finish_and_send(builder, fbs::Message::UploadChunk, chunk.Finish(), MessageType::kUploadChunk);
+    if (status != kExitOk) return status;
+    offset += length;
+  }
+  {
+    MessageAllocator allocator;
+    flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
+    const auto nonce_vector = builder.CreateVector(nonce, nonce_length);
+    const auto id = builder.CreateVector(upload_id, sizeof upload_id);
+    const auto digest = builder.CreateVector(update.digest, sizeof update.digest);
+    const auto loss_name = builder.CreateString("train_loss");
+    const auto loss = fbs::CreateMetric(builder, loss_name, update.loss == update.loss ? update.loss : 0.0);
+    const auto metrics = builder.CreateVector(&loss, 1);
+    fbs::CommitBuilder commit(builder);
+    commit.add_round_id(round_id);
+    commit.add_round_nonce(nonce_vector);
+    commit.add_upload_id(id);
+    commit.add_total_bytes(update.length);
+    commit.add_sample_count(update.samples);
+    commit.add_metrics(metrics);
+    commit.add_digest(digest);
+    status = finish_and_send(builder, fbs::Message::Commit, commit.Finish(), MessageType::kCommit);
+    if (status != kExitOk) return status;
+  }
+  status = receive(&reply);
+  if (status != kExitOk) return status;
+  const fbs::Ack* ack = reply->message_as_Ack();
+  if (ack == nullptr || ack->round_id() != round_id ||
+      !bytes_equal(ack->upload_id(), upload_id, sizeof upload_id)) {
+    return fail(kExitProtocol, "no ack for this upload");
+  }
+  end(phase, round);
+  const bool accepted = ack->disposition() == fbs::UpdateDisposition::Accepted;
+  Line line;
+  line << "device: round " << static_cast<unsigned long>(round) << " ack: round "
+       << static_cast<unsigned long>(round_id);
+  if (accepted) {
+    line << ", accepted";
+  } else {
+    line << ", not accepted: disposition " << static_cast<unsigned long>(ack->disposition()) << ", reason "
+         << static_cast<unsigned long>(ack->reason());
+  }
+  line.print();
+  return accepted ? kExitOk : fail(kExitNotAccepted, "the update was not accepted");
+}
+
+int run_round(int round) {
+  Offer offer;
+  int status = obtain_offer(round, &offer);
+  if (status != kExitOk) return status;
+  (Line() << "device: round " << static_cast<unsigned long>(round) << " offer: round "
+          << static_cast<unsigned long>(offer.round_id) << ", model " << offer.model_spec << " v"
+          << static_cast<unsigned long>(offer.model_version) << ", " << static_cast<unsigned long>(offer.n)
+          << " parameters, codec " << offer.uplink_codec)
+      .print();
+  RoundPlan plan;
+  status = plan_round(offer, &plan);
+  if (status == kExitOk) status = obtain_model(round, offer, plan);
+  Update update;
+  if (status == kExitOk) status = compute_update(round, offer, plan, &update);
+  if (status == kExitOk) status = upload_update(round, offer, update);
+  return status;
+}
+
+}  // namespace
+
+// mbedTLS's fatal stop (MBEDTLS_PLATFORM_EXIT_MACRO): the TLS arena's block list is corrupt.
+extern "C" void edgefl_mbedtls_device_exit(int) {
+  semihost_write("device: FAIL: mbedTLS stopped the program (TLS arena corrupted)\n");
+  semihost_exit(96);
+}
+
+// The entropy source (MBEDTLS_ENTROPY_HARDWARE_ALT). A real board reads its TRNG here; under
+// QEMU the host's /dev/urandom is read through semihosting (emulation only).
+extern "C" int mbedtls_hardware_poll(void*, unsigned char* output, size_t length, size_t* produced) {
+  static int handle = -1;
+  if (handle < 0) handle = semihost_open("/dev/urandom", 1);
+  *produced = handle < 0 ? 0 : semihost_read(handle, output, length);
+  return 0;  // fewer bytes than asked: the entropy module polls again, then fails if it stays short
+}
+
+int main() {
+  board::timer_init();
+  board::uart_init();
+  mbedtls_memory_buffer_alloc_init(g_tls_arena, sizeof g_tls_arena);
+  memset(g_tls_arena + kTlsArenaHeaderBytes, kPaint, sizeof g_tls_arena - kTlsArenaHeaderBytes);
+  memset(g_round_arena, kPaint, sizeof g_round_arena);
+
+  device::Credentials credentials;
+  const device::CredentialsStatus cs = device::read_credentials(
+      __credentials_start__, static_cast<size_t>(__credentials_end__ - __credentials_start__), &credentials);
+  if (cs != device::CredentialsStatus::kOk) {
+    (Line() << "device: FAIL: " << device::credentials_status_text(cs)).print();
+    return kExitCredentials;
+  }
+
+  Phase phase = begin("tls setup");
+  if (psa_crypto_init() != PSA_SUCCESS) return fail(kExitCrypto, "psa_crypto_init");
+  mbedtls_x509_crt_init(&g_ca);
+  mbedtls_x509_crt_init(&g_own);
+  mbedtls_pk_init(&g_key);
+  mbedtls_ssl_config_init(&g_conf);
+  mbedtls_ssl_init(&g_ssl);
+  int ret = mbedtls_x509_crt_parse_der_nocopy(&g_ca, credentials.ca_der, credentials.ca_der_length);
+  if (ret != 0) return fail(kExitCredentials, "CA certificate", ret);
+  ret = mbedtls_x509_crt_parse_der_nocopy(&g_own, credentials.cert_der, credentials.cert_der_length);
+  if (ret != 0) return fail(kExitCredentials, "device certificate", ret);
+  ret = mbedtls_pk_parse_key(&g_key, credentials.key_der, credentials.key_der_length, nullptr, 0,
+                             mbedtls_psa_get_random, MBEDTLS_PSA_RANDOM_STATE);
+  if (ret != 0) return fail(kExitCredentials, "device key", ret);
+  ret = mbedtls_ssl_config_defaults(&g_conf, MBEDTLS_SSL_IS_CLIENT, MBEDTLS_SSL_TRANSPORT_STREAM,
+                                    MBEDTLS_SSL_PRESET_DEFAULT);
+  if (ret != 0) return fail(kExitTlsSetup, "mbedtls_ssl_config_defaults", ret);
+  mbedtls_ssl_conf_min_tls_version(&g_conf, MBEDTLS_SSL_VERSION_TLS1_3);
+  mbedtls_ssl_conf_max_tls_version(&g_conf, MBEDTLS_SSL_VERSION_TLS1_3);
+  mbedtls_ssl_conf_ciphersuites(&g_conf, kSuites);
+  mbedtls_ssl_conf_groups(&g_conf, kGroups);
+  mbedtls_ssl_conf_sig_algs(&g_conf, kSigAlgs);
+  mbedtls_ssl_conf_cert_profile(&g_conf, &kP256Only);
+  mbedtls_ssl_conf_authmode(&g_conf, MBEDTLS_SSL_VERIFY_REQUIRED);
+  mbedtls_ssl_conf_tls13_key_exchange_modes(&g_conf, MBEDTLS_SSL_TLS1_3_KEY_EXCHANGE_MODE_EPHEMERAL);
+  mbedtls_ssl_conf_rng(&g_conf, mbedtls_psa_get_random, MBEDTLS_PSA_RANDOM_STATE);
+  mbedtls_ssl_conf_ca_chain(&g_conf, &g_ca, nullptr);
+  ret = mbedtls_ssl_conf_own_cert(&g_conf, &g_own, &g_key);
+  if (ret != 0) return fail(kExitTlsSetup, "mbedtls_ssl_conf_own_cert", ret);
+  ret = mbedtls_ssl_setup(&g_ssl, &g_conf);
+  if (ret != 0) return fail(kExitTlsSetup, "mbedtls_ssl_setup", ret);
+  ret = mbedtls_ssl_set_hostname(&g_ssl, credentials.server_name);
+  if (ret != 0) return fail(kExitTlsSetup, "mbedtls_ssl_set_hostname", ret);
+  mbedtls_ssl_set_bio(&g_ssl, nullptr, uart_send, uart_recv, nullptr);
+  end(phase, 0);
+
+  phase = begin("handshake");
+  do {
+    ret = mbedtls_ssl_handshake(&g_ssl);
+  } while (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE);
+  if (ret != 0) {
+    Line line;
+    line << "device: handshake refused, certificate verify flags ";
+    line.hex(mbedtls_ssl_get_verify_result(&g_ssl));
+    line.print();
+    return fail(kExitHandshake, "handshake", ret);
+  }
+  end(phase, 0);
+  (Line() << "device: " << mbedtls_ssl_get_version(&g_ssl) << " " << mbedtls_ssl_get_ciphersuite(&g_ssl)
+          << ", server certificate verified for " << credentials.server_name << ", TLS arena "
+          << static_cast<unsigned long>(tls_high_water()) << " bytes")
+      .print();
+
+  int status = kExitOk;
+  int completed = 0;
+  for (int round = 1; round <= kRounds && status == kExitOk; ++round) {
+    status = run_round(round);
+    if (status == kExitOk) ++completed;
+  }
+  mbedtls_ssl_close_notify(&g_ssl);
+  (Line() << "device: footprint: TLS arena " << static_cast<unsigned long>(tls_high_water()) << " of "
+          << static_cast<unsigned long>(kTlsArenaBytes) << " bytes, round arena "
+          << static_cast<unsigned long>(round_high_water()) << " of "
+          << static_cast<unsigned long>(kRoundArenaBytes) << " bytes, stack "
+          << static_cast<unsigned long>(startup_stack_high_water()) << " of "
+          << static_cast<unsigned long>(startup_stack_size()) << " bytes")
+      .print();
+  mbedtls_ssl_free(&g_ssl);
+  mbedtls_ssl_config_free(&g_conf);
+  mbedtls_pk_free(&g_key);
+  mbedtls_x509_crt_free(&g_own);
+  mbedtls_x509_crt_free(&g_ca);
+  mbedtls_psa_crypto_free();
+  (Line() << "device: " << static_cast<unsigned long>(completed) << " of "
+          << static_cast<unsigned long>(kRounds) << " rounds completed")
+      .print();
+  return status;
+}

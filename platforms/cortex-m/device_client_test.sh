@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The Cortex-M4F device (device_client.cpp, on QEMU's mps2-an386) against a real edgefl-server on
+# the build machine, over the UART that QEMU bridges to the server's TCP port:
+#   1. provisioned with a device certificate of the server's CA: mutual TLS 1.3, then two whole
+#      rounds (model v1 built from the offer's seed, then v2 downloaded as a patch; training on the
+#      shard in flash; sparq with error feedback; upload, commit, ack). The server accepts both
+#      updates, commits both rounds and exits by itself; the RAM and TLS budgets are checked;
+#   2. provisioned from another CA: the server refuses its certificate, nothing is offered;
+#   3. a credentials partition with one flipped byte: the device refuses it before any network use.
+#
+#   device_client_test.sh QEMU_SYSTEM_ARM DEVICE_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR
+set -euo pipefail
+if [[ $# -ne 5 ]]; then
+  echo "usage: $0 QEMU_SYSTEM_ARM DEVICE_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR" >&2
+  exit 2
+fi
+qemu=$1 elf=$2 server=$3 cli=$4 work=$5
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+partition_address=0x003F0000  # mps2-an386.ld: CREDENTIALS
+
+rm -rf "$work"
+mkdir -p "$work"
+"$cli" certs --out "$work/pki" --devices 2 >/dev/null
+"$cli" certs --out "$work/other-pki" --devices 1 >/dev/null
+pki=$work/pki
+model=mlp:784-8-10  # 6,370 parameters: the round fits 200 KiB (device_client.cpp's plan)
+
+"$server" --state-dir "$work/state" --ca "$pki/ca.crt" --cert "$pki/server.crt" --key "$pki/server.key" \
+  --listen 127.0.0.1:0 --port-file "$work/ports" --model "$model" --codec sparq:0.1 --rounds 2 --cohort 1 \
+  --retry-after 100 --retry-window 200 --drain 500 >"$work/server.log" 2>&1 &
+server_pid=$!
+cleanup() {
+  if kill -0 "$server_pid" 2>/dev/null; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+fail() {
+  echo "device_client_test: FAIL: $*" >&2
+  echo "--- server log ($work/server.log) ---" >&2
+  tail -n 30 "$work/server.log" >&2 || true
+  exit 1
+}
+for _ in $(seq 200); do
+  [[ -s "$work/ports" ]] && break
+  kill -0 "$server_pid" 2>/dev/null || fail "edgefl-server exited before listening"
+  sleep 0.1
+done
+[[ -s "$work/ports" ]] || fail "no port file after 20 s"
+read -r port _ <"$work/ports"
+
+credentials() {  # CA CERT KEY OUT
+  python3 "$here/make_credentials.py" --server-name localhost --ca "$1" --cert "$2" --key "$3" --out "$4"
+}
+# Runs the device with partition $1; its output in $2; its exit status is printed. -icount shift=0:
+# virtual time counts instructions (see the instructions per phase below).
+device() {
+  local status=0
+  timeout 300 "$qemu" -M mps2-an386 -cpu cortex-m4 -nographic -monitor none -icount shift=0 \
+    -semihosting-config enable=on,target=native -serial "tcp:127.0.0.1:$port,nodelay=on" \
+    -device "loader,file=$1,addr=$partition_address,force-raw=on" -kernel "$elf" >"$2" 2>&1 || status=$?
+  echo "$status"
+}
+
+# 1. A provisioned device: mutual TLS 1.3, then two rounds.
+credentials "$pki/ca.crt" "$pki/devices/device-0001.crt" "$pki/devices/device-0001.key" "$work/device.bin"
+status=$(device "$work/device.bin" "$work/device.out")
+cat "$work/device.out"
+[[ $status -eq 0 ]] || fail "the provisioned device exited with status $status"
+grep -q "^device: TLSv1.3 TLS1-3-AES-128-GCM-SHA256, server certificate verified for localhost" "$work/device.out" ||
+  fail "no TLS 1.3 session"
+grep -q "^device: round 1 model v1: built from the offer's seed, 0 bytes downloaded" "$work/device.out" ||
+  fail "round 1 did not build model v1 from the seed"
+grep -q "^device: round 2 model v2: patched, [1-9][0-9]* bytes downloaded, 1 patches, public-model SHA-256 verified" \
+  "$work/device.out" || fail "round 2 did not download and verify the v2 patch"
+[[ $(grep -c "^device: round [12] ack: round [12], accepted" "$work/device.out") -eq 2 ]] ||
+  fail "the server did not accept both updates"
+grep -q "^device: 2 of 2 rounds completed" "$work/device.out" || fail "two rounds were not completed"
+for _ in $(seq 200); do  # the server commits round 2, drains, and exits by itself
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+kill -0 "$server_pid" 2>/dev/null && fail "edgefl-server still running 20 s after its last round"
+server_status=0
+wait "$server_pid" || server_status=$?
+[[ $server_status -eq 0 ]] || fail "edgefl-server exited with status $server_status"
+[[ $(grep -c "event=round_committed" "$work/server.log") -eq 2 ]] || fail "the server did not commit two rounds"
+grep -q "device=device-0001" "$work/server.log" || fail "the server did not log the device by its certificate"
+# Budgets (issue 18): TLS <= 24 KiB per connection, the whole program's RAM <= 256 KiB (checked
+# from the ELF: .data + .bss + stack), flash <= 512 KiB.
+read -r tls_used round_used stack_used < <(sed -n 's/^device: footprint: TLS arena \([0-9]*\) of [0-9]* bytes, round arena \([0-9]*\) of [0-9]* bytes, stack \([0-9]*\) of .*/\1 \2 \3/p' "$work/device.out")
+[[ -n ${tls_used:-} ]] || fail "no footprint line"
+((tls_used <= 24576)) || fail "TLS used $tls_used bytes, above 24 KiB"
+echo "device_client_test: TLS $tls_used B, round arena $round_used B, stack $stack_used B"
+# Instructions per phase: QEMU runs with -icount shift=0 (one instruction = 1 ns of virtual time),
+# so a tick of the board's 25 MHz timer is 40 instructions; waits for the server are left out.
+echo "device_client_test: instructions per phase (round 0 = the TLS session):"
+sed -n 's/^device: round \([0-9]*\) \([a-z ]*\): .* work \([0-9]*\) ticks.*/\1|\2|\3/p' "$work/device.out" |
+  awk -F'|' '{ printf "  round %s %-10s %8.2f M\n", $1, $2, $3 * 40 / 1e6 }'
+
+# The remaining cases run against a fresh server (the first drained).
+"$server" --state-dir "$work/state2" --ca "$pki/ca.crt" --cert "$pki/server.crt" --key "$pki/server.key" \
+  --listen 127.0.0.1:0 --port-file "$work/ports2" --model "$model" --rounds 1 --cohort 1 \
+  >"$work/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 200); do
+  [[ -s "$work/ports2" ]] && break
+  sleep 0.1
+done
+[[ -s "$work/ports2" ]] || fail "no port file after 20 s (second server)"
+read -r port _ <"$work/ports2"
+
+# 2. Another CA's device: refused during the handshake.
+credentials "$pki/ca.crt" "$work/other-pki/devices/device-0001.crt" "$work/other-pki/devices/device-0001.key" \
+  "$work/stranger.bin"
+status=$(device "$work/stranger.bin" "$work/stranger.out")
+cat "$work/stranger.out"
+# TLS 1.3: the client's handshake completes before the server checks its certificate; the refusal
+# is the first record after it (status 15, "refused").
+[[ $status -eq 15 ]] || fail "a device of another CA: status $status, expected 15 (refused)"
+grep -q "offer:" "$work/stranger.out" && fail "a device of another CA was offered a task"
+grep -q "event=tls_handshake_failed .*not trusted by the CA" "$work/server.log" ||
+  fail "the server did not log the refused certificate"
+grep -q "event=task_offer" "$work/server.log" && fail "the server offered a task to a device of another CA"
+
+# 3. A corrupted partition: refused on the device.
+cp "$work/device.bin" "$work/corrupt.bin"
+printf '\x00' | dd of="$work/corrupt.bin" bs=1 seek=100 conv=notrunc status=none
+status=$(device "$work/corrupt.bin" "$work/corrupt.out")
+cat "$work/corrupt.out"
+[[ $status -eq 10 ]] || fail "a corrupted partition: status $status, expected 10"
+grep -q "fails its CRC32C" "$work/corrupt.out" || fail "a corrupted partition was not named as such"
+echo "device_client_test: ok"
