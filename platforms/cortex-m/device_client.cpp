@@ -101,6 +101,7 @@ enum ExitStatus : int {
   kExitEncoding = 19,
   kExitNotAccepted = 20,
   kExitNoTask = 21,
+  kExitLink = 22,  // the link failed (or, internally: failed once, reconnect)
 };
 
 // --- memory: everything is here, sized at build time --------------------------------------
@@ -113,9 +114,23 @@ constexpr size_t kMessageBytes = 4 * 1024;       // one outgoing message, built 
 constexpr size_t kReplyBytes = 4 * 1024;         // one incoming payload
 // ModelChunks must fit one TLS record the device can read (MBEDTLS_SSL_IN_CONTENT_LEN 4096, with
 // the frame and the FlatBuffer around the data); UploadChunks are cut the same way.
+#if EDGEFL_DEVICE_TEST_DROPS
+// The test build drops its link on purpose (device_client_test.sh): small chunks, so that a drop
+// lands in the middle of a download and of an upload.
+constexpr uint32_t kDownloadChunkBytes = 64;
+constexpr uint32_t kUploadChunkBytes = 256;
+#else
 constexpr uint32_t kDownloadChunkBytes = 3 * 1024;
 constexpr uint32_t kUploadChunkBytes = 3 * 1024;
-constexpr uint32_t kReadTimeoutMs = 60000;
+#endif
+// A read that waits longer than this ends the session (the link is taken for dead).
+constexpr uint32_t kReadTimeoutMs = 20000;
+// After a failed link: up to kMaxReconnects new sessions, kReconnectDelayMs apart (QEMU's bridge
+// redials 1 s after the server closed the TCP connection; a modem would redial too).
+constexpr int kMaxReconnects = 4;
+constexpr int kMaxReconnectsPerRun = 16;
+constexpr uint32_t kCloseWaitMs = 2000;  // for the server's end of a session the device ended
+constexpr uint32_t kReconnectDelayMs = 1500;
 constexpr uint32_t kMaxWaitForTaskMs = 300000;
 
 // Painted arenas: the highest byte that is no longer paint is the high-water mark.
@@ -167,8 +182,10 @@ int uart_send(void*, const unsigned char* data, size_t length) {
   return static_cast<int>(length);
 }
 
+uint32_t g_read_timeout_ms = kReadTimeoutMs;
+
 int uart_recv(void*, unsigned char* data, size_t length) {
-  const size_t n = board::uart_read(data, length, kReadTimeoutMs);
+  const size_t n = board::uart_read(data, length, g_read_timeout_ms);
   return n == 0 ? MBEDTLS_ERR_SSL_TIMEOUT : static_cast<int>(n);
 }
 
@@ -245,6 +262,22 @@ int fail_status(int exit_status, const char* step, Status s) {
 }
 
 // --- messages --------------------------------------------------------------------------------
+// True once the server has answered on this TLS session.
+bool g_session_answered = false;
+
+// What a failed read or write means: before the server's first answer on a session, that the
+// server refuses this device (in TLS 1.3 the client's handshake ends before the server has
+// checked the client's certificate: a refusal arrives as the first record after it, an alert
+// under the handshake keys, which this side reads as a bad MAC, or the end of the connection);
+// after it, a failed link (kExitLink: the caller reconnects and resumes).
+int link_failure(const char* what, int ret) {
+  if (!g_session_answered) {
+    return fail(kExitRefused,
+                "the server ended the session after the handshake (it refuses this certificate)", ret);
+  }
+  return fail(kExitLink, what, ret);
+}
+
 // Sends the message `builder` holds as one frame.
 int send_message(MessageType type, flatbuffers::FlatBufferBuilder& builder) {
   uint8_t header[edgefl::wire::kFrameHeaderBytes];
@@ -254,7 +287,7 @@ int send_message(MessageType type, flatbuffers::FlatBufferBuilder& builder) {
   }
   int ret = tls_write_all(header, sizeof header);
   if (ret == 0) ret = tls_write_all(builder.GetBufferPointer(), builder.GetSize());
-  return ret == 0 ? kExitOk : fail(kExitProtocol, "sending", ret);
+  return ret == 0 ? kExitOk : link_failure("sending", ret);
 }
 
 template <typename Table>
@@ -268,22 +301,14 @@ int finish_and_send(flatbuffers::FlatBufferBuilder& builder, fbs::Message kind,
 int receive(const fbs::Envelope** envelope) {
   uint8_t header[edgefl::wire::kFrameHeaderBytes];
   int ret = tls_read_exactly(header, sizeof header);
-  if (ret == MBEDTLS_ERR_SSL_INVALID_MAC || ret == MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE ||
-      ret == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || ret == MBEDTLS_ERR_SSL_CONN_EOF) {
-    // In TLS 1.3 the client's handshake ends before the server has checked the client's
-    // certificate: a refusal arrives as the first record after it, an alert under the handshake
-    // keys (which this side reads as a bad MAC), or the end of the connection.
-    return fail(kExitRefused,
-                "the server ended the session (after the handshake: it refuses this certificate)", ret);
-  }
-  if (ret != 0) return fail(kExitProtocol, "reading a frame header", ret);
+  if (ret != 0) return link_failure("reading a frame header", ret);
   edgefl::wire::FrameHeader frame;
   if (edgefl::wire::read_frame_header({header, sizeof header}, &frame) != Status::kOk) {
     return fail(kExitProtocol, "an invalid frame header");
   }
   if (frame.payload_length > kReplyBytes) return fail(kExitProtocol, "a reply larger than this device takes");
   ret = tls_read_exactly(g_reply, frame.payload_length);
-  if (ret != 0) return fail(kExitProtocol, "reading a reply", ret);
+  if (ret != 0) return link_failure("reading a reply", ret);
   // The SDK's Verifier limits (sdk/src/wire/schema.h): depth 4; a TaskOffer has 4 tables and one
   // per tensor, and the device's models have few.
   flatbuffers::Verifier verifier(g_reply, frame.payload_length, 4, 4 + 16);
@@ -298,6 +323,7 @@ int receive(const fbs::Envelope** envelope) {
             << (error->message() ? error->message()->c_str() : ""))
         .print();
   }
+  g_session_answered = true;
   *envelope = e;
   return kExitOk;
 }
@@ -312,6 +338,81 @@ int sha256(const void* data, size_t length, uint8_t out[32]) {
       psa_hash_compute(PSA_ALG_SHA_256, static_cast<const uint8_t*>(data), length, out, 32, &written);
   return s == PSA_SUCCESS && written == 32 ? kExitOk
                                            : fail(kExitCrypto, "SHA-256 (PSA status)", static_cast<int>(s));
+}
+
+// --- the session: handshake, and a new session after a failed link --------------------------
+int g_reconnects = 0;
+// The test build's drops (EDGEFL_DEVICE_TEST_DROPS), each once: in the middle of an upload,
+// between Commit and its Ack, in the middle of a download.
+enum TestDrop : unsigned { kDropMidUpload = 1, kDropBeforeAck = 2, kDropMidDownload = 4 };
+#if EDGEFL_DEVICE_TEST_DROPS
+unsigned g_drops_left = kDropMidUpload | kDropBeforeAck | kDropMidDownload;
+
+// True (once per kind) when the test build drops its link here.
+bool test_drop(TestDrop which, const char* where) {
+  if (!(g_drops_left & which)) return false;
+  g_drops_left &= ~which;
+  (Line() << "device: test: dropping the link " << where).print();
+  return true;
+}
+#else
+bool test_drop(TestDrop, const char*) {
+  return false;
+}
+#endif
+
+int handshake() {
+  g_session_answered = false;
+  int ret;
+  do {
+    ret = mbedtls_ssl_handshake(&g_ssl);
+  } while (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE);
+  return ret;
+}
+
+void wait_ms(uint32_t ms) {
+  const uint64_t until = board::ticks() + board::ms_to_ticks(ms);
+  while (board::ticks() < until) {
+  }
+}
+
+int say_hello(const fbs::Envelope** reply);
+
+// After a failed link: ends the session, waits for the link to come back, and opens a new session
+// (a full handshake: this build keeps no resumption ticket) with a Hello, which the server wants
+// first on every connection; its answer is not needed (the caller resumes what it was doing).
+int reconnect() {
+  if (g_reconnects >= kMaxReconnectsPerRun) return fail(kExitLink, "the link failed too often");
+  for (int attempt = 1; attempt <= kMaxReconnects; ++attempt) {
+    // End the old session, and wait (briefly) for the server to end it too, so that the new
+    // session's first bytes go to a new connection: best effort, the link may be gone already.
+    mbedtls_ssl_close_notify(&g_ssl);
+    g_read_timeout_ms = kCloseWaitMs;
+    uint8_t ignored[64];
+    while (mbedtls_ssl_read(&g_ssl, ignored, sizeof ignored) > 0) {
+    }
+    g_read_timeout_ms = kReadTimeoutMs;
+    wait_ms(kReconnectDelayMs);
+    uint8_t stale[64];
+    while (board::uart_read(stale, sizeof stale, 100) > 0) {  // what the old session left behind
+    }
+    if (mbedtls_ssl_session_reset(&g_ssl) != 0) return fail(kExitTlsSetup, "mbedtls_ssl_session_reset");
+    const int ret = handshake();
+    if (ret != 0) {
+      fail(kExitLink, "reconnecting: handshake", ret);
+      continue;
+    }
+    const fbs::Envelope* reply = nullptr;
+    const int status = say_hello(&reply);
+    if (status == kExitLink) continue;
+    if (status != kExitOk) return status;
+    ++g_reconnects;
+    (Line() << "device: reconnected (session " << static_cast<unsigned long>(g_reconnects + 1) << ", attempt "
+            << static_cast<unsigned long>(attempt) << ")")
+        .print();
+    return kExitOk;
+  }
+  return fail(kExitLink, "the link did not come back");
 }
 
 // --- the round's memory (caller-owned, carved from g_round_arena) --------------------------
@@ -378,38 +479,40 @@ bool copy_text(const flatbuffers::String* text, char* out, size_t capacity) {
 
 int read_offer(const fbs::TaskOffer& t, Offer* offer);
 
+// Hello: what this device can do and the model version it holds; *reply is the server's answer.
+int say_hello(const fbs::Envelope** reply) {
+  MessageAllocator allocator;
+  flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
+  const auto sdk_version = builder.CreateString("0.1.0-cortex-m4f");
+  fbs::HelloBuilder hello(builder);
+  hello.add_protocol_version(edgefl::wire::kProtocolVersion);
+  hello.add_sdk_version(sdk_version);
+  hello.add_supported_sparsifiers(edgefl::wire::kKnownSparsifierBits);
+  hello.add_supported_value_coders(edgefl::wire::kKnownValueCoderBits);
+  hello.add_supported_index_codings(edgefl::wire::kKnownIndexCodingBits);
+  hello.add_memory_budget_bytes(kRoundArenaBytes);
+  hello.add_cpu_cores(1);
+  hello.add_model_version(g_state.model_version);
+  const int status = finish_and_send(builder, fbs::Message::Hello, hello.Finish(), MessageType::kHello);
+  return status != kExitOk ? status : receive(reply);
+}
+
 // Hello until a TaskOffer (waiting as RetryLater asks), read into *offer.
 int obtain_offer(int round, Offer* offer) {
   uint64_t waited_ms = 0;
   for (;;) {
-    MessageAllocator allocator;
-    flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
-    const auto sdk_version = builder.CreateString("0.1.0-cortex-m4f");
-    fbs::HelloBuilder hello(builder);
-    hello.add_protocol_version(edgefl::wire::kProtocolVersion);
-    hello.add_sdk_version(sdk_version);
-    hello.add_supported_sparsifiers(edgefl::wire::kKnownSparsifierBits);
-    hello.add_supported_value_coders(edgefl::wire::kKnownValueCoderBits);
-    hello.add_supported_index_codings(edgefl::wire::kKnownIndexCodingBits);
-    hello.add_memory_budget_bytes(kRoundArenaBytes);
-    hello.add_cpu_cores(1);
-    hello.add_model_version(g_state.model_version);
-    int status = finish_and_send(builder, fbs::Message::Hello, hello.Finish(), MessageType::kHello);
-    if (status != kExitOk) return status;
     const fbs::Envelope* reply = nullptr;
-    status = receive(&reply);
+    int status = say_hello(&reply);
     if (status != kExitOk) return status;
     if (const fbs::RetryLater* retry = reply->message_as_RetryLater()) {
       if (retry->reason() == fbs::RetryReason::Draining) return fail(kExitNoTask, "the server drains");
-      const uint32_t wait_ms = retry->retry_after_ms() + retry->retry_window_ms() / 2;
-      waited_ms += wait_ms;
+      const uint32_t pause_ms = retry->retry_after_ms() + retry->retry_window_ms() / 2;
+      waited_ms += pause_ms;
       if (waited_ms > kMaxWaitForTaskMs) return fail(kExitNoTask, "no task offered in 300 s");
       (Line() << "device: round " << static_cast<unsigned long>(round) << ": retry later, waiting "
-              << static_cast<unsigned long>(wait_ms) << " ms")
+              << static_cast<unsigned long>(pause_ms) << " ms")
           .print();
-      const uint64_t until = board::ticks() + board::ms_to_ticks(wait_ms);
-      while (board::ticks() < until) {
-      }
+      wait_ms(pause_ms);
       continue;
     }
     const fbs::TaskOffer* task = reply->message_as_TaskOffer();
@@ -508,6 +611,7 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
   uint8_t* workspace = stream + align8(static_cast<size_t>(offer.model_bytes));
   const size_t workspace_bytes = edgefl::workspace_size(offer.downlink, n);
   uint64_t got = 0;
+  int resumed = 0;
   while (got < offer.model_bytes) {
     MessageAllocator allocator;
     flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
@@ -520,9 +624,13 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
     request.add_base_model_version(base);
     int status =
         finish_and_send(builder, fbs::Message::ModelRequest, request.Finish(), MessageType::kModelRequest);
-    if (status != kExitOk) return status;
     const fbs::Envelope* reply = nullptr;
-    status = receive(&reply);
+    if (status == kExitOk) status = receive(&reply);
+    if (status == kExitLink) {  // a new session, then the same request: the download resumes at `got`
+      status = reconnect();
+      if (status != kExitOk) return status;
+      continue;
+    }
     if (status != kExitOk) return status;
     const fbs::ModelChunk* chunk = reply->message_as_ModelChunk();
     if (chunk == nullptr || chunk->data() == nullptr || chunk->offset() != got ||
@@ -535,6 +643,11 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
     }
     memcpy(stream + got, chunk->data()->data(), chunk->data()->size());
     got += chunk->data()->size();
+    if (got < offer.model_bytes && test_drop(kDropMidDownload, "mid-download")) {
+      status = reconnect();
+      if (status != kExitOk) return status;
+      ++resumed;
+    }
   }
   uint8_t digest[32];
   if (sha256(stream, static_cast<size_t>(got), digest) != kExitOk) return kExitCrypto;
@@ -563,7 +676,8 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
               : base == 0 ? "whole model"
                           : "patched")
           << ", " << static_cast<unsigned long>(got) << " bytes downloaded, "
-          << static_cast<unsigned long>(patches) << " patches, public-model SHA-256 verified")
+          << static_cast<unsigned long>(patches) << " patches, public-model SHA-256 verified"
+          << (resumed > 0 ? ", download resumed after a new session" : ""))
       .print();
   return kExitOk;
 }
@@ -641,36 +755,47 @@ int compute_update(int round, const Offer& offer, const RoundPlan& plan, Update*
   return kExitOk;
 }
 
-int upload_update(int round, const Offer& offer, const Update& update) {
-  Phase phase = begin("upload");
-  uint8_t upload_id[edgefl::wire::kUploadIdBytes];
-  if (psa_generate_random(upload_id, sizeof upload_id) != PSA_SUCCESS)
-    return fail(kExitCrypto, "random upload id");
-  upload_id[0] |= 1;  // never all zero
+// One attempt at the upload on the current session: UploadStart (the server answers the offset it
+// holds: 0, or where an earlier session stopped, or all of it), the chunks from there, Commit,
+// Ack. kExitLink when the link fails: the caller reconnects and tries again with the same upload
+// id, so nothing is sent twice that the server holds and an update is counted once (a second
+// Commit of a counted update is acked Duplicate).
+int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_id, bool* accepted,
+               uint64_t* resumed_at) {
   const uint64_t round_id = offer.round_id;
-  const uint8_t* nonce = offer.nonce;
-  const size_t nonce_length = offer.nonce_length;
   {
     MessageAllocator allocator;
     flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
-    const auto nonce_vector = builder.CreateVector(nonce, nonce_length);
-    const auto id = builder.CreateVector(upload_id, sizeof upload_id);
+    const auto nonce = builder.CreateVector(offer.nonce, offer.nonce_length);
+    const auto id = builder.CreateVector(upload_id, edgefl::wire::kUploadIdBytes);
     fbs::UploadStartBuilder start(builder);
     start.add_round_id(round_id);
-    start.add_round_nonce(nonce_vector);
+    start.add_round_nonce(nonce);
     start.add_upload_id(id);
     start.add_total_bytes(update.length);
-    int status =
+    const int status =
         finish_and_send(builder, fbs::Message::UploadStart, start.Finish(), MessageType::kUploadStart);
     if (status != kExitOk) return status;
   }
   const fbs::Envelope* reply = nullptr;
   int status = receive(&reply);
   if (status != kExitOk) return status;
+  if (const fbs::Error* error = reply->message_as_Error()) {
+    return error->code() == fbs::ErrorCode::UnknownRound
+               ? fail(kExitNotAccepted, "the round ended without this update")
+               : fail(kExitProtocol, "the server refused UploadStart");
+  }
   const fbs::UploadStatus* held = reply->message_as_UploadStatus();
-  if (held == nullptr || !bytes_equal(held->upload_id(), upload_id, sizeof upload_id) ||
+  if (held == nullptr || held->round_id() != round_id ||
+      !bytes_equal(held->upload_id(), upload_id, edgefl::wire::kUploadIdBytes) ||
       held->offset() > update.length) {
     return fail(kExitProtocol, "an upload status that does not match this upload");
+  }
+  if (held->offset() > 0) {
+    *resumed_at = held->offset();
+    (Line() << "device: upload: the server holds " << static_cast<unsigned long>(held->offset()) << " of "
+            << static_cast<unsigned long>(update.length) << " bytes; resuming from there")
+        .print();
   }
   for (uint64_t offset = held->offset(); offset < update.length;) {
     const size_t length = update.length - offset < kUploadChunkBytes
@@ -679,7 +804,7 @@ int upload_update(int round, const Offer& offer, const Update& update) {
     MessageAllocator allocator;
     flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
     const auto data = builder.CreateVector(update.bytes + offset, length);
-    const auto id = builder.CreateVector(upload_id, sizeof upload_id);
+    const auto id = builder.CreateVector(upload_id, edgefl::wire::kUploadIdBytes);
     fbs::UploadChunkBuilder chunk(builder);
     chunk.add_round_id(round_id);
     chunk.add_upload_id(id);
@@ -690,19 +815,20 @@ int upload_update(int round, const Offer& offer, const Update& update) {
     status = finish_and_send(builder, fbs::Message::UploadChunk, chunk.Finish(), MessageType::kUploadChunk);
     if (status != kExitOk) return status;
     offset += length;
+    if (offset < update.length && test_drop(kDropMidUpload, "mid-upload")) return kExitLink;
   }
   {
     MessageAllocator allocator;
     flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
-    const auto nonce_vector = builder.CreateVector(nonce, nonce_length);
-    const auto id = builder.CreateVector(upload_id, sizeof upload_id);
+    const auto nonce = builder.CreateVector(offer.nonce, offer.nonce_length);
+    const auto id = builder.CreateVector(upload_id, edgefl::wire::kUploadIdBytes);
     const auto digest = builder.CreateVector(update.digest, sizeof update.digest);
     const auto loss_name = builder.CreateString("train_loss");
     const auto loss = fbs::CreateMetric(builder, loss_name, update.loss == update.loss ? update.loss : 0.0);
     const auto metrics = builder.CreateVector(&loss, 1);
     fbs::CommitBuilder commit(builder);
     commit.add_round_id(round_id);
-    commit.add_round_nonce(nonce_vector);
+    commit.add_round_nonce(nonce);
     commit.add_upload_id(id);
     commit.add_total_bytes(update.length);
     commit.add_sample_count(update.samples);
@@ -711,26 +837,50 @@ int upload_update(int round, const Offer& offer, const Update& update) {
     status = finish_and_send(builder, fbs::Message::Commit, commit.Finish(), MessageType::kCommit);
     if (status != kExitOk) return status;
   }
+  if (test_drop(kDropBeforeAck, "between Commit and Ack")) return kExitLink;
   status = receive(&reply);
   if (status != kExitOk) return status;
   const fbs::Ack* ack = reply->message_as_Ack();
   if (ack == nullptr || ack->round_id() != round_id ||
-      !bytes_equal(ack->upload_id(), upload_id, sizeof upload_id)) {
+      !bytes_equal(ack->upload_id(), upload_id, edgefl::wire::kUploadIdBytes)) {
     return fail(kExitProtocol, "no ack for this upload");
   }
-  end(phase, round);
-  const bool accepted = ack->disposition() == fbs::UpdateDisposition::Accepted;
   Line line;
-  line << "device: round " << static_cast<unsigned long>(round) << " ack: round "
-       << static_cast<unsigned long>(round_id);
-  if (accepted) {
+  line << "device: ack: round " << static_cast<unsigned long>(round_id);
+  if (ack->disposition() == fbs::UpdateDisposition::Accepted) {
     line << ", accepted";
+  } else if (ack->disposition() == fbs::UpdateDisposition::Duplicate) {
+    line << ", duplicate (counted once, by an earlier session)";
   } else {
     line << ", not accepted: disposition " << static_cast<unsigned long>(ack->disposition()) << ", reason "
          << static_cast<unsigned long>(ack->reason());
   }
   line.print();
-  return accepted ? kExitOk : fail(kExitNotAccepted, "the update was not accepted");
+  *accepted = ack->disposition() == fbs::UpdateDisposition::Accepted ||
+              ack->disposition() == fbs::UpdateDisposition::Duplicate;
+  return kExitOk;
+}
+
+int upload_update(int round, const Offer& offer, const Update& update) {
+  Phase phase = begin("upload");
+  uint8_t upload_id[edgefl::wire::kUploadIdBytes];
+  if (psa_generate_random(upload_id, sizeof upload_id) != PSA_SUCCESS) {
+    return fail(kExitCrypto, "random upload id");
+  }
+  upload_id[0] |= 1;  // never all zero
+  bool accepted = false;
+  uint64_t resumed_at = 0;  // reported by try_upload()
+  int status = try_upload(offer, update, upload_id, &accepted, &resumed_at);
+  while (status == kExitLink) {
+    status = reconnect();
+    if (status == kExitOk) status = try_upload(offer, update, upload_id, &accepted, &resumed_at);
+  }
+  if (status != kExitOk) return status;
+  end(phase, round);
+  (Line() << "device: round " << static_cast<unsigned long>(round) << " ack: round "
+          << static_cast<unsigned long>(offer.round_id) << (accepted ? ", counted" : ", not counted"))
+      .print();
+  return accepted ? kExitOk : fail(kExitNotAccepted, "the update was not counted");
 }
 
 int run_round(int round) {
@@ -820,9 +970,7 @@ int main() {
   end(phase, 0);
 
   phase = begin("handshake");
-  do {
-    ret = mbedtls_ssl_handshake(&g_ssl);
-  } while (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE);
+  ret = handshake();
   if (ret != 0) {
     Line line;
     line << "device: handshake refused, certificate verify flags ";
@@ -857,7 +1005,8 @@ int main() {
   mbedtls_x509_crt_free(&g_ca);
   mbedtls_psa_crypto_free();
   (Line() << "device: " << static_cast<unsigned long>(completed) << " of "
-          << static_cast<unsigned long>(kRounds) << " rounds completed")
+          << static_cast<unsigned long>(kRounds) << " rounds completed, "
+          << static_cast<unsigned long>(g_reconnects) << " reconnects")
       .print();
   return status;
 }

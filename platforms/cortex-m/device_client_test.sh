@@ -6,15 +6,17 @@
 #      shard in flash; sparq with error feedback; upload, commit, ack). The server accepts both
 #      updates, commits both rounds and exits by itself; the RAM and TLS budgets are checked;
 #   2. provisioned from another CA: the server refuses its certificate, nothing is offered;
-#   3. a credentials partition with one flipped byte: the device refuses it before any network use.
+#   3. a credentials partition with one flipped byte: the device refuses it before any network use;
+#   4. the test build that drops its link mid-upload, between Commit and Ack, and mid-download
+#      (QEMU's bridge redials): the device reconnects and resumes; each update is counted once.
 #
-#   device_client_test.sh QEMU_SYSTEM_ARM DEVICE_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR
+#   device_client_test.sh QEMU_SYSTEM_ARM DEVICE_ELF DROPS_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR
 set -euo pipefail
-if [[ $# -ne 5 ]]; then
-  echo "usage: $0 QEMU_SYSTEM_ARM DEVICE_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR" >&2
+if [[ $# -ne 6 ]]; then
+  echo "usage: $0 QEMU_SYSTEM_ARM DEVICE_ELF DROPS_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR" >&2
   exit 2
 fi
-qemu=$1 elf=$2 server=$3 cli=$4 work=$5
+qemu=$1 elf=$2 drops_elf=$3 server=$4 cli=$5 work=$6
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 partition_address=0x003F0000  # mps2-an386.ld: CREDENTIALS
 
@@ -53,19 +55,22 @@ read -r port _ <"$work/ports"
 credentials() {  # CA CERT KEY OUT
   python3 "$here/make_credentials.py" --server-name localhost --ca "$1" --cert "$2" --key "$3" --out "$4"
 }
-# Runs the device with partition $1; its output in $2; its exit status is printed. -icount shift=0:
-# virtual time counts instructions (see the instructions per phase below).
+# Runs the device with partition $1; its output in $2; its exit status is printed. $3: another
+# ELF. ICOUNT=1: -icount shift=0, so that virtual time counts instructions (the instructions per
+# phase below; much slower for busy waits, so not for the reconnecting run). reconnect=1: when the
+# server closes the connection, QEMU's bridge dials again a second later.
 device() {
-  local status=0
-  timeout 300 "$qemu" -M mps2-an386 -cpu cortex-m4 -nographic -monitor none -icount shift=0 \
-    -semihosting-config enable=on,target=native -serial "tcp:127.0.0.1:$port,nodelay=on" \
-    -device "loader,file=$1,addr=$partition_address,force-raw=on" -kernel "$elf" >"$2" 2>&1 || status=$?
+  local status=0 icount=()
+  [[ ${ICOUNT:-0} == 1 ]] && icount=(-icount shift=0)
+  timeout 300 "$qemu" -M mps2-an386 -cpu cortex-m4 -nographic -monitor none "${icount[@]}" \
+    -semihosting-config enable=on,target=native -serial "tcp:127.0.0.1:$port,nodelay=on,reconnect=1" \
+    -device "loader,file=$1,addr=$partition_address,force-raw=on" -kernel "${3:-$elf}" >"$2" 2>&1 || status=$?
   echo "$status"
 }
 
 # 1. A provisioned device: mutual TLS 1.3, then two rounds.
 credentials "$pki/ca.crt" "$pki/devices/device-0001.crt" "$pki/devices/device-0001.key" "$work/device.bin"
-status=$(device "$work/device.bin" "$work/device.out")
+status=$(ICOUNT=1 device "$work/device.bin" "$work/device.out")
 cat "$work/device.out"
 [[ $status -eq 0 ]] || fail "the provisioned device exited with status $status"
 grep -q "^device: TLSv1.3 TLS1-3-AES-128-GCM-SHA256, server certificate verified for localhost" "$work/device.out" ||
@@ -74,9 +79,9 @@ grep -q "^device: round 1 model v1: built from the offer's seed, 0 bytes downloa
   fail "round 1 did not build model v1 from the seed"
 grep -q "^device: round 2 model v2: patched, [1-9][0-9]* bytes downloaded, 1 patches, public-model SHA-256 verified" \
   "$work/device.out" || fail "round 2 did not download and verify the v2 patch"
-[[ $(grep -c "^device: round [12] ack: round [12], accepted" "$work/device.out") -eq 2 ]] ||
+[[ $(grep -c "^device: ack: round [12], accepted" "$work/device.out") -eq 2 ]] ||
   fail "the server did not accept both updates"
-grep -q "^device: 2 of 2 rounds completed" "$work/device.out" || fail "two rounds were not completed"
+grep -q "^device: 2 of 2 rounds completed, 0 reconnects" "$work/device.out" || fail "two rounds were not completed"
 for _ in $(seq 200); do  # the server commits round 2, drains, and exits by itself
   kill -0 "$server_pid" 2>/dev/null || break
   sleep 0.1
@@ -131,4 +136,37 @@ status=$(device "$work/corrupt.bin" "$work/corrupt.out")
 cat "$work/corrupt.out"
 [[ $status -eq 10 ]] || fail "a corrupted partition: status $status, expected 10"
 grep -q "fails its CRC32C" "$work/corrupt.out" || fail "a corrupted partition was not named as such"
+kill "$server_pid" 2>/dev/null || true
+wait "$server_pid" 2>/dev/null || true
+
+# 4. Drops: the link fails three times; every step resumes and nothing is counted twice.
+"$server" --state-dir "$work/state3" --ca "$pki/ca.crt" --cert "$pki/server.crt" --key "$pki/server.key" \
+  --listen 127.0.0.1:0 --port-file "$work/ports3" --model "$model" --codec sparq:0.1 --rounds 2 --cohort 1 \
+  --retry-after 100 --retry-window 200 --drain 500 >"$work/server3.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 200); do
+  [[ -s "$work/ports3" ]] && break
+  sleep 0.1
+done
+[[ -s "$work/ports3" ]] || fail "no port file after 20 s (third server)"
+read -r port _ <"$work/ports3"
+status=$(device "$work/device.bin" "$work/drops.out" "$drops_elf")
+cat "$work/drops.out"
+[[ $status -eq 0 ]] || fail "the dropping device exited with status $status"
+grep -q "^device: upload: the server holds 256 of [0-9]* bytes; resuming from there" "$work/drops.out" ||
+  fail "the upload did not resume at byte 256"
+grep -Eq "^device: upload: the server holds ([0-9]+) of \1 bytes; resuming from there" "$work/drops.out" ||
+  fail "after the lost ack the server did not hold the whole upload"
+grep -q "^device: ack: round 1, duplicate" "$work/drops.out" ||
+  fail "the Commit repeated after the lost ack was not acked as a duplicate"
+grep -q "^device: round 2 model v2: patched, .*download resumed" "$work/drops.out" || fail "the download did not resume"
+grep -q "^device: 2 of 2 rounds completed, 3 reconnects" "$work/drops.out" || fail "not 2 rounds with 3 reconnects"
+for _ in $(seq 200); do
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+kill -0 "$server_pid" 2>/dev/null && fail "the third edgefl-server still running 20 s after its last round"
+[[ $(grep -c "event=update_accepted" "$work/server3.log") -eq 2 ]] || fail "not exactly 2 updates accepted"
+[[ $(grep -c "event=update_duplicate" "$work/server3.log") -eq 1 ]] || fail "not exactly 1 duplicate"
+[[ $(grep -c "event=round_committed" "$work/server3.log") -eq 2 ]] || fail "the third server did not commit two rounds"
 echo "device_client_test: ok"
