@@ -7,7 +7,7 @@
  *
  * The contract (checked at compile time by mbedTLS's check_config.h, at link time by the
  * --wrap'ed allocator and stdio of platforms/cortex-m, and against a real edgefl-server by ctest
- * cortex_m.tls_link):
+ * cortex_m.device_client):
  *   - protocol: TLS 1.3 only, client only, streams only; ephemeral (certificate) key exchange,
  *     mutual authentication; no PSK, no resumption, no early data, no TLS 1.2;
  *   - key exchange: ECDHE on X25519 and secp256r1 (P-256);
@@ -29,8 +29,9 @@
  * Record buffers: IN 4096 and OUT 2048 bytes. The device reads records of at most IN bytes, so
  * every record the server sends must fit: its handshake messages do (an ECDSA P-256 chain of two
  * certificates is about 1 KiB), and after the handshake the device asks for ModelChunks of at
- * most kDeviceChunkBytes, which the server answers one frame per write. OUT holds the device's
- * own Certificate message and any frame it sends (UploadChunks are cut to fit).
+ * most kDownloadChunkBytes (3 KiB, device_client.cpp), which the server answers one frame per
+ * write. OUT holds the device's own Certificate message; larger frames (3 KiB UploadChunks) go out
+ * as several records.
  */
 #ifndef EDGEFL_MBEDTLS_DEVICE_CONFIG_H
 #define EDGEFL_MBEDTLS_DEVICE_CONFIG_H
