@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <mbedtls/entropy.h>
 #include <mbedtls/memory_buffer_alloc.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
@@ -111,7 +112,8 @@ enum ExitStatus : int {
 constexpr size_t kTlsArenaBytes = 24 * 1024;     // mbedTLS: the goal for one TLS connection
 constexpr size_t kRoundArenaBytes = 184 * 1024;  // the model, its update and the round's phases
 constexpr size_t kMessageBytes = 4 * 1024;       // one outgoing message, built in place
-constexpr size_t kReplyBytes = 4 * 1024;         // one incoming payload
+// One incoming payload: a frame must fit one TLS record this device can read.
+constexpr size_t kReplyBytes = MBEDTLS_SSL_IN_CONTENT_LEN - edgefl::wire::kFrameHeaderBytes;
 // ModelChunks must fit one TLS record the device can read (MBEDTLS_SSL_IN_CONTENT_LEN 4096, with
 // the frame and the FlatBuffer around the data); UploadChunks are cut the same way.
 #if EDGEFL_DEVICE_TEST_DROPS
@@ -129,9 +131,11 @@ constexpr uint32_t kReadTimeoutMs = 20000;
 // redials 1 s after the server closed the TCP connection; a modem would redial too).
 constexpr int kMaxReconnects = 4;
 constexpr int kMaxReconnectsPerRun = 16;
-constexpr uint32_t kCloseWaitMs = 2000;  // for the server's end of a session the device ended
+constexpr uint32_t kCloseWaitMs = 2000;            // for the server's end of a session the device ended
+constexpr uint32_t kKeepSessionMaxPauseMs = 5000;  // longer RetryLater pauses end the session
 constexpr uint32_t kReconnectDelayMs = 1500;
 constexpr uint32_t kMaxWaitForTaskMs = 300000;
+constexpr uint64_t kMaxTrainingSteps = 4096;  // per round: a bound on what a server can ask
 
 // Painted arenas: the highest byte that is no longer paint is the high-water mark.
 constexpr uint8_t kPaint = 0xA5;
@@ -319,8 +323,15 @@ int receive(const fbs::Envelope** envelope) {
     return fail(kExitProtocol, "a reply holding another message than its header says");
   }
   if (const fbs::Error* error = e->message_as_Error()) {
+    // The server's text, printable ASCII only (it must not forge lines of this output).
+    char text[96] = {};
+    const flatbuffers::String* message = error->message();
+    for (size_t i = 0; message != nullptr && i < message->size() && i + 1 < sizeof text; ++i) {
+      const char c = message->c_str()[i];
+      text[i] = (c >= 0x20 && c < 0x7F) ? c : '?';
+    }
     (Line() << "device: the server answered Error " << static_cast<unsigned long>(error->code()) << ": "
-            << (error->message() ? error->message()->c_str() : ""))
+            << text)
         .print();
   }
   g_session_answered = true;
@@ -378,40 +389,58 @@ void wait_ms(uint32_t ms) {
 
 int say_hello(const fbs::Envelope** reply);
 
-// After a failed link: ends the session, waits for the link to come back, and opens a new session
-// (a full handshake: this build keeps no resumption ticket) with a Hello, which the server wants
-// first on every connection; its answer is not needed (the caller resumes what it was doing).
+// Ends the current session and opens a new one after `delay_ms`: close_notify, a short wait for
+// the server's end of it (so that the new session's first bytes go to a new connection; best
+// effort, the link may be gone already), the delay (QEMU's bridge redials a second after the
+// server closed), at most 4 KiB or 2 s of stale bytes dropped, then a full handshake (this build
+// keeps no resumption ticket). Returns the handshake's mbedTLS code.
+int new_session(uint32_t delay_ms) {
+  mbedtls_ssl_close_notify(&g_ssl);
+  g_read_timeout_ms = kCloseWaitMs;
+  uint8_t ignored[64];
+  for (int i = 0; i < 64 && mbedtls_ssl_read(&g_ssl, ignored, sizeof ignored) > 0; ++i) {
+  }
+  g_read_timeout_ms = kReadTimeoutMs;
+  wait_ms(delay_ms);
+  const uint64_t drain_until = board::ticks() + board::ms_to_ticks(2000);
+  for (size_t dropped = 0; dropped < 4096 && board::ticks() < drain_until;) {
+    const size_t n = board::uart_read(ignored, sizeof ignored, 100);
+    if (n == 0) break;
+    dropped += n;
+  }
+  const int reset = mbedtls_ssl_session_reset(&g_ssl);
+  return reset != 0 ? reset : handshake();
+}
+
+// After a failed link: a new session with a Hello, which the server wants first on every
+// connection; the caller resumes what it was doing. Up to kMaxReconnects attempts, and
+// kMaxReconnectsPerRun in all: then kExitLink, final. A refusal right after a new handshake (or
+// an Error answering Hello: the server is busy) counts as a failed attempt; a draining server
+// ends the run.
 int reconnect() {
   if (g_reconnects >= kMaxReconnectsPerRun) return fail(kExitLink, "the link failed too often");
   for (int attempt = 1; attempt <= kMaxReconnects; ++attempt) {
-    // End the old session, and wait (briefly) for the server to end it too, so that the new
-    // session's first bytes go to a new connection: best effort, the link may be gone already.
-    mbedtls_ssl_close_notify(&g_ssl);
-    g_read_timeout_ms = kCloseWaitMs;
-    uint8_t ignored[64];
-    while (mbedtls_ssl_read(&g_ssl, ignored, sizeof ignored) > 0) {
-    }
-    g_read_timeout_ms = kReadTimeoutMs;
-    wait_ms(kReconnectDelayMs);
-    uint8_t stale[64];
-    while (board::uart_read(stale, sizeof stale, 100) > 0) {  // what the old session left behind
-    }
-    if (mbedtls_ssl_session_reset(&g_ssl) != 0) return fail(kExitTlsSetup, "mbedtls_ssl_session_reset");
-    const int ret = handshake();
+    const int ret = new_session(kReconnectDelayMs);
     if (ret != 0) {
       fail(kExitLink, "reconnecting: handshake", ret);
       continue;
     }
     const fbs::Envelope* reply = nullptr;
     const int status = say_hello(&reply);
-    if (status == kExitLink) continue;
+    if (status == kExitLink || status == kExitRefused) continue;
     if (status != kExitOk) return status;
+    if (reply->message_as_Error() != nullptr) continue;
+    const fbs::RetryLater* retry = reply->message_as_RetryLater();
+    if (retry != nullptr && retry->reason() == fbs::RetryReason::Draining) {
+      return fail(kExitNoTask, "the server drains");
+    }
     ++g_reconnects;
     (Line() << "device: reconnected (session " << static_cast<unsigned long>(g_reconnects + 1) << ", attempt "
             << static_cast<unsigned long>(attempt) << ")")
         .print();
     return kExitOk;
   }
+  ++g_reconnects;
   return fail(kExitLink, "the link did not come back");
 }
 
@@ -440,6 +469,7 @@ struct DeviceState {
   char codec[edgefl::wire::kMaxCodecSpecChars + 1] = {};
   edgefl::ErrorFeedback feedback;
   bool feedback_ready = false;
+  bool needs_whole_model = false;  // a patched model failed: ask for the whole one (Hello flag)
 };
 DeviceState g_state;
 
@@ -461,6 +491,7 @@ struct Offer {
   uint64_t initial_model_seed = 0;
   uint64_t codec_seed = 0;
   uint32_t max_chunk_bytes = 0;
+  uint64_t max_upload_bytes = 0;
   char model_spec[edgefl::wire::kMaxModelSpecChars + 1] = {};
   char uplink_codec[edgefl::wire::kMaxCodecSpecChars + 1] = {};
   edgefl::TrainConfig training;
@@ -493,26 +524,44 @@ int say_hello(const fbs::Envelope** reply) {
   hello.add_memory_budget_bytes(kRoundArenaBytes);
   hello.add_cpu_cores(1);
   hello.add_model_version(g_state.model_version);
+  if (g_state.needs_whole_model) hello.add_capability_flags(edgefl::wire::kCapabilityNeedsWholeModel);
   const int status = finish_and_send(builder, fbs::Message::Hello, hello.Finish(), MessageType::kHello);
   return status != kExitOk ? status : receive(reply);
 }
 
 // Hello until a TaskOffer (waiting as RetryLater asks), read into *offer.
 int obtain_offer(int round, Offer* offer) {
-  uint64_t waited_ms = 0;
+  const uint64_t started = board::ticks();
   for (;;) {
     const fbs::Envelope* reply = nullptr;
     int status = say_hello(&reply);
     if (status != kExitOk) return status;
     if (const fbs::RetryLater* retry = reply->message_as_RetryLater()) {
       if (retry->reason() == fbs::RetryReason::Draining) return fail(kExitNoTask, "the server drains");
-      const uint32_t pause_ms = retry->retry_after_ms() + retry->retry_window_ms() / 2;
-      waited_ms += pause_ms;
-      if (waited_ms > kMaxWaitForTaskMs) return fail(kExitNoTask, "no task offered in 300 s");
+      if (retry->retry_after_ms() < 1 || retry->retry_after_ms() > edgefl::wire::kMaxRetryMs ||
+          retry->retry_window_ms() > edgefl::wire::kMaxRetryMs) {
+        return fail(kExitProtocol, "a RetryLater with an invalid pause");
+      }
+      // A uniform point of the server's window (devices spread out as the server asks).
+      uint32_t random = 0;
+      if (psa_generate_random(reinterpret_cast<uint8_t*>(&random), sizeof random) != PSA_SUCCESS) {
+        return fail(kExitCrypto, "random pause");
+      }
+      const uint64_t pause_ms = retry->retry_after_ms() + (uint64_t{retry->retry_window_ms()} * random >> 32);
+      if (board::ticks() - started + board::ms_to_ticks(static_cast<uint32_t>(pause_ms)) >
+          board::ms_to_ticks(kMaxWaitForTaskMs)) {
+        return fail(kExitNoTask, "no task offered in 300 s");
+      }
       (Line() << "device: round " << static_cast<unsigned long>(round) << ": retry later, waiting "
               << static_cast<unsigned long>(pause_ms) << " ms")
           .print();
-      wait_ms(pause_ms);
+      if (pause_ms > kKeepSessionMaxPauseMs) {
+        // A long pause: the session ends (the server's idle timeout is 60 s) and a new one opens.
+        const int ret = new_session(static_cast<uint32_t>(pause_ms));
+        if (ret != 0) return fail(kExitLink, "a new session after a pause", ret);
+      } else {
+        wait_ms(static_cast<uint32_t>(pause_ms));
+      }
       continue;
     }
     const fbs::TaskOffer* task = reply->message_as_TaskOffer();
@@ -532,6 +581,32 @@ int read_offer(const fbs::TaskOffer& t, Offer* offer) {
       !copy_text(t.downlink_codec(), downlink_codec, sizeof downlink_codec)) {
     return fail(kExitProtocol, "a TaskOffer without its required fields");
   }
+  // The rules of the hosted validation (sdk/src/wire/validate.cpp) for the fields used here.
+  bool nonce_is_zero = true;
+  for (uint8_t b : *nonce) nonce_is_zero = nonce_is_zero && b == 0;
+  if (nonce_is_zero || t.model_version() == 0 || t.base_model_version() > t.model_version() ||
+      t.model_bytes() > edgefl::wire::kMaxModelBytes || t.max_upload_bytes() == 0) {
+    return fail(kExitProtocol, "a TaskOffer with an invalid nonce, model version or size");
+  }
+  if (t.secure_aggregation() != nullptr) {
+    return fail(kExitProtocol, "a secure-aggregation round: this device does not take part in them");
+  }
+  const fbs::TrainingConfig& limits = *t.training();
+  const float lr = limits.learning_rate(), momentum = limits.momentum();
+  const float decay = limits.weight_decay(), prox = limits.prox_mu();
+  if (limits.batch_size() < 1 || limits.batch_size() > edgefl::wire::kMaxBatchSize ||
+      limits.local_epochs() < 1 || limits.local_epochs() > edgefl::wire::kMaxLocalEpochs ||
+      !(lr > 0.0f && lr <= edgefl::wire::kMaxHyperParameter) || !(momentum >= 0.0f && momentum < 1.0f) ||
+      !(decay >= 0.0f && decay <= edgefl::wire::kMaxHyperParameter) ||
+      !(prox >= 0.0f && prox <= edgefl::wire::kMaxHyperParameter)) {
+    return fail(kExitProtocol, "a TaskOffer with training settings out of range");
+  }
+  // This device's own limit: at most kMaxTrainingSteps optimizer steps per round.
+  const uint64_t batches = (uint64_t{kShardCount} + limits.batch_size() - 1) / limits.batch_size();
+  uint64_t steps = batches * limits.local_epochs();
+  if (limits.max_steps() != 0 && limits.max_steps() < steps) steps = limits.max_steps();
+  if (steps > kMaxTrainingSteps)
+    return fail(kExitTraining, "a round of more training steps than this device allows");
   offer->round_id = t.round_id();
   offer->nonce_length = nonce->size();
   memcpy(offer->nonce, nonce->data(), nonce->size());
@@ -560,6 +635,12 @@ int read_offer(const fbs::TaskOffer& t, Offer* offer) {
   if (offer->n != t.parameter_count() || edgefl::input_dim(offer->spec) != kShardInputDim) {
     return fail(kExitModel, "the offer's model does not match its parameter count or this device's data");
   }
+  // Before any size arithmetic (32-bit size_t): a model, its residual and its update, 4 bytes per
+  // parameter each, must fit the round arena.
+  if (offer->n > kRoundArenaBytes / 12 || offer->model_bytes > kRoundArenaBytes) {
+    return fail(kExitMemory, "the offer's model is larger than this device's memory");
+  }
+  offer->max_upload_bytes = t.max_upload_bytes();
   if (edgefl::parse_codec_spec(offer->uplink_codec, &offer->codec) != Status::kOk ||
       edgefl::parse_codec_spec(downlink_codec, &offer->downlink) != Status::kOk) {
     return fail(kExitProtocol, "the offer's codecs do not parse");
@@ -599,7 +680,14 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
     g_state.n = n;
   }
   const uint64_t held = g_state.model_version;
-  if (held == offer.model_version) return kExitOk;
+  if (held == offer.model_version) {  // held already: still the server's public model?
+    uint8_t held_digest[32];
+    if (sha256(model_floats(), n * sizeof(float), held_digest) != kExitOk) return kExitCrypto;
+    if (memcmp(offer.public_model_digest, held_digest, 32) == 0) return kExitOk;
+    g_state.model_version = 0;
+    g_state.needs_whole_model = true;
+    return fail(kExitModel, "the held model no longer matches the offer's public-model SHA-256");
+  }
   const uint64_t base = offer.base_model_version;
   const bool seeded = base == 1 && held == 0 && offer.initial_model_seed != 0;
   if (base != 0 && base != held && !seeded)
@@ -609,7 +697,6 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
   float* delta = reinterpret_cast<float*>(g_round_arena + plan.model + plan.residual);
   uint8_t* stream = g_round_arena + plan.model + plan.residual + plan.delta;
   uint8_t* workspace = stream + align8(static_cast<size_t>(offer.model_bytes));
-  const size_t workspace_bytes = edgefl::workspace_size(offer.downlink, n);
   uint64_t got = 0;
   int resumed = 0;
   while (got < offer.model_bytes) {
@@ -633,9 +720,10 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
     }
     if (status != kExitOk) return status;
     const fbs::ModelChunk* chunk = reply->message_as_ModelChunk();
-    if (chunk == nullptr || chunk->data() == nullptr || chunk->offset() != got ||
-        chunk->total_bytes() != offer.model_bytes || chunk->model_version() != offer.model_version ||
-        chunk->data()->size() == 0 || chunk->data()->size() > offer.model_bytes - got) {
+    if (chunk == nullptr || chunk->data() == nullptr || chunk->round_id() != offer.round_id ||
+        chunk->offset() != got || chunk->total_bytes() != offer.model_bytes ||
+        chunk->model_version() != offer.model_version || chunk->data()->size() == 0 ||
+        chunk->data()->size() > offer.model_bytes - got) {
       return fail(kExitProtocol, "a model chunk that does not continue the download");
     }
     if (edgefl::crc32c_update(0, chunk->data()->data(), chunk->data()->size()) != chunk->crc32c()) {
@@ -658,17 +746,29 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
     edgefl::init_parameters(offer.spec, offer.initial_model_seed, {model, n});
     if (edgefl::round_to_bf16_grid({model, n}) != Status::kOk) return fail(kExitModel, "the initial model");
   }
+  // The decode workspace the patches need (they may come from an earlier downlink codec than the
+  // offer's), within the round arena.
+  const size_t workspace_bytes = edgefl::download_decode_workspace({stream, static_cast<size_t>(got)});
+  if (workspace_bytes > static_cast<size_t>(g_round_arena + kRoundArenaBytes - workspace)) {
+    g_state.needs_whole_model = true;
+    return fail(kExitMemory, "the download's decode workspace does not fit this device's memory");
+  }
   uint64_t patches = 0;
   Status s = edgefl::apply_download({stream, static_cast<size_t>(got)}, base == 0, {model, n}, {delta, n},
                                     {workspace, workspace_bytes}, &patches);
-  if (s != Status::kOk) return fail_status(kExitModel, "the download does not apply", s);
+  if (s != Status::kOk) {
+    g_state.needs_whole_model = base != 0;
+    return fail_status(kExitModel, "the download does not apply", s);
+  }
   if (base != 0 && patches != offer.model_version - base)
     return fail(kExitModel, "the download's patch count");
   if (sha256(model, n * sizeof(float), digest) != kExitOk) return kExitCrypto;
   if (memcmp(offer.public_model_digest, digest, 32) != 0) {
+    g_state.needs_whole_model = base != 0;
     return fail(kExitModel, "the model after the download fails the offer's public-model SHA-256");
   }
   g_state.model_version = offer.model_version;
+  g_state.needs_whole_model = false;
   end(phase, round);
   (Line() << "device: round " << static_cast<unsigned long>(round) << " model v"
           << static_cast<unsigned long>(offer.model_version) << ": "
@@ -824,7 +924,8 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
     const auto id = builder.CreateVector(upload_id, edgefl::wire::kUploadIdBytes);
     const auto digest = builder.CreateVector(update.digest, sizeof update.digest);
     const auto loss_name = builder.CreateString("train_loss");
-    const auto loss = fbs::CreateMetric(builder, loss_name, update.loss == update.loss ? update.loss : 0.0);
+    const auto loss =
+        fbs::CreateMetric(builder, loss_name, __builtin_isfinite(update.loss) ? update.loss : 0.0);
     const auto metrics = builder.CreateVector(&loss, 1);
     fbs::CommitBuilder commit(builder);
     commit.add_round_id(round_id);
@@ -870,10 +971,13 @@ int upload_update(int round, const Offer& offer, const Update& update) {
   upload_id[0] |= 1;  // never all zero
   bool accepted = false;
   uint64_t resumed_at = 0;  // reported by try_upload()
+  if (update.length > offer.max_upload_bytes)
+    return fail(kExitEncoding, "the update is above the offer's upload cap");
   int status = try_upload(offer, update, upload_id, &accepted, &resumed_at);
   while (status == kExitLink) {
-    status = reconnect();
-    if (status == kExitOk) status = try_upload(offer, update, upload_id, &accepted, &resumed_at);
+    status = reconnect();  // kExitOk, or a final failure
+    if (status != kExitOk) break;
+    status = try_upload(offer, update, upload_id, &accepted, &resumed_at);
   }
   if (status != kExitOk) return status;
   end(phase, round);
@@ -914,11 +1018,13 @@ extern "C" void edgefl_mbedtls_device_exit(int) {
 extern "C" int mbedtls_hardware_poll(void*, unsigned char* output, size_t length, size_t* produced) {
   static int handle = -1;
   if (handle < 0) handle = semihost_open("/dev/urandom", 1);
-  *produced = handle < 0 ? 0 : semihost_read(handle, output, length);
+  if (handle < 0) return MBEDTLS_ERR_ENTROPY_SOURCE_FAILED;
+  *produced = semihost_read(handle, output, length);
   return 0;  // fewer bytes than asked: the entropy module polls again, then fails if it stays short
 }
 
 int main() {
+  startup_guard_stack();
   board::timer_init();
   board::uart_init();
   mbedtls_memory_buffer_alloc_init(g_tls_arena, sizeof g_tls_arena);

@@ -25,6 +25,9 @@ __attribute__((noreturn)) void semihost_exit(int code);
 // Stack use so far: bytes of the stack region (linker script) ever written, found by the pattern
 // startup.c paints below the stack pointer before main().
 size_t startup_stack_high_water(void);
+// Makes the lowest 32 bytes of the stack read-only through the MPU: a stack overflow then ends the
+// program with "cortex-m: fault" instead of overwriting .bss below the stack.
+void startup_guard_stack(void);
 size_t startup_stack_size(void);
 
 #ifdef __cplusplus

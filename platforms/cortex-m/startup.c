@@ -14,7 +14,8 @@ extern void (*__init_array_end__[])(void);
 int main(void);
 void Reset_Handler(void);
 void reset_c(void);
-static void fault_handler(void);
+void fault_handler(void);
+static void fault_entry(void);
 
 #define STACK_PAINT 0xC0FFEE11u
 
@@ -90,7 +91,33 @@ void reset_c(void) {
   semihost_exit(main());
 }
 
-static void fault_handler(void) {
+// The fault handlers start on a fresh stack: a fault may come from a stack overflow, with SP in
+// the guard region (startup_guard_stack), where nothing more can be pushed.
+__attribute__((naked, noreturn)) static void fault_entry(void) {
+  __asm__ volatile(
+      "ldr r0, =__stack_top__\n"
+      "msr msp, r0\n"
+      "isb\n"
+      "b fault_handler\n");
+}
+
+void startup_guard_stack(void) {
+  volatile uint32_t* const mpu_rnr = (volatile uint32_t*)0xE000ED98u;
+  volatile uint32_t* const mpu_rbar = (volatile uint32_t*)0xE000ED9Cu;
+  volatile uint32_t* const mpu_rasr = (volatile uint32_t*)0xE000EDA0u;
+  volatile uint32_t* const mpu_ctrl = (volatile uint32_t*)0xE000ED94u;
+  volatile uint32_t* const shcsr = (volatile uint32_t*)0xE000ED24u;
+  *mpu_rnr = 0;
+  *mpu_rbar = (uint32_t)(uintptr_t)__stack_limit__;  // 32-byte aligned (mps2-an386.ld)
+  // ENABLE, SIZE = 4 (2^(4+1) = 32 bytes), AP = 0b110 (read-only: the stack high-water scan reads
+  // it), XN.
+  *mpu_rasr = (1u << 28) | (6u << 24) | (4u << 1) | 1u;
+  *shcsr |= 1u << 16;     // MemManage faults reported as such
+  *mpu_ctrl = (1u << 2) | 1u;  // the default memory map elsewhere (PRIVDEFENA), MPU on
+  __asm__ volatile("dsb\nisb" ::: "memory");
+}
+
+void fault_handler(void) {
   semihost_write("cortex-m: fault (HardFault, MemManage, BusFault or UsageFault)\n");
   semihost_exit(99);
 }
@@ -106,10 +133,10 @@ __attribute__((section(".vectors"), used)) void (*const g_vectors[16])(void) = {
     (void (*)(void))__stack_top__,
     Reset_Handler,
     default_handler,  // NMI
-    fault_handler,    // HardFault
-    fault_handler,    // MemManage
-    fault_handler,    // BusFault
-    fault_handler,    // UsageFault
+    fault_entry,      // HardFault
+    fault_entry,      // MemManage
+    fault_entry,      // BusFault
+    fault_entry,      // UsageFault
     0,
     0,
     0,
