@@ -46,11 +46,11 @@ extern "C" {  // mbedTLS 3.6.6's psa_util.h does not declare C linkage itself
 #include "round/downlink.h"
 #include "round/update_steps.h"
 #include "semihost.h"
+#include "wire/client_tables.h"
 
-// FlatBuffers' internal consistency checks end the program instead of calling libc's assert.
-[[noreturn]] void device_fault(const char* what);
-#define FLATBUFFERS_ASSERT(x) ((x) ? (void)0 : device_fault("FlatBuffers assertion"))
 #include "edgefl_wire_generated.h"
+
+[[noreturn]] void device_fault(const char* what);
 
 namespace fbs = edgefl::wire::fb;
 using edgefl::Span;
@@ -74,6 +74,11 @@ void operator delete(void*) noexcept {
 }
 void operator delete(void*, size_t) noexcept {
   device_fault("operator delete");
+}
+
+// FlatBuffers' internal consistency checks (device_assert.h).
+extern "C" void edgefl_device_assert_failed(void) {
+  device_fault("FlatBuffers assertion");
 }
 
 [[noreturn]] void device_fault(const char* what) {
@@ -294,10 +299,12 @@ int send_message(MessageType type, flatbuffers::FlatBufferBuilder& builder) {
   return ret == 0 ? kExitOk : link_failure("sending", ret);
 }
 
+// Builds a message with the SDK's table builder for it (wire/client_tables.h: the code
+// edgefl::wire's encode() runs for the hosted clients) and sends it as one frame.
 template <typename Table>
-int finish_and_send(flatbuffers::FlatBufferBuilder& builder, fbs::Message kind,
-                    flatbuffers::Offset<Table> message, MessageType type) {
-  builder.Finish(fbs::CreateEnvelope(builder, kind, message.Union()), "EFW1");
+int finish_and_send(flatbuffers::FlatBufferBuilder& builder, flatbuffers::Offset<Table> message,
+                    MessageType type) {
+  edgefl::wire::internal::finish_envelope(builder, type, message);
   return send_message(type, builder);
 }
 
@@ -514,18 +521,18 @@ int read_offer(const fbs::TaskOffer& t, Offer* offer);
 int say_hello(const fbs::Envelope** reply) {
   MessageAllocator allocator;
   flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
-  const auto sdk_version = builder.CreateString("0.1.0-cortex-m4f");
-  fbs::HelloBuilder hello(builder);
-  hello.add_protocol_version(edgefl::wire::kProtocolVersion);
-  hello.add_sdk_version(sdk_version);
-  hello.add_supported_sparsifiers(edgefl::wire::kKnownSparsifierBits);
-  hello.add_supported_value_coders(edgefl::wire::kKnownValueCoderBits);
-  hello.add_supported_index_codings(edgefl::wire::kKnownIndexCodingBits);
-  hello.add_memory_budget_bytes(kRoundArenaBytes);
-  hello.add_cpu_cores(1);
-  hello.add_model_version(g_state.model_version);
-  if (g_state.needs_whole_model) hello.add_capability_flags(edgefl::wire::kCapabilityNeedsWholeModel);
-  const int status = finish_and_send(builder, fbs::Message::Hello, hello.Finish(), MessageType::kHello);
+  static const char kSdkVersion[] = "0.1.0-cortex-m4f";
+  edgefl::wire::internal::HelloView hello;
+  hello.sdk_version = {kSdkVersion, sizeof kSdkVersion - 1};
+  hello.supported_sparsifiers = edgefl::wire::kKnownSparsifierBits;
+  hello.supported_value_coders = edgefl::wire::kKnownValueCoderBits;
+  hello.supported_index_codings = edgefl::wire::kKnownIndexCodingBits;
+  hello.memory_budget_bytes = kRoundArenaBytes;
+  hello.cpu_cores = 1;
+  hello.model_version = g_state.model_version;
+  if (g_state.needs_whole_model) hello.capability_flags |= edgefl::wire::kCapabilityNeedsWholeModel;
+  const int status =
+      finish_and_send(builder, edgefl::wire::internal::build_hello(builder, hello), MessageType::kHello);
   return status != kExitOk ? status : receive(reply);
 }
 
@@ -702,15 +709,15 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
   while (got < offer.model_bytes) {
     MessageAllocator allocator;
     flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
-    fbs::ModelRequestBuilder request(builder);
-    request.add_round_id(offer.round_id);
-    request.add_model_version(offer.model_version);
-    request.add_offset(got);
-    request.add_max_length(kDownloadChunkBytes < offer.max_chunk_bytes ? kDownloadChunkBytes
-                                                                       : offer.max_chunk_bytes);
-    request.add_base_model_version(base);
-    int status =
-        finish_and_send(builder, fbs::Message::ModelRequest, request.Finish(), MessageType::kModelRequest);
+    edgefl::wire::internal::ModelRequestView request;
+    request.round_id = offer.round_id;
+    request.model_version = offer.model_version;
+    request.offset = got;
+    request.max_length =
+        kDownloadChunkBytes < offer.max_chunk_bytes ? kDownloadChunkBytes : offer.max_chunk_bytes;
+    request.base_model_version = base;
+    int status = finish_and_send(builder, edgefl::wire::internal::build_model_request(builder, request),
+                                 MessageType::kModelRequest);
     const fbs::Envelope* reply = nullptr;
     if (status == kExitOk) status = receive(&reply);
     if (status == kExitLink) {  // a new session, then the same request: the download resumes at `got`
@@ -866,15 +873,12 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
   {
     MessageAllocator allocator;
     flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
-    const auto nonce = builder.CreateVector(offer.nonce, offer.nonce_length);
-    const auto id = builder.CreateVector(upload_id, edgefl::wire::kUploadIdBytes);
-    fbs::UploadStartBuilder start(builder);
-    start.add_round_id(round_id);
-    start.add_round_nonce(nonce);
-    start.add_upload_id(id);
-    start.add_total_bytes(update.length);
-    const int status =
-        finish_and_send(builder, fbs::Message::UploadStart, start.Finish(), MessageType::kUploadStart);
+    const edgefl::wire::internal::UploadStartView start{round_id,
+                                                        {offer.nonce, offer.nonce_length},
+                                                        {upload_id, edgefl::wire::kUploadIdBytes},
+                                                        update.length};
+    const int status = finish_and_send(builder, edgefl::wire::internal::build_upload_start(builder, start),
+                                       MessageType::kUploadStart);
     if (status != kExitOk) return status;
   }
   const fbs::Envelope* reply = nullptr;
@@ -903,16 +907,13 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
                               : kUploadChunkBytes;
     MessageAllocator allocator;
     flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
-    const auto data = builder.CreateVector(update.bytes + offset, length);
-    const auto id = builder.CreateVector(upload_id, edgefl::wire::kUploadIdBytes);
-    fbs::UploadChunkBuilder chunk(builder);
-    chunk.add_round_id(round_id);
-    chunk.add_upload_id(id);
-    chunk.add_offset(offset);
-    chunk.add_total_bytes(update.length);
-    chunk.add_data(data);
-    chunk.add_crc32c(edgefl::crc32c_update(0, update.bytes + offset, length));
-    status = finish_and_send(builder, fbs::Message::UploadChunk, chunk.Finish(), MessageType::kUploadChunk);
+    const edgefl::wire::internal::UploadChunkView chunk{round_id,
+                                                        {upload_id, edgefl::wire::kUploadIdBytes},
+                                                        offset,
+                                                        update.length,
+                                                        {update.bytes + offset, length}};
+    status = finish_and_send(builder, edgefl::wire::internal::build_upload_chunk(builder, chunk),
+                             MessageType::kUploadChunk);
     if (status != kExitOk) return status;
     offset += length;
     if (offset < update.length && test_drop(kDropMidUpload, "mid-upload")) return kExitLink;
@@ -920,22 +921,19 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
   {
     MessageAllocator allocator;
     flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
-    const auto nonce = builder.CreateVector(offer.nonce, offer.nonce_length);
-    const auto id = builder.CreateVector(upload_id, edgefl::wire::kUploadIdBytes);
-    const auto digest = builder.CreateVector(update.digest, sizeof update.digest);
-    const auto loss_name = builder.CreateString("train_loss");
-    const auto loss =
-        fbs::CreateMetric(builder, loss_name, __builtin_isfinite(update.loss) ? update.loss : 0.0);
-    const auto metrics = builder.CreateVector(&loss, 1);
-    fbs::CommitBuilder commit(builder);
-    commit.add_round_id(round_id);
-    commit.add_round_nonce(nonce);
-    commit.add_upload_id(id);
-    commit.add_total_bytes(update.length);
-    commit.add_sample_count(update.samples);
-    commit.add_metrics(metrics);
-    commit.add_digest(digest);
-    status = finish_and_send(builder, fbs::Message::Commit, commit.Finish(), MessageType::kCommit);
+    static const char kLossName[] = "train_loss";
+    const flatbuffers::Offset<fbs::Metric> loss = edgefl::wire::internal::build_metric(
+        builder, {{kLossName, sizeof kLossName - 1}, __builtin_isfinite(update.loss) ? update.loss : 0.0});
+    edgefl::wire::internal::CommitView commit;
+    commit.round_id = round_id;
+    commit.round_nonce = {offer.nonce, offer.nonce_length};
+    commit.upload_id = {upload_id, edgefl::wire::kUploadIdBytes};
+    commit.total_bytes = update.length;
+    commit.sample_count = update.samples;
+    commit.metrics = {&loss, 1};
+    commit.digest = {update.digest, sizeof update.digest};
+    status =
+        finish_and_send(builder, edgefl::wire::internal::build_commit(builder, commit), MessageType::kCommit);
     if (status != kExitOk) return status;
   }
   if (test_drop(kDropBeforeAck, "between Commit and Ack")) return kExitLink;

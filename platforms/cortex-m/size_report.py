@@ -6,7 +6,8 @@ maps, against the budget of this configuration (size_budget.txt). Run by ctest -
                  --probe codecs=build/.../edgefl_size_codecs.elf [--probe ...] [--out report.md]
 
 With --device NAME=ELF (the device client, device_client.cpp) it also prints its flash per
-component (client and protocol, TLS, codecs and round steps, trainer, training data, libc) and its
+component (client, shared protocol code, TLS, codecs and round steps, trainer, training data,
+libc) and its
 RAM (.data + .bss per owner, and the stack), with budget quantities `flash` (.text + .data),
 `ram` (.data + .bss + stack) and `tls_text`.
 
@@ -125,8 +126,10 @@ def summarize(sizes):
 
 # The device client's components: (name, predicate on (library, member)).
 DEVICE_COMPONENTS = [
-    ("client and protocol (device_client.cpp, board, credentials, frame.cpp)",
-     lambda lib, m: lib == "program" and m in ("device_client.cpp", "board.cpp", "credentials.cpp", "frame.cpp")),
+    ("client: the round, link, credentials (device_client.cpp, board.cpp, credentials.cpp)",
+     lambda lib, m: lib == "program" and m in ("device_client.cpp", "board.cpp", "credentials.cpp")),
+    ("protocol shared with the hosted clients (sdk/src/wire: frame.cpp, client_tables.cpp)",
+     lambda lib, m: lib == "program" and m in ("frame.cpp", "client_tables.cpp")),
     ("TLS 1.3 client: mbedTLS 3.6 (edgefl_mbedtls_device_config.h)", lambda lib, m: lib == "libedgefl_cm_mbedtls.a"),
     ("codecs, error feedback, downlink, round steps (edgefl_core)", lambda lib, m: lib == "libedgefl_core.a"),
     ("trainer (edgefl_train)", lambda lib, m: lib == "libedgefl_train.a"),

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -23,6 +24,7 @@
 #include "edgefl/wire.h"
 #include "edgefl_wire_generated.h"
 #include "support/wire_samples.h"
+#include "wire/client_tables.h"
 #include "wire/testing.h"
 
 namespace doctest {
@@ -1636,5 +1638,134 @@ TEST_SUITE("wire.corruption") {
     }
     MESSAGE("overwrites/truncations/garbage: " << ok << " decoded valid, " << errors << " refused");
     CHECK(errors > 0);
+  }
+}
+
+// The device client's way of building the client's messages (platforms/cortex-m/device_client.cpp):
+// views of its own fields, a builder over one fixed arena, the shared tables of
+// wire/client_tables.h, write_frame into caller memory. The frames must be the very bytes encode()
+// writes for the same fields, and decode back to them.
+namespace {
+
+class FixedArena final : public flatbuffers::Allocator {
+ public:
+  uint8_t* allocate(size_t size) override {
+    if (in_use_ || size > sizeof bytes_) return nullptr;
+    in_use_ = true;
+    return bytes_;
+  }
+  void deallocate(uint8_t*, size_t) override { in_use_ = false; }
+
+ private:
+  alignas(8) uint8_t bytes_[8192];
+  bool in_use_ = false;
+};
+
+template <typename Message>
+std::vector<uint8_t> device_frame(MessageType type, const Message& expected,
+                                  const std::function<void(flatbuffers::FlatBufferBuilder&)>& build) {
+  FixedArena arena;
+  flatbuffers::FlatBufferBuilder builder(8192 - 64, &arena, false, 8);
+  build(builder);
+  std::vector<uint8_t> out(w::kFrameHeaderBytes + builder.GetSize());
+  size_t written = 0;
+  REQUIRE(w::internal::write_frame(type, builder, {out.data(), out.size()}, &written) == Status::kOk);
+  CHECK(written == out.size());
+  std::vector<uint8_t> hosted;
+  REQUIRE(w::encode(w::Message{expected}, &hosted) == Status::kOk);
+  CHECK(out == hosted);
+  const Decoded d = decode(out);
+  REQUIRE(d.status == Status::kOk);
+  REQUIRE(std::holds_alternative<Message>(d.message));
+  check_fields(std::get<Message>(d.message), expected);
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("wire.client_tables") {
+  TEST_CASE("the device's Hello, ModelRequest, UploadStart, UploadChunk and Commit are encode()'s bytes") {
+    const w::Hello hello = samples::hello();
+    device_frame(MessageType::kHello, hello, [&](flatbuffers::FlatBufferBuilder& b) {
+      w::internal::HelloView v;
+      v.protocol_version = hello.protocol_version;
+      v.sdk_version = {hello.sdk_version.data(), hello.sdk_version.size()};
+      v.supported_sparsifiers = hello.supported_sparsifiers;
+      v.supported_value_coders = hello.supported_value_coders;
+      v.supported_index_codings = hello.supported_index_codings;
+      v.memory_budget_bytes = hello.memory_budget_bytes;
+      v.capability_flags = hello.capability_flags;
+      v.cpu_cores = hello.cpu_cores;
+      v.uplink_kbps = hello.uplink_kbps;
+      v.downlink_kbps = hello.downlink_kbps;
+      v.model_version = hello.model_version;
+      w::internal::finish_envelope(b, MessageType::kHello, w::internal::build_hello(b, v));
+    });
+    const w::ModelRequest request = samples::model_request();
+    device_frame(MessageType::kModelRequest, request, [&](flatbuffers::FlatBufferBuilder& b) {
+      w::internal::finish_envelope(
+          b, MessageType::kModelRequest,
+          w::internal::build_model_request(b, {request.round_id, request.model_version, request.offset,
+                                               request.max_length, request.base_model_version}));
+    });
+    const w::UploadStart start = samples::upload_start();
+    device_frame(MessageType::kUploadStart, start, [&](flatbuffers::FlatBufferBuilder& b) {
+      w::internal::finish_envelope(
+          b, MessageType::kUploadStart,
+          w::internal::build_upload_start(b, {start.round_id,
+                                              {start.round_nonce.data(), start.round_nonce.size()},
+                                              {start.upload_id.data(), start.upload_id.size()},
+                                              start.total_bytes}));
+    });
+    const w::UploadChunk chunk = samples::upload_chunk();
+    device_frame(MessageType::kUploadChunk, chunk, [&](flatbuffers::FlatBufferBuilder& b) {
+      w::internal::finish_envelope(
+          b, MessageType::kUploadChunk,
+          w::internal::build_upload_chunk(b, {chunk.round_id,
+                                              {chunk.upload_id.data(), chunk.upload_id.size()},
+                                              chunk.offset,
+                                              chunk.total_bytes,
+                                              {chunk.data.data(), chunk.data.size()}}));
+    });
+    const w::Commit commit = samples::commit();
+    REQUIRE(!commit.metrics.empty());
+    device_frame(MessageType::kCommit, commit, [&](flatbuffers::FlatBufferBuilder& b) {
+      std::vector<flatbuffers::Offset<fbw::Metric>> metrics;
+      for (const w::Metric& m : commit.metrics) {
+        metrics.push_back(w::internal::build_metric(b, {{m.name.data(), m.name.size()}, m.value}));
+      }
+      w::internal::CommitView v;
+      v.round_id = commit.round_id;
+      v.round_nonce = {commit.round_nonce.data(), commit.round_nonce.size()};
+      v.upload_id = {commit.upload_id.data(), commit.upload_id.size()};
+      v.total_bytes = commit.total_bytes;
+      v.sample_count = commit.sample_count;
+      v.metrics = {metrics.data(), metrics.size()};
+      v.digest = {commit.digest.data(), commit.digest.size()};
+      w::internal::finish_envelope(b, MessageType::kCommit, w::internal::build_commit(b, v));
+    });
+  }
+
+  TEST_CASE("write_frame refuses a buffer one byte short and a payload above the type's cap") {
+    FixedArena arena;
+    flatbuffers::FlatBufferBuilder builder(8192 - 64, &arena, false, 8);
+    w::internal::finish_envelope(builder, MessageType::kModelRequest,
+                                 w::internal::build_model_request(builder, {1, 1, 0, 1024, 0}));
+    std::vector<uint8_t> out(w::kFrameHeaderBytes + builder.GetSize() - 1, 0xEE);
+    size_t written = 7;
+    CHECK(w::internal::write_frame(MessageType::kModelRequest, builder, {out.data(), out.size()}, &written) ==
+          Status::kBufferTooSmall);
+    CHECK(written == 7);
+    CHECK(std::all_of(out.begin(), out.end(), [](uint8_t v) { return v == 0xEE; }));
+    // A Hello of 5000 bytes is above Hello's 4 KiB cap.
+    FixedArena big_arena;
+    flatbuffers::FlatBufferBuilder big(8192 - 64, &big_arena, false, 8);
+    const std::string version(5000, 'v');
+    w::internal::HelloView hello;
+    hello.sdk_version = {version.data(), version.size()};
+    w::internal::finish_envelope(big, MessageType::kHello, w::internal::build_hello(big, hello));
+    std::vector<uint8_t> frame(8192);
+    CHECK(w::internal::write_frame(MessageType::kHello, big, {frame.data(), frame.size()}, &written) ==
+          Status::kFrameTooLarge);
   }
 }

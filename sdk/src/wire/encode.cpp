@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "core/crc32c.h"
 #include "edgefl/wire.h"
 #include "wire/checks.h"
+#include "wire/client_tables.h"
 #include "wire/schema.h"
 #include "wire/testing.h"
 
@@ -40,20 +42,19 @@ uint32_t crc_of(const std::vector<uint8_t>& data) {
 // --- struct -> FlatBuffer table ---------------------------------------------------------------
 
 Offset<fb::Hello> build(FlatBufferBuilder& b, const Hello& m) {
-  const auto sdk_version = b.CreateString(m.sdk_version.data(), m.sdk_version.size());
-  fb::HelloBuilder t(b);
-  t.add_protocol_version(m.protocol_version);
-  t.add_sdk_version(sdk_version);
-  t.add_supported_sparsifiers(m.supported_sparsifiers);
-  t.add_supported_value_coders(m.supported_value_coders);
-  t.add_supported_index_codings(m.supported_index_codings);
-  t.add_memory_budget_bytes(m.memory_budget_bytes);
-  t.add_capability_flags(m.capability_flags);
-  t.add_cpu_cores(m.cpu_cores);
-  t.add_uplink_kbps(m.uplink_kbps);
-  t.add_downlink_kbps(m.downlink_kbps);
-  t.add_model_version(m.model_version);
-  return t.Finish();
+  internal::HelloView v;
+  v.protocol_version = m.protocol_version;
+  v.sdk_version = {m.sdk_version.data(), m.sdk_version.size()};
+  v.supported_sparsifiers = m.supported_sparsifiers;
+  v.supported_value_coders = m.supported_value_coders;
+  v.supported_index_codings = m.supported_index_codings;
+  v.memory_budget_bytes = m.memory_budget_bytes;
+  v.capability_flags = m.capability_flags;
+  v.cpu_cores = m.cpu_cores;
+  v.uplink_kbps = m.uplink_kbps;
+  v.downlink_kbps = m.downlink_kbps;
+  v.model_version = m.model_version;
+  return internal::build_hello(b, v);
 }
 
 Offset<fb::TaskOffer> build(FlatBufferBuilder& b, const TaskOffer& m) {
@@ -135,13 +136,8 @@ Offset<fb::RetryLater> build(FlatBufferBuilder& b, const RetryLater& m) {
 }
 
 Offset<fb::ModelRequest> build(FlatBufferBuilder& b, const ModelRequest& m) {
-  fb::ModelRequestBuilder t(b);
-  t.add_round_id(m.round_id);
-  t.add_model_version(m.model_version);
-  t.add_offset(m.offset);
-  t.add_max_length(m.max_length);
-  t.add_base_model_version(m.base_model_version);
-  return t.Finish();
+  return internal::build_model_request(
+      b, {m.round_id, m.model_version, m.offset, m.max_length, m.base_model_version});
 }
 
 Offset<fb::ModelChunk> build(FlatBufferBuilder& b, const ModelChunk& m) {
@@ -157,14 +153,10 @@ Offset<fb::ModelChunk> build(FlatBufferBuilder& b, const ModelChunk& m) {
 }
 
 Offset<fb::UploadStart> build(FlatBufferBuilder& b, const UploadStart& m) {
-  const auto nonce = bytes(b, m.round_nonce);
-  const auto upload_id = bytes(b, m.upload_id);
-  fb::UploadStartBuilder t(b);
-  t.add_round_id(m.round_id);
-  t.add_round_nonce(nonce);
-  t.add_upload_id(upload_id);
-  t.add_total_bytes(m.total_bytes);
-  return t.Finish();
+  return internal::build_upload_start(b, {m.round_id,
+                                          {m.round_nonce.data(), m.round_nonce.size()},
+                                          {m.upload_id.data(), m.upload_id.size()},
+                                          m.total_bytes});
 }
 
 Offset<fb::UploadStatus> build(FlatBufferBuilder& b, const UploadStatus& m) {
@@ -178,42 +170,29 @@ Offset<fb::UploadStatus> build(FlatBufferBuilder& b, const UploadStatus& m) {
 }
 
 Offset<fb::UploadChunk> build(FlatBufferBuilder& b, const UploadChunk& m) {
-  const auto upload_id = bytes(b, m.upload_id);
-  const auto data = bytes(b, m.data);
-  fb::UploadChunkBuilder t(b);
-  t.add_round_id(m.round_id);
-  t.add_upload_id(upload_id);
-  t.add_offset(m.offset);
-  t.add_total_bytes(m.total_bytes);
-  t.add_data(data);
-  t.add_crc32c(crc_of(m.data));
-  return t.Finish();
+  return internal::build_upload_chunk(b, {m.round_id,
+                                          {m.upload_id.data(), m.upload_id.size()},
+                                          m.offset,
+                                          m.total_bytes,
+                                          {m.data.data(), m.data.size()}});
 }
 
 Offset<fb::Commit> build(FlatBufferBuilder& b, const Commit& m) {
-  const auto nonce = bytes(b, m.round_nonce);
-  const auto upload_id = bytes(b, m.upload_id);
-  std::vector<Offset<fb::Metric>> metric_offsets;
-  metric_offsets.reserve(m.metrics.size());
+  // Every metric given (encode_unchecked() writes invalid counts too, for the tests).
+  std::vector<Offset<fb::Metric>> metrics;
+  metrics.reserve(m.metrics.size());
   for (const Metric& metric : m.metrics) {
-    const auto name = b.CreateString(metric.name.data(), metric.name.size());
-    fb::MetricBuilder mb(b);
-    mb.add_name(name);
-    mb.add_value(metric.value);
-    metric_offsets.push_back(mb.Finish());
+    metrics.push_back(internal::build_metric(b, {{metric.name.data(), metric.name.size()}, metric.value}));
   }
-  const auto metrics = metric_offsets.empty() ? Offset<flatbuffers::Vector<Offset<fb::Metric>>>()
-                                              : b.CreateVector(metric_offsets);
-  const auto digest = bytes(b, m.digest);
-  fb::CommitBuilder t(b);
-  t.add_round_id(m.round_id);
-  t.add_round_nonce(nonce);
-  t.add_upload_id(upload_id);
-  t.add_total_bytes(m.total_bytes);
-  t.add_sample_count(m.sample_count);
-  t.add_metrics(metrics);
-  t.add_digest(digest);
-  return t.Finish();
+  internal::CommitView v;
+  v.round_id = m.round_id;
+  v.round_nonce = {m.round_nonce.data(), m.round_nonce.size()};
+  v.upload_id = {m.upload_id.data(), m.upload_id.size()};
+  v.total_bytes = m.total_bytes;
+  v.sample_count = m.sample_count;
+  v.metrics = {metrics.data(), metrics.size()};
+  v.digest = {m.digest.data(), m.digest.size()};
+  return internal::build_commit(b, v);
 }
 
 Offset<fb::Ack> build(FlatBufferBuilder& b, const Ack& m) {
@@ -366,12 +345,10 @@ Status encode_message(const T& message, std::vector<uint8_t>* frame, DecodeDetai
   const auto body = build(b, message);
   const auto envelope = fb::CreateEnvelope(b, static_cast<fb::Message>(type), body.Union());
   fb::FinishEnvelopeBuffer(b, envelope);
-  const size_t size = b.GetSize();
-  if (size > max_payload_bytes(type)) return Status::kFrameTooLarge;
-  std::vector<uint8_t> out(kFrameHeaderBytes + size);
-  EDGEFL_RETURN_IF_ERROR(
-      write_frame_header(type, static_cast<uint32_t>(size), {out.data(), kFrameHeaderBytes}));
-  memcpy(out.data() + kFrameHeaderBytes, b.GetBufferPointer(), size);
+  if (b.GetSize() > max_payload_bytes(type)) return Status::kFrameTooLarge;
+  std::vector<uint8_t> out(kFrameHeaderBytes + b.GetSize());
+  size_t written = 0;
+  EDGEFL_RETURN_IF_ERROR(internal::write_frame(type, b, {out.data(), out.size()}, &written));
   *frame = std::move(out);
   return Status::kOk;
 }

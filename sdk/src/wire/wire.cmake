@@ -51,6 +51,7 @@ add_library(edgefl_wire STATIC
   ${CMAKE_CURRENT_LIST_DIR}/validate.cpp
   ${CMAKE_CURRENT_LIST_DIR}/decode.cpp
   ${CMAKE_CURRENT_LIST_DIR}/encode.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/client_tables.cpp
   ${CMAKE_CURRENT_LIST_DIR}/messages.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tensor_table.cpp
 )
