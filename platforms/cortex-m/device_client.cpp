@@ -130,8 +130,10 @@ constexpr uint32_t kUploadChunkBytes = 256;
 constexpr uint32_t kDownloadChunkBytes = 3 * 1024;
 constexpr uint32_t kUploadChunkBytes = 3 * 1024;
 #endif
-// A read that waits longer than this ends the session (the link is taken for dead).
+// A read that waits longer than this ends the session (the link is taken for dead), and so does a
+// frame or a handshake that takes longer than kExchangeDeadlineMs in all.
 constexpr uint32_t kReadTimeoutMs = 20000;
+constexpr uint32_t kExchangeDeadlineMs = 60000;
 // After a failed link: up to kMaxReconnects new sessions, kReconnectDelayMs apart (QEMU's bridge
 // redials 1 s after the server closed the TCP connection; a modem would redial too).
 constexpr int kMaxReconnects = 4;
@@ -192,9 +194,19 @@ int uart_send(void*, const unsigned char* data, size_t length) {
 }
 
 uint32_t g_read_timeout_ms = kReadTimeoutMs;
+// Reads give up at this tick (0: no deadline): a whole frame, or a whole handshake, must arrive
+// within kExchangeDeadlineMs, however the server paces its bytes.
+uint64_t g_deadline_ticks = 0;
 
 int uart_recv(void*, unsigned char* data, size_t length) {
-  const size_t n = board::uart_read(data, length, g_read_timeout_ms);
+  uint32_t timeout_ms = g_read_timeout_ms;
+  if (g_deadline_ticks != 0) {
+    const uint64_t now = board::ticks();
+    if (now >= g_deadline_ticks) return MBEDTLS_ERR_SSL_TIMEOUT;
+    const uint32_t left_ms = board::ticks_to_ms(g_deadline_ticks - now) + 1;
+    if (left_ms < timeout_ms) timeout_ms = left_ms;
+  }
+  const size_t n = board::uart_read(data, length, timeout_ms);
   return n == 0 ? MBEDTLS_ERR_SSL_TIMEOUT : static_cast<int>(n);
 }
 
@@ -310,6 +322,10 @@ int finish_and_send(flatbuffers::FlatBufferBuilder& builder, flatbuffers::Offset
 
 // Reads one frame into g_reply and verifies it; *envelope points into g_reply until the next call.
 int receive(const fbs::Envelope** envelope) {
+  struct Deadline {  // the whole frame within kExchangeDeadlineMs
+    Deadline() { g_deadline_ticks = board::ticks() + board::ms_to_ticks(kExchangeDeadlineMs); }
+    ~Deadline() { g_deadline_ticks = 0; }
+  } deadline;
   uint8_t header[edgefl::wire::kFrameHeaderBytes];
   int ret = tls_read_exactly(header, sizeof header);
   if (ret != 0) return link_failure("reading a frame header", ret);
@@ -381,10 +397,12 @@ bool test_drop(TestDrop, const char*) {
 
 int handshake() {
   g_session_answered = false;
+  g_deadline_ticks = board::ticks() + board::ms_to_ticks(kExchangeDeadlineMs);
   int ret;
   do {
     ret = mbedtls_ssl_handshake(&g_ssl);
   } while (ret == MBEDTLS_ERR_SSL_WANT_READ || ret == MBEDTLS_ERR_SSL_WANT_WRITE);
+  g_deadline_ticks = 0;
   return ret;
 }
 
