@@ -140,6 +140,7 @@ constexpr int kMaxReconnects = 4;
 constexpr int kMaxReconnectsPerRun = 16;
 constexpr uint32_t kCloseWaitMs = 2000;            // for the server's end of a session the device ended
 constexpr uint32_t kKeepSessionMaxPauseMs = 5000;  // longer RetryLater pauses end the session
+constexpr uint32_t kMaxBusyPauseMs = 30000;        // the longest ServerBusy pause during a reconnect
 constexpr uint32_t kReconnectDelayMs = 1500;
 constexpr uint32_t kMaxWaitForTaskMs = 300000;
 constexpr uint64_t kMaxTrainingSteps = 4096;  // per round: a bound on what a server can ask
@@ -420,12 +421,14 @@ int say_hello(const fbs::Envelope** reply);
 // server closed), at most 4 KiB or 2 s of stale bytes dropped, then a full handshake (this build
 // keeps no resumption ticket). Returns the handshake's mbedTLS code.
 int new_session(uint32_t delay_ms) {
-  mbedtls_ssl_close_notify(&g_ssl);
-  g_read_timeout_ms = kCloseWaitMs;
   uint8_t ignored[64];
-  for (int i = 0; i < 64 && mbedtls_ssl_read(&g_ssl, ignored, sizeof ignored) > 0; ++i) {
+  if (mbedtls_ssl_is_handshake_over(&g_ssl)) {  // a session to end (not a failed handshake)
+    mbedtls_ssl_close_notify(&g_ssl);
+    g_read_timeout_ms = kCloseWaitMs;
+    for (int i = 0; i < 64 && mbedtls_ssl_read(&g_ssl, ignored, sizeof ignored) > 0; ++i) {
+    }
+    g_read_timeout_ms = kReadTimeoutMs;
   }
-  g_read_timeout_ms = kReadTimeoutMs;
   wait_ms(delay_ms);
   const uint64_t drain_until = board::ticks() + board::ms_to_ticks(2000);
   for (size_t dropped = 0; dropped < 4096 && board::ticks() < drain_until;) {
@@ -458,6 +461,14 @@ int reconnect() {
     const fbs::RetryLater* retry = reply->message_as_RetryLater();
     if (retry != nullptr && retry->reason() == fbs::RetryReason::Draining) {
       return fail(kExitNoTask, "the server drains");
+    }
+    if (retry != nullptr && retry->reason() == fbs::RetryReason::ServerBusy) {
+      // A busy server closes the connection after this answer: wait as asked (capped), then
+      // another attempt.
+      const uint32_t pause_ms =
+          retry->retry_after_ms() < kMaxBusyPauseMs ? retry->retry_after_ms() : kMaxBusyPauseMs;
+      wait_ms(pause_ms);
+      continue;
     }
     ++g_reconnects;
     (Line() << "device: reconnected (session " << static_cast<unsigned long>(g_reconnects + 1) << ", attempt "
@@ -560,6 +571,11 @@ int obtain_offer(int round, Offer* offer) {
   for (;;) {
     const fbs::Envelope* reply = nullptr;
     int status = say_hello(&reply);
+    if (status == kExitLink) {  // the link failed around Hello: a new session, and Hello again
+      status = reconnect();
+      if (status != kExitOk) return status;
+      continue;
+    }
     if (status != kExitOk) return status;
     if (const fbs::RetryLater* retry = reply->message_as_RetryLater()) {
       if (retry->reason() == fbs::RetryReason::Draining) return fail(kExitNoTask, "the server drains");
@@ -580,10 +596,15 @@ int obtain_offer(int round, Offer* offer) {
       (Line() << "device: round " << static_cast<unsigned long>(round) << ": retry later, waiting "
               << static_cast<unsigned long>(pause_ms) << " ms")
           .print();
-      if (pause_ms > kKeepSessionMaxPauseMs) {
-        // A long pause: the session ends (the server's idle timeout is 60 s) and a new one opens.
-        const int ret = new_session(static_cast<uint32_t>(pause_ms));
-        if (ret != 0) return fail(kExitLink, "a new session after a pause", ret);
+      if (pause_ms > kKeepSessionMaxPauseMs || retry->reason() == fbs::RetryReason::ServerBusy) {
+        // The session ends: a busy server closes it after this answer, and a long pause would
+        // outlast its idle timeout (60 s). A new one opens after the pause (with retries).
+        int ret = new_session(static_cast<uint32_t>(pause_ms));
+        for (int attempt = 2; ret != 0 && attempt <= kMaxReconnects; ++attempt) {
+          fail(kExitLink, "a new session after a pause: handshake", ret);
+          ret = new_session(kReconnectDelayMs);
+        }
+        if (ret != 0) return fail(kExitLink, "no new session after a pause", ret);
       } else {
         wait_ms(static_cast<uint32_t>(pause_ms));
       }
@@ -919,10 +940,12 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
             << static_cast<unsigned long>(update.length) << " bytes; resuming from there")
         .print();
   }
+  // The offer's chunk cap too: the server refuses a larger UploadChunk.
+  const size_t chunk_bytes =
+      kUploadChunkBytes < offer.max_chunk_bytes ? kUploadChunkBytes : offer.max_chunk_bytes;
   for (uint64_t offset = held->offset(); offset < update.length;) {
-    const size_t length = update.length - offset < kUploadChunkBytes
-                              ? static_cast<size_t>(update.length - offset)
-                              : kUploadChunkBytes;
+    const size_t length =
+        update.length - offset < chunk_bytes ? static_cast<size_t>(update.length - offset) : chunk_bytes;
     MessageAllocator allocator;
     flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
     const edgefl::wire::internal::UploadChunkView chunk{round_id,
@@ -1110,6 +1133,12 @@ int main() {
   int completed = 0;
   for (int round = 1; round <= kRounds && status == kExitOk; ++round) {
     status = run_round(round);
+    if ((status == kExitModel || status == kExitMemory) && g_state.needs_whole_model) {
+      // A patched model that failed: once more, with a Hello that asks for the whole model.
+      (Line() << "device: round " << static_cast<unsigned long>(round) << ": asking for the whole model")
+          .print();
+      status = run_round(round);
+    }
     if (status == kExitOk) ++completed;
   }
   mbedtls_ssl_close_notify(&g_ssl);

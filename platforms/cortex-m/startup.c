@@ -117,8 +117,29 @@ void startup_guard_stack(void) {
   __asm__ volatile("dsb\nisb" ::: "memory");
 }
 
+// "name=0x????????" into out (20 bytes with the NUL).
+static void hex_field(char* out, const char* name, uint32_t v) {
+  static const char kDigits[] = "0123456789abcdef";
+  while (*name) *out++ = *name++;
+  *out++ = '=';
+  *out++ = '0';
+  *out++ = 'x';
+  for (int shift = 28; shift >= 0; shift -= 4) *out++ = kDigits[(v >> shift) & 0xF];
+  *out = '\0';
+}
+
+// Reports the fault status (CFSR: MemManage bits 0-7, BusFault 8-15, UsageFault 16-31; MMFAR and
+// BFAR, the faulting addresses when CFSR says they are valid) and ends the program.
 void fault_handler(void) {
   semihost_write("cortex-m: fault (HardFault, MemManage, BusFault or UsageFault)\n");
+  char field[24];
+  hex_field(field, "cortex-m: CFSR", *(volatile uint32_t*)0xE000ED28u);
+  semihost_write(field);
+  hex_field(field, " MMFAR", *(volatile uint32_t*)0xE000ED34u);
+  semihost_write(field);
+  hex_field(field, " BFAR", *(volatile uint32_t*)0xE000ED38u);
+  semihost_write(field);
+  semihost_write("\n");
   semihost_exit(99);
 }
 
