@@ -53,6 +53,7 @@ extern "C" {  // mbedTLS 3.6.6's psa_util.h does not declare C linkage itself
 [[noreturn]] void device_fault(const char* what);
 
 namespace fbs = edgefl::wire::fb;
+namespace tables = edgefl::wire::internal;  // the message tables shared with the hosted clients
 using edgefl::Span;
 using edgefl::Status;
 using edgefl::wire::MessageType;
@@ -312,12 +313,14 @@ int send_message(MessageType type, flatbuffers::FlatBufferBuilder& builder) {
   return ret == 0 ? kExitOk : link_failure("sending", ret);
 }
 
-// Builds a message with the SDK's table builder for it (wire/client_tables.h: the code
-// edgefl::wire's encode() runs for the hosted clients) and sends it as one frame.
-template <typename Table>
-int finish_and_send(flatbuffers::FlatBufferBuilder& builder, flatbuffers::Offset<Table> message,
-                    MessageType type) {
-  edgefl::wire::internal::finish_envelope(builder, type, message);
+// Builds one message over g_message_arena with build(builder), which calls the SDK's table
+// builder for it (wire/client_tables.h: the code edgefl::wire's encode() runs for the hosted
+// clients) and returns the table, then sends it as one frame.
+template <typename Build>
+int send_built(MessageType type, const Build& build) {
+  MessageAllocator allocator;
+  flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
+  tables::finish_envelope(builder, type, build(builder));
   return send_message(type, builder);
 }
 
@@ -485,12 +488,12 @@ int reconnect() {
 // then one region reused by the phases in turn (download stream + decode workspace; trainer
 // workspace; encoded update + codec workspace, the encoding kept until the upload ends).
 struct RoundPlan {
-  size_t n = 0;
   size_t model = 0, residual = 0, delta = 0;
   size_t download = 0, train = 0, encode = 0;
   size_t total() const {
-    const size_t phases =
-        download > train ? (download > encode ? download : encode) : (train > encode ? train : encode);
+    size_t phases = download;
+    if (train > phases) phases = train;
+    if (encode > phases) phases = encode;
     return model + residual + delta + phases;
   }
 };
@@ -548,10 +551,8 @@ int read_offer(const fbs::TaskOffer& t, Offer* offer);
 
 // Hello: what this device can do and the model version it holds; *reply is the server's answer.
 int say_hello(const fbs::Envelope** reply) {
-  MessageAllocator allocator;
-  flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
   static const char kSdkVersion[] = "0.1.0-cortex-m4f";
-  edgefl::wire::internal::HelloView hello;
+  tables::HelloView hello;
   hello.sdk_version = {kSdkVersion, sizeof kSdkVersion - 1};
   hello.supported_sparsifiers = edgefl::wire::kKnownSparsifierBits;
   hello.supported_value_coders = edgefl::wire::kKnownValueCoderBits;
@@ -560,8 +561,8 @@ int say_hello(const fbs::Envelope** reply) {
   hello.cpu_cores = 1;
   hello.model_version = g_state.model_version;
   if (g_state.needs_whole_model) hello.capability_flags |= edgefl::wire::kCapabilityNeedsWholeModel;
-  const int status =
-      finish_and_send(builder, edgefl::wire::internal::build_hello(builder, hello), MessageType::kHello);
+  const int status = send_built(
+      MessageType::kHello, [&](flatbuffers::FlatBufferBuilder& b) { return tables::build_hello(b, hello); });
   return status != kExitOk ? status : receive(reply);
 }
 
@@ -696,7 +697,6 @@ int read_offer(const fbs::TaskOffer& t, Offer* offer) {
 
 int plan_round(const Offer& offer, RoundPlan* plan) {
   const size_t n = offer.n;
-  plan->n = n;
   plan->model = align8(n * sizeof(float));
   plan->residual = align8(edgefl::ErrorFeedback::storage_bytes(n, edgefl::ResidualPrecision::kFp32));
   plan->delta = align8(n * sizeof(float));
@@ -746,17 +746,16 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
   uint64_t got = 0;
   int resumed = 0;
   while (got < offer.model_bytes) {
-    MessageAllocator allocator;
-    flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
-    edgefl::wire::internal::ModelRequestView request;
+    tables::ModelRequestView request;
     request.round_id = offer.round_id;
     request.model_version = offer.model_version;
     request.offset = got;
     request.max_length =
         kDownloadChunkBytes < offer.max_chunk_bytes ? kDownloadChunkBytes : offer.max_chunk_bytes;
     request.base_model_version = base;
-    int status = finish_and_send(builder, edgefl::wire::internal::build_model_request(builder, request),
-                                 MessageType::kModelRequest);
+    int status = send_built(MessageType::kModelRequest, [&](flatbuffers::FlatBufferBuilder& b) {
+      return tables::build_model_request(b, request);
+    });
     const fbs::Envelope* reply = nullptr;
     if (status == kExitOk) status = receive(&reply);
     if (status == kExitLink) {  // a new session, then the same request: the download resumes at `got`
@@ -906,22 +905,16 @@ int compute_update(int round, const Offer& offer, const RoundPlan& plan, Update*
 // Ack. kExitLink when the link fails: the caller reconnects and tries again with the same upload
 // id, so nothing is sent twice that the server holds and an update is counted once (a second
 // Commit of a counted update is acked Duplicate).
-int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_id, bool* accepted,
-               uint64_t* resumed_at) {
+int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_id, bool* accepted) {
   const uint64_t round_id = offer.round_id;
-  {
-    MessageAllocator allocator;
-    flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
-    const edgefl::wire::internal::UploadStartView start{round_id,
-                                                        {offer.nonce, offer.nonce_length},
-                                                        {upload_id, edgefl::wire::kUploadIdBytes},
-                                                        update.length};
-    const int status = finish_and_send(builder, edgefl::wire::internal::build_upload_start(builder, start),
-                                       MessageType::kUploadStart);
-    if (status != kExitOk) return status;
-  }
+  const tables::UploadStartView start{
+      round_id, {offer.nonce, offer.nonce_length}, {upload_id, edgefl::wire::kUploadIdBytes}, update.length};
+  int status = send_built(MessageType::kUploadStart, [&](flatbuffers::FlatBufferBuilder& b) {
+    return tables::build_upload_start(b, start);
+  });
+  if (status != kExitOk) return status;
   const fbs::Envelope* reply = nullptr;
-  int status = receive(&reply);
+  status = receive(&reply);
   if (status != kExitOk) return status;
   if (const fbs::Error* error = reply->message_as_Error()) {
     return error->code() == fbs::ErrorCode::UnknownRound
@@ -935,7 +928,6 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
     return fail(kExitProtocol, "an upload status that does not match this upload");
   }
   if (held->offset() > 0) {
-    *resumed_at = held->offset();
     (Line() << "device: upload: the server holds " << static_cast<unsigned long>(held->offset()) << " of "
             << static_cast<unsigned long>(update.length) << " bytes; resuming from there")
         .print();
@@ -946,26 +938,23 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
   for (uint64_t offset = held->offset(); offset < update.length;) {
     const size_t length =
         update.length - offset < chunk_bytes ? static_cast<size_t>(update.length - offset) : chunk_bytes;
-    MessageAllocator allocator;
-    flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
-    const edgefl::wire::internal::UploadChunkView chunk{round_id,
-                                                        {upload_id, edgefl::wire::kUploadIdBytes},
-                                                        offset,
-                                                        update.length,
-                                                        {update.bytes + offset, length}};
-    status = finish_and_send(builder, edgefl::wire::internal::build_upload_chunk(builder, chunk),
-                             MessageType::kUploadChunk);
+    const tables::UploadChunkView chunk{round_id,
+                                        {upload_id, edgefl::wire::kUploadIdBytes},
+                                        offset,
+                                        update.length,
+                                        {update.bytes + offset, length}};
+    status = send_built(MessageType::kUploadChunk, [&](flatbuffers::FlatBufferBuilder& b) {
+      return tables::build_upload_chunk(b, chunk);
+    });
     if (status != kExitOk) return status;
     offset += length;
     if (offset < update.length && test_drop(kDropMidUpload, "mid-upload")) return kExitLink;
   }
-  {
-    MessageAllocator allocator;
-    flatbuffers::FlatBufferBuilder builder(kMessageBytes - 64, &allocator, false, 8);
+  status = send_built(MessageType::kCommit, [&](flatbuffers::FlatBufferBuilder& b) {
     static const char kLossName[] = "train_loss";
-    const flatbuffers::Offset<fbs::Metric> loss = edgefl::wire::internal::build_metric(
-        builder, {{kLossName, sizeof kLossName - 1}, __builtin_isfinite(update.loss) ? update.loss : 0.0});
-    edgefl::wire::internal::CommitView commit;
+    const flatbuffers::Offset<fbs::Metric> loss = tables::build_metric(
+        b, {{kLossName, sizeof kLossName - 1}, __builtin_isfinite(update.loss) ? update.loss : 0.0});
+    tables::CommitView commit;
     commit.round_id = round_id;
     commit.round_nonce = {offer.nonce, offer.nonce_length};
     commit.upload_id = {upload_id, edgefl::wire::kUploadIdBytes};
@@ -973,10 +962,9 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
     commit.sample_count = update.samples;
     commit.metrics = {&loss, 1};
     commit.digest = {update.digest, sizeof update.digest};
-    status =
-        finish_and_send(builder, edgefl::wire::internal::build_commit(builder, commit), MessageType::kCommit);
-    if (status != kExitOk) return status;
-  }
+    return tables::build_commit(b, commit);
+  });
+  if (status != kExitOk) return status;
   if (test_drop(kDropBeforeAck, "between Commit and Ack")) return kExitLink;
   status = receive(&reply);
   if (status != kExitOk) return status;
@@ -1009,14 +997,13 @@ int upload_update(int round, const Offer& offer, const Update& update) {
   }
   upload_id[0] |= 1;  // never all zero
   bool accepted = false;
-  uint64_t resumed_at = 0;  // reported by try_upload()
   if (update.length > offer.max_upload_bytes)
     return fail(kExitEncoding, "the update is above the offer's upload cap");
-  int status = try_upload(offer, update, upload_id, &accepted, &resumed_at);
+  int status = try_upload(offer, update, upload_id, &accepted);
   while (status == kExitLink) {
     status = reconnect();  // kExitOk, or a final failure
     if (status != kExitOk) break;
-    status = try_upload(offer, update, upload_id, &accepted, &resumed_at);
+    status = try_upload(offer, update, upload_id, &accepted);
   }
   if (status != kExitOk) return status;
   end(phase, round);

@@ -23,18 +23,15 @@ partition_address=0x003F0000  # mps2-an386.ld: CREDENTIALS
 
 rm -rf "$work"
 mkdir -p "$work"
-server_log=$work/server.log
+server_log=$work/no-server.log
 "$cli" certs --out "$work/pki" --devices 2 >/dev/null
 "$cli" certs --out "$work/other-pki" --devices 1 >/dev/null
 pki=$work/pki
 model=mlp:784-8-10  # 6,370 parameters: the round fits 200 KiB (device_client.cpp's plan)
 
-"$server" --state-dir "$work/state" --ca "$pki/ca.crt" --cert "$pki/server.crt" --key "$pki/server.key" \
-  --listen 127.0.0.1:0 --port-file "$work/ports" --model "$model" --codec sparq:0.1 --rounds 2 --cohort 1 \
-  --retry-after 100 --retry-window 200 --drain 500 >"$work/server.log" 2>&1 &
-server_pid=$!
+server_pid=""
 cleanup() {
-  if kill -0 "$server_pid" 2>/dev/null; then
+  if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
   fi
@@ -46,13 +43,35 @@ fail() {
   tail -n 30 "$server_log" >&2 || true
   exit 1
 }
-for _ in $(seq 200); do
-  [[ -s "$work/ports" ]] && break
-  kill -0 "$server_pid" 2>/dev/null || fail "edgefl-server exited before listening"
-  sleep 0.1
-done
-[[ -s "$work/ports" ]] || fail "no port file after 20 s"
-read -r port _ <"$work/ports"
+# start_server NAME ARGS...: edgefl-server for the development PKI on a free loopback port, state
+# in $work/NAME, log in $work/NAME.log; sets server_pid, server_log and port.
+start_server() {
+  local name=$1
+  shift
+  server_log=$work/$name.log
+  "$server" --state-dir "$work/$name" --ca "$pki/ca.crt" --cert "$pki/server.crt" --key "$pki/server.key" \
+    --listen 127.0.0.1:0 --port-file "$work/$name.ports" --model "$model" "$@" >"$server_log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 200); do
+    [[ -s "$work/$name.ports" ]] && break
+    kill -0 "$server_pid" 2>/dev/null || fail "edgefl-server ($name) exited before listening"
+    sleep 0.1
+  done
+  [[ -s "$work/$name.ports" ]] || fail "no port file after 20 s ($name)"
+  read -r port _ <"$work/$name.ports"
+}
+# The server, after its last round, drains and exits by itself: within 20 s, with status 0.
+expect_server_exit() {
+  for _ in $(seq 200); do
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$server_pid" 2>/dev/null && fail "edgefl-server still running 20 s after its last round"
+  local status=0
+  wait "$server_pid" || status=$?
+  [[ $status -eq 0 ]] || fail "edgefl-server exited with status $status"
+}
+start_server rounds --codec sparq:0.1 --rounds 2 --cohort 1 --retry-after 100 --retry-window 200 --drain 500
 
 credentials() {  # CA CERT KEY OUT
   python3 "$here/make_credentials.py" --server-name localhost --ca "$1" --cert "$2" --key "$3" --out "$4"
@@ -85,16 +104,9 @@ grep -q "^device: round 2 model v2: patched, [1-9][0-9]* bytes downloaded, 1 pat
 [[ $(grep -c "^device: ack: round [12], accepted" "$work/device.out") -eq 2 ]] ||
   fail "the server did not accept both updates"
 grep -q "^device: 2 of 2 rounds completed, 0 reconnects" "$work/device.out" || fail "two rounds were not completed"
-for _ in $(seq 200); do  # the server commits round 2, drains, and exits by itself
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
-kill -0 "$server_pid" 2>/dev/null && fail "edgefl-server still running 20 s after its last round"
-server_status=0
-wait "$server_pid" || server_status=$?
-[[ $server_status -eq 0 ]] || fail "edgefl-server exited with status $server_status"
-[[ $(grep -c "event=round_committed" "$work/server.log") -eq 2 ]] || fail "the server did not commit two rounds"
-grep -q "device=device-0001" "$work/server.log" || fail "the server did not log the device by its certificate"
+expect_server_exit
+[[ $(grep -c "event=round_committed" "$server_log") -eq 2 ]] || fail "the server did not commit two rounds"
+grep -q "device=device-0001" "$server_log" || fail "the server did not log the device by its certificate"
 # Budgets (issue 18): TLS <= 24 KiB per connection, the whole program's RAM <= 256 KiB (checked
 # from the ELF: .data + .bss + stack), flash <= 512 KiB.
 read -r tls_used round_used stack_used < <(sed -n 's/^device: footprint: TLS arena \([0-9]*\) of [0-9]* bytes, round arena \([0-9]*\) of [0-9]* bytes, stack \([0-9]*\) of .*/\1 \2 \3/p' "$work/device.out")
@@ -111,16 +123,7 @@ sed -n 's/^device: round \([0-9]*\) \([a-z ]*\): .* work \([0-9]*\) ticks.*/\1|\
   awk -F'|' '{ printf "  round %s %-10s %8.2f M\n", $1, $2, $3 * 40 / 1e6 }'
 
 # The remaining cases run against a fresh server (the first drained).
-"$server" --state-dir "$work/state2" --ca "$pki/ca.crt" --cert "$pki/server.crt" --key "$pki/server.key" \
-  --listen 127.0.0.1:0 --port-file "$work/ports2" --model "$model" --rounds 1 --cohort 1 \
-  >"$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 200); do
-  [[ -s "$work/ports2" ]] && break
-  sleep 0.1
-done
-[[ -s "$work/ports2" ]] || fail "no port file after 20 s (second server)"
-read -r port _ <"$work/ports2"
+start_server refusals --rounds 1 --cohort 1
 
 # 2. Another CA's device: refused during the handshake.
 credentials "$pki/ca.crt" "$work/other-pki/devices/device-0001.crt" "$work/other-pki/devices/device-0001.key" \
@@ -131,9 +134,9 @@ cat "$work/stranger.out"
 # is the first record after it (status 15, "refused").
 [[ $status -eq 15 ]] || fail "a device of another CA: status $status, expected 15 (refused)"
 grep -q "offer:" "$work/stranger.out" && fail "a device of another CA was offered a task"
-grep -q "event=tls_handshake_failed .*not trusted by the CA" "$work/server.log" ||
+grep -q "event=tls_handshake_failed .*not trusted by the CA" "$server_log" ||
   fail "the server did not log the refused certificate"
-grep -q "event=task_offer" "$work/server.log" && fail "the server offered a task to a device of another CA"
+grep -q "event=task_offer" "$server_log" && fail "the server offered a task to a device of another CA"
 
 # 2b. The device checks the server too: a partition with another CA, or another server name, and
 # the device refuses the server's certificate during the handshake (status 13).
@@ -162,17 +165,7 @@ kill "$server_pid" 2>/dev/null || true
 wait "$server_pid" 2>/dev/null || true
 
 # 4. Drops: the link fails three times; every step resumes and nothing is counted twice.
-"$server" --state-dir "$work/state3" --ca "$pki/ca.crt" --cert "$pki/server.crt" --key "$pki/server.key" \
-  --listen 127.0.0.1:0 --port-file "$work/ports3" --model "$model" --codec sparq:0.1 --rounds 2 --cohort 1 \
-  --retry-after 100 --retry-window 200 --drain 500 >"$work/server3.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 200); do
-  [[ -s "$work/ports3" ]] && break
-  sleep 0.1
-done
-[[ -s "$work/ports3" ]] || fail "no port file after 20 s (third server)"
-read -r port _ <"$work/ports3"
-server_log=$work/server3.log
+start_server drops --codec sparq:0.1 --rounds 2 --cohort 1 --retry-after 100 --retry-window 200 --drain 500
 status=$(REDIAL=1 device "$work/device.bin" "$work/drops.out" "$drops_elf")
 cat "$work/drops.out"
 [[ $status -eq 0 ]] || fail "the dropping device exited with status $status"
@@ -184,12 +177,8 @@ grep -q "^device: ack: round 1, duplicate" "$work/drops.out" ||
   fail "the Commit repeated after the lost ack was not acked as a duplicate"
 grep -q "^device: round 2 model v2: patched, .*download resumed" "$work/drops.out" || fail "the download did not resume"
 grep -q "^device: 2 of 2 rounds completed, 3 reconnects" "$work/drops.out" || fail "not 2 rounds with 3 reconnects"
-for _ in $(seq 200); do
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
-kill -0 "$server_pid" 2>/dev/null && fail "the third edgefl-server still running 20 s after its last round"
-[[ $(grep -c "event=update_accepted" "$work/server3.log") -eq 2 ]] || fail "not exactly 2 updates accepted"
-[[ $(grep -c "event=update_duplicate" "$work/server3.log") -eq 1 ]] || fail "not exactly 1 duplicate"
-[[ $(grep -c "event=round_committed" "$work/server3.log") -eq 2 ]] || fail "the third server did not commit two rounds"
+expect_server_exit
+[[ $(grep -c "event=update_accepted" "$server_log") -eq 2 ]] || fail "not exactly 2 updates accepted"
+[[ $(grep -c "event=update_duplicate" "$server_log") -eq 1 ]] || fail "not exactly 1 duplicate"
+[[ $(grep -c "event=round_committed" "$server_log") -eq 2 ]] || fail "the drops server did not commit two rounds"
 echo "device_client_test: ok"

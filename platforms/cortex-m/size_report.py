@@ -124,6 +124,17 @@ def summarize(sizes):
     return total, by_class
 
 
+def elf_groups(size_tool, elf):
+    """{text, data, bss, stack: bytes} from the ELF's section headers (`size -A`)."""
+    groups = {"text": 0, "data": 0, "bss": 0, "stack": 0}
+    sysv = subprocess.run([size_tool, "-A", elf], check=True, capture_output=True, text=True).stdout
+    for line in sysv.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] in OUTPUT_GROUP and fields[1].isdigit():
+            groups[OUTPUT_GROUP[fields[0]]] += int(fields[1])
+    return groups
+
+
 # The device client's components: (name, predicate on (library, member)).
 DEVICE_COMPONENTS = [
     ("client: the round, link, credentials (device_client.cpp, board.cpp, credentials.cpp)",
@@ -141,12 +152,7 @@ DEVICE_COMPONENTS = [
 def device_report(name, elf, size_tool):
     """Markdown lines and measured quantities of the device client ELF."""
     sizes = parse_map(elf + ".map")
-    sysv = subprocess.run([size_tool, "-A", elf], check=True, capture_output=True, text=True).stdout
-    sections = {}
-    for l in sysv.splitlines():
-        fields = l.split()
-        if len(fields) >= 2 and fields[0] in OUTPUT_GROUP and fields[1].isdigit():
-            sections[OUTPUT_GROUP[fields[0]]] = sections.get(OUTPUT_GROUP[fields[0]], 0) + int(fields[1])
+    sections = elf_groups(size_tool, elf)
     out = [f"\nDevice client `{name}` (a whole round over mutual TLS 1.3), flash by component:\n",
            "| component | .text (flash) | .data + .bss (RAM) |", "| --- | ---: | ---: |"]
     counted = {"text": 0, "ram": 0}
@@ -162,11 +168,11 @@ def device_report(name, elf, size_tool):
     total_text = sum(v for (g, _l, _m), v in sizes.items() if g == "text")
     total_ram = sum(v for (g, _l, _m), v in sizes.items() if g in ("data", "bss"))
     out.append(f"| startup, padding, other | {total_text - counted['text']} | {total_ram - counted['ram']} |")
-    flash = sections.get("text", 0) + sections.get("data", 0)
-    ram = sections.get("data", 0) + sections.get("bss", 0) + sections.get("stack", 0)
+    flash = sections["text"] + sections["data"]
+    ram = sections["data"] + sections["bss"] + sections["stack"]
     out.append(f"| **total** (ELF) | **{flash}** ({kib(flash)} KiB, with .data's initial values) | "
-               f"**{ram}** ({kib(ram)} KiB, with the {sections.get('stack', 0)}-byte stack) |")
-    measured.update({"flash": flash, "ram": ram, "text": sections.get("text", 0)})
+               f"**{ram}** ({kib(ram)} KiB, with the {sections['stack']}-byte stack) |")
+    measured.update({"flash": flash, "ram": ram, "text": sections["text"]})
     return out, measured
 
 
@@ -211,12 +217,7 @@ def main():
         sizes = parse_map(elf + ".map")
         total, by_class = summarize(sizes)
         # The totals come from the ELF's section headers; the map must account for all of them.
-        sysv = subprocess.run([args.size, "-A", elf], check=True, capture_output=True, text=True).stdout
-        elf = {"text": 0, "data": 0, "bss": 0, "stack": 0}
-        for l in sysv.splitlines():
-            fields = l.split()
-            if len(fields) >= 2 and fields[0] in OUTPUT_GROUP and fields[1].isdigit():
-                elf[OUTPUT_GROUP[fields[0]]] += int(fields[1])
+        elf = elf_groups(args.size, elf)
         merged = 0
         for group in ("text", "data", "bss"):
             # Input sections may sum to more than the output: the linker merges equal strings.

@@ -112,7 +112,7 @@ void startup_guard_stack(void) {
   // ENABLE, SIZE = 4 (2^(4+1) = 32 bytes), AP = 0b110 (read-only: the stack high-water scan reads
   // it), XN.
   *mpu_rasr = (1u << 28) | (6u << 24) | (4u << 1) | 1u;
-  *shcsr |= 1u << 16;     // MemManage faults reported as such
+  *shcsr |= 1u << 16;          // MemManage faults reported as such
   *mpu_ctrl = (1u << 2) | 1u;  // the default memory map elsewhere (PRIVDEFENA), MPU on
   __asm__ volatile("dsb\nisb" ::: "memory");
 }

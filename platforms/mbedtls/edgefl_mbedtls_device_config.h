@@ -47,9 +47,12 @@
 #define MBEDTLS_PLATFORM_EXIT_MACRO edgefl_mbedtls_device_exit
 #if !defined(__ASSEMBLER__)
 #ifdef __cplusplus
-extern "C"
+extern "C" {
 #endif
-    void edgefl_mbedtls_device_exit(int status);
+void edgefl_mbedtls_device_exit(int status);
+#ifdef __cplusplus
+}
+#endif
 #endif
 #define MBEDTLS_DEPRECATED_REMOVED
 #define MBEDTLS_HAVE_ASM /* the bignum multiply-accumulate in Thumb-2 assembly (bn_mul.h) */

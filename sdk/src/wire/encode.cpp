@@ -1,9 +1,7 @@
 // encode(): field rules first (the encoder never writes what decode() refuses), then one
 // FlatBuffer with the file identifier "EFW1", then the frame header.
 #include <stdint.h>
-#include <string.h>
 
-#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
