@@ -924,7 +924,7 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
   const fbs::UploadStatus* held = reply->message_as_UploadStatus();
   if (held == nullptr || held->round_id() != round_id ||
       !bytes_equal(held->upload_id(), upload_id, edgefl::wire::kUploadIdBytes) ||
-      held->offset() > update.length) {
+      held->total_bytes() != update.length || held->offset() > update.length) {
     return fail(kExitProtocol, "an upload status that does not match this upload");
   }
   if (held->offset() > 0) {
