@@ -13,9 +13,9 @@
 // the server sees an ordinary TLS client. Credentials (CA, device certificate and key, server
 // name) come from the flash partition of credentials.h; entropy from mbedtls_hardware_poll()
 // below; mbedTLS's memory from a 24 KiB arena (MBEDTLS_MEMORY_BUFFER_ALLOC_C); the round's from
-// a second arena carved per round by plan_round(). Frames are read and written with the SDK's
-// frame code (sdk/src/wire/frame.cpp); messages with FlatBuffers' builder and Verifier under the
-// SDK's limits.
+// a second arena carved per round by plan_round(). The protocol is the SDK's, the code the hosted
+// clients run: frames (wire/frame.cpp), the client's messages (wire/client_tables.h), the server's
+// messages read and checked field by field, and the sequence rules (wire/client_protocol.h).
 //
 // Output (semihosting): one line per phase, the memory plan, and a footprint line. Exit status 0
 // when every round was acknowledged as accepted, else a status naming the failed step (kExit*).
@@ -35,7 +35,6 @@ extern "C" {  // mbedTLS 3.6.6's psa_util.h does not declare C linkage itself
 }
 
 #include "board.h"
-#include "core/crc32c.h"
 #include "credentials.h"
 #include "device_shard.h"
 #include "edgefl/codec.h"
@@ -46,6 +45,7 @@ extern "C" {  // mbedTLS 3.6.6's psa_util.h does not declare C linkage itself
 #include "round/downlink.h"
 #include "round/update_steps.h"
 #include "semihost.h"
+#include "wire/client_protocol.h"
 #include "wire/client_tables.h"
 
 #include "edgefl_wire_generated.h"
@@ -53,7 +53,10 @@ extern "C" {  // mbedTLS 3.6.6's psa_util.h does not declare C linkage itself
 [[noreturn]] void device_fault(const char* what);
 
 namespace fbs = edgefl::wire::fb;
-namespace tables = edgefl::wire::internal;  // the message tables shared with the hosted clients
+// The protocol code shared with the hosted clients: the client's message tables
+// (wire/client_tables.h), the reading of the server's messages and the round's sequence rules
+// (wire/client_protocol.h).
+namespace tables = edgefl::wire::internal;
 using edgefl::Span;
 using edgefl::Status;
 using edgefl::wire::MessageType;
@@ -284,6 +287,14 @@ int fail_status(int exit_status, const char* step, Status s) {
   return exit_status;
 }
 
+// A reply the shared rules refuse: the status and the field (wire/client_protocol.h).
+int fail_detail(const char* step, Status s, const edgefl::wire::DecodeDetail& detail) {
+  (Line() << "device: FAIL: " << step << ": " << edgefl::status_name(s) << " ("
+          << edgefl::wire::violation_name(detail.violation) << " " << detail.field << ")")
+      .print();
+  return kExitProtocol;
+}
+
 // --- messages --------------------------------------------------------------------------------
 // True once the server has answered on this TLS session.
 bool g_session_answered = false;
@@ -324,8 +335,21 @@ int send_built(MessageType type, const Build& build) {
   return send_message(type, builder);
 }
 
-// Reads one frame into g_reply and verifies it; *envelope points into g_reply until the next call.
-int receive(const fbs::Envelope** envelope) {
+// One message from the server, read and checked by the shared reader: the view of its type is
+// set; views point into g_reply until the next receive().
+struct Reply {
+  MessageType type = MessageType::kError;
+  tables::OfferView offer;
+  edgefl::wire::RetryLater retry;
+  tables::ModelChunkView chunk;
+  edgefl::wire::UploadStatus upload_status;
+  edgefl::wire::Ack ack;
+  tables::ErrorView error;
+};
+
+// Reads the server's message within kExchangeDeadlineMs into g_reply: verified under the SDK's
+// Verifier limits and every field rule of its type (the hosted decode() runs the same code).
+int receive(Reply* reply) {
   struct Deadline {  // the whole frame within kExchangeDeadlineMs
     Deadline() { g_deadline_ticks = board::ticks() + board::ms_to_ticks(kExchangeDeadlineMs); }
     ~Deadline() { g_deadline_ticks = 0; }
@@ -334,40 +358,47 @@ int receive(const fbs::Envelope** envelope) {
   int ret = tls_read_exactly(header, sizeof header);
   if (ret != 0) return link_failure("reading a frame header", ret);
   edgefl::wire::FrameHeader frame;
-  if (edgefl::wire::read_frame_header({header, sizeof header}, &frame) != Status::kOk) {
-    return fail(kExitProtocol, "an invalid frame header");
-  }
+  Status s = edgefl::wire::read_frame_header({header, sizeof header}, &frame);
+  if (s != Status::kOk) return fail_status(kExitProtocol, "an invalid frame header", s);
   if (frame.payload_length > kReplyBytes) return fail(kExitProtocol, "a reply larger than this device takes");
   ret = tls_read_exactly(g_reply, frame.payload_length);
   if (ret != 0) return link_failure("reading a reply", ret);
-  // The SDK's Verifier limits (sdk/src/wire/schema.h): depth 4; a TaskOffer has 4 tables and one
-  // per tensor, and the device's models have few.
-  flatbuffers::Verifier verifier(g_reply, frame.payload_length, 4, 4 + 16);
-  if (!verifier.VerifyBuffer<fbs::Envelope>("EFW1"))
-    return fail(kExitProtocol, "a reply that fails verification");
-  const fbs::Envelope* e = fbs::GetEnvelope(g_reply);
-  if (static_cast<uint8_t>(e->message_type()) != static_cast<uint8_t>(frame.type)) {
-    return fail(kExitProtocol, "a reply holding another message than its header says");
+  const fbs::Envelope* e = nullptr;
+  s = tables::open_envelope(frame, {g_reply, frame.payload_length}, &e);
+  if (s != Status::kOk) return fail_status(kExitProtocol, "a reply that fails verification", s);
+  edgefl::wire::DecodeDetail detail;
+  reply->type = frame.type;
+  switch (frame.type) {
+    case MessageType::kTaskOffer:
+      s = tables::read_offer(*e->message_as_TaskOffer(), &reply->offer, &detail);
+      break;
+    case MessageType::kRetryLater:
+      s = tables::read_retry_later(*e->message_as_RetryLater(), &reply->retry, &detail);
+      break;
+    case MessageType::kModelChunk:
+      s = tables::read_model_chunk(*e->message_as_ModelChunk(), &reply->chunk, &detail);
+      break;
+    case MessageType::kUploadStatus:
+      s = tables::read_upload_status(*e->message_as_UploadStatus(), &reply->upload_status, &detail);
+      break;
+    case MessageType::kAck: s = tables::read_ack(*e->message_as_Ack(), &reply->ack, &detail); break;
+    case MessageType::kError: s = tables::read_error(*e->message_as_Error(), &reply->error, &detail); break;
+    default: return fail(kExitProtocol, "a message no server sends to a device in a plain round");
   }
-  if (const fbs::Error* error = e->message_as_Error()) {
+  if (s != Status::kOk) return fail_detail("a reply the protocol's rules refuse", s, detail);
+  if (reply->type == MessageType::kError) {
     // The server's text, printable ASCII only (it must not forge lines of this output).
     char text[96] = {};
-    const flatbuffers::String* message = error->message();
-    for (size_t i = 0; message != nullptr && i < message->size() && i + 1 < sizeof text; ++i) {
-      const char c = message->c_str()[i];
+    for (size_t i = 0; i < reply->error.message.size() && i + 1 < sizeof text; ++i) {
+      const char c = reply->error.message[i];
       text[i] = (c >= 0x20 && c < 0x7F) ? c : '?';
     }
-    (Line() << "device: the server answered Error " << static_cast<unsigned long>(error->code()) << ": "
+    (Line() << "device: the server answered Error " << static_cast<unsigned long>(reply->error.code) << ": "
             << text)
         .print();
   }
   g_session_answered = true;
-  *envelope = e;
   return kExitOk;
-}
-
-bool bytes_equal(const flatbuffers::Vector<uint8_t>* v, const uint8_t* expected, size_t length) {
-  return v != nullptr && v->size() == length && memcmp(v->data(), expected, length) == 0;
 }
 
 int sha256(const void* data, size_t length, uint8_t out[32]) {
@@ -416,7 +447,7 @@ void wait_ms(uint32_t ms) {
   }
 }
 
-int say_hello(const fbs::Envelope** reply);
+int say_hello(Reply* reply);
 
 // Ends the current session and opens a new one after `delay_ms`: close_notify, a short wait for
 // the server's end of it (so that the new session's first bytes go to a new connection; best
@@ -456,20 +487,20 @@ int reconnect() {
       fail(kExitLink, "reconnecting: handshake", ret);
       continue;
     }
-    const fbs::Envelope* reply = nullptr;
+    Reply reply;
     const int status = say_hello(&reply);
     if (status == kExitLink || status == kExitRefused) continue;
     if (status != kExitOk) return status;
-    if (reply->message_as_Error() != nullptr) continue;
-    const fbs::RetryLater* retry = reply->message_as_RetryLater();
-    if (retry != nullptr && retry->reason() == fbs::RetryReason::Draining) {
+    if (reply.type == MessageType::kError) continue;
+    const bool retry = reply.type == MessageType::kRetryLater;
+    if (retry && reply.retry.reason == edgefl::wire::RetryReason::kDraining) {
       return fail(kExitNoTask, "the server drains");
     }
-    if (retry != nullptr && retry->reason() == fbs::RetryReason::ServerBusy) {
+    if (retry && reply.retry.reason == edgefl::wire::RetryReason::kServerBusy) {
       // A busy server closes the connection after this answer: wait as asked (capped), then
       // another attempt.
       const uint32_t pause_ms =
-          retry->retry_after_ms() < kMaxBusyPauseMs ? retry->retry_after_ms() : kMaxBusyPauseMs;
+          reply.retry.retry_after_ms < kMaxBusyPauseMs ? reply.retry.retry_after_ms : kMaxBusyPauseMs;
       wait_ms(pause_ms);
       continue;
     }
@@ -540,17 +571,18 @@ struct Offer {
   size_t n = 0;
 };
 
-bool copy_text(const flatbuffers::String* text, char* out, size_t capacity) {
-  if (text == nullptr || text->size() >= capacity) return false;
-  memcpy(out, text->data(), text->size());
-  out[text->size()] = '\0';
-  return strlen(out) == text->size();
+// The shared rules hold (printable, within the protocol's lengths); `capacity` is this device's.
+bool copy_text(Span<const char> text, char* out, size_t capacity) {
+  if (text.size() >= capacity) return false;
+  memcpy(out, text.data(), text.size());
+  out[text.size()] = '\0';
+  return true;
 }
 
-int read_offer(const fbs::TaskOffer& t, Offer* offer);
+int accept_offer(const tables::OfferView& t, Offer* offer);
 
 // Hello: what this device can do and the model version it holds; *reply is the server's answer.
-int say_hello(const fbs::Envelope** reply) {
+int say_hello(Reply* reply) {
   static const char kSdkVersion[] = "0.1.0-cortex-m4f";
   tables::HelloView hello;
   hello.sdk_version = {kSdkVersion, sizeof kSdkVersion - 1};
@@ -570,7 +602,7 @@ int say_hello(const fbs::Envelope** reply) {
 int obtain_offer(int round, Offer* offer) {
   const uint64_t started = board::ticks();
   for (;;) {
-    const fbs::Envelope* reply = nullptr;
+    Reply reply;
     int status = say_hello(&reply);
     if (status == kExitLink) {  // the link failed around Hello: a new session, and Hello again
       status = reconnect();
@@ -578,18 +610,15 @@ int obtain_offer(int round, Offer* offer) {
       continue;
     }
     if (status != kExitOk) return status;
-    if (const fbs::RetryLater* retry = reply->message_as_RetryLater()) {
-      if (retry->reason() == fbs::RetryReason::Draining) return fail(kExitNoTask, "the server drains");
-      if (retry->retry_after_ms() < 1 || retry->retry_after_ms() > edgefl::wire::kMaxRetryMs ||
-          retry->retry_window_ms() > edgefl::wire::kMaxRetryMs) {
-        return fail(kExitProtocol, "a RetryLater with an invalid pause");
-      }
+    if (reply.type == MessageType::kRetryLater) {
+      const edgefl::wire::RetryLater& retry = reply.retry;  // its ranges checked by the shared reader
+      if (retry.reason == edgefl::wire::RetryReason::kDraining) return fail(kExitNoTask, "the server drains");
       // A uniform point of the server's window (devices spread out as the server asks).
       uint32_t random = 0;
       if (psa_generate_random(reinterpret_cast<uint8_t*>(&random), sizeof random) != PSA_SUCCESS) {
         return fail(kExitCrypto, "random pause");
       }
-      const uint64_t pause_ms = retry->retry_after_ms() + (uint64_t{retry->retry_window_ms()} * random >> 32);
+      const uint64_t pause_ms = tables::retry_pause_ms(retry, random);
       if (board::ticks() - started + board::ms_to_ticks(static_cast<uint32_t>(pause_ms)) >
           board::ms_to_ticks(kMaxWaitForTaskMs)) {
         return fail(kExitNoTask, "no task offered in 300 s");
@@ -597,7 +626,7 @@ int obtain_offer(int round, Offer* offer) {
       (Line() << "device: round " << static_cast<unsigned long>(round) << ": retry later, waiting "
               << static_cast<unsigned long>(pause_ms) << " ms")
           .print();
-      if (pause_ms > kKeepSessionMaxPauseMs || retry->reason() == fbs::RetryReason::ServerBusy) {
+      if (pause_ms > kKeepSessionMaxPauseMs || retry.reason == edgefl::wire::RetryReason::kServerBusy) {
         // The session ends: a busy server closes it after this answer, and a long pause would
         // outlast its idle timeout (60 s). A new one opens after the pause (with retries).
         int ret = new_session(static_cast<uint32_t>(pause_ms));
@@ -611,75 +640,57 @@ int obtain_offer(int round, Offer* offer) {
       }
       continue;
     }
-    const fbs::TaskOffer* task = reply->message_as_TaskOffer();
-    if (task == nullptr) return fail(kExitProtocol, "neither a TaskOffer nor a RetryLater");
-    return read_offer(*task, offer);
+    if (reply.type != MessageType::kTaskOffer)
+      return fail(kExitProtocol, "neither a TaskOffer nor a RetryLater");
+    return accept_offer(reply.offer, offer);
   }
 }
 
-int read_offer(const fbs::TaskOffer& t, Offer* offer) {
-  const auto* nonce = t.round_nonce();
+// The offer, valid by the protocol's rules (the shared reader checked every field), against what
+// this device can do: a built-in model over its data, within its memory and its step limit, and
+// no secure rounds. Copied into *offer: g_reply is overwritten by the next reply.
+int accept_offer(const tables::OfferView& t, Offer* offer) {
   char downlink_codec[edgefl::wire::kMaxCodecSpecChars + 1];
-  if (t.round_id() == 0 || nonce == nullptr || (nonce->size() != 16 && nonce->size() != 32) ||
-      t.model_digest() == nullptr || t.model_digest()->size() != 32 || t.public_model_digest() == nullptr ||
-      t.public_model_digest()->size() != 32 || t.training() == nullptr || t.max_chunk_bytes() == 0 ||
-      !copy_text(t.model_spec(), offer->model_spec, sizeof offer->model_spec) ||
-      !copy_text(t.uplink_codec(), offer->uplink_codec, sizeof offer->uplink_codec) ||
-      !copy_text(t.downlink_codec(), downlink_codec, sizeof downlink_codec)) {
-    return fail(kExitProtocol, "a TaskOffer without its required fields");
+  if (!copy_text(t.model_spec, offer->model_spec, sizeof offer->model_spec) ||
+      !copy_text(t.uplink_codec, offer->uplink_codec, sizeof offer->uplink_codec) ||
+      !copy_text(t.downlink_codec, downlink_codec, sizeof downlink_codec)) {
+    return fail(kExitProtocol, "a TaskOffer with a text longer than this device takes");
   }
-  // The rules of the hosted validation (sdk/src/wire/validate.cpp) for the fields used here.
-  bool nonce_is_zero = true;
-  for (uint8_t b : *nonce) nonce_is_zero = nonce_is_zero && b == 0;
-  if (nonce_is_zero || t.model_version() == 0 || t.base_model_version() > t.model_version() ||
-      t.model_bytes() > edgefl::wire::kMaxModelBytes || t.max_upload_bytes() == 0) {
-    return fail(kExitProtocol, "a TaskOffer with an invalid nonce, model version or size");
-  }
-  if (t.secure_aggregation() != nullptr) {
+  if (t.secure_aggregation) {
     return fail(kExitProtocol, "a secure-aggregation round: this device does not take part in them");
   }
-  const fbs::TrainingConfig& limits = *t.training();
-  const float lr = limits.learning_rate(), momentum = limits.momentum();
-  const float decay = limits.weight_decay(), prox = limits.prox_mu();
-  if (limits.batch_size() < 1 || limits.batch_size() > edgefl::wire::kMaxBatchSize ||
-      limits.local_epochs() < 1 || limits.local_epochs() > edgefl::wire::kMaxLocalEpochs ||
-      !(lr > 0.0f && lr <= edgefl::wire::kMaxHyperParameter) || !(momentum >= 0.0f && momentum < 1.0f) ||
-      !(decay >= 0.0f && decay <= edgefl::wire::kMaxHyperParameter) ||
-      !(prox >= 0.0f && prox <= edgefl::wire::kMaxHyperParameter)) {
-    return fail(kExitProtocol, "a TaskOffer with training settings out of range");
-  }
   // This device's own limit: at most kMaxTrainingSteps optimizer steps per round.
-  const uint64_t batches = (uint64_t{kShardCount} + limits.batch_size() - 1) / limits.batch_size();
-  uint64_t steps = batches * limits.local_epochs();
-  if (limits.max_steps() != 0 && limits.max_steps() < steps) steps = limits.max_steps();
+  const edgefl::wire::TrainingConfig& training = t.training;
+  const uint64_t batches = (uint64_t{kShardCount} + training.batch_size - 1) / training.batch_size;
+  uint64_t steps = batches * training.local_epochs;
+  if (training.max_steps != 0 && training.max_steps < steps) steps = training.max_steps;
   if (steps > kMaxTrainingSteps)
     return fail(kExitTraining, "a round of more training steps than this device allows");
-  offer->round_id = t.round_id();
-  offer->nonce_length = nonce->size();
-  memcpy(offer->nonce, nonce->data(), nonce->size());
-  offer->model_version = t.model_version();
-  offer->base_model_version = t.base_model_version();
-  offer->model_bytes = t.model_bytes();
-  memcpy(offer->model_digest, t.model_digest()->data(), 32);
-  memcpy(offer->public_model_digest, t.public_model_digest()->data(), 32);
-  offer->initial_model_seed = t.initial_model_seed();
-  offer->codec_seed = t.codec_seed();
-  offer->max_chunk_bytes = t.max_chunk_bytes();
-  const fbs::TrainingConfig& training = *t.training();
-  offer->training.batch_size = training.batch_size();
-  offer->training.local_epochs = training.local_epochs();
-  offer->training.max_steps = training.max_steps();
-  offer->training.learning_rate = training.learning_rate();
-  offer->training.momentum = training.momentum();
-  offer->training.weight_decay = training.weight_decay();
-  offer->training.prox_mu = training.prox_mu();
-  offer->training.seed = training.seed();
+  offer->round_id = t.round_id;
+  offer->nonce_length = t.round_nonce.size();  // 16 or 32: the shared rules
+  memcpy(offer->nonce, t.round_nonce.data(), t.round_nonce.size());
+  offer->model_version = t.model_version;
+  offer->base_model_version = t.base_model_version;
+  offer->model_bytes = t.model_bytes;
+  memcpy(offer->model_digest, t.model_digest.data(), 32);  // 32 bytes: the shared reader
+  memcpy(offer->public_model_digest, t.public_model_digest.data(), 32);
+  offer->initial_model_seed = t.initial_model_seed;
+  offer->codec_seed = t.codec_seed;
+  offer->max_chunk_bytes = t.max_chunk_bytes;
+  offer->training.batch_size = training.batch_size;
+  offer->training.local_epochs = training.local_epochs;
+  offer->training.max_steps = training.max_steps;
+  offer->training.learning_rate = training.learning_rate;
+  offer->training.momentum = training.momentum;
+  offer->training.weight_decay = training.weight_decay;
+  offer->training.prox_mu = training.prox_mu;
+  offer->training.seed = training.seed;
   offer->training.micro_batch = 1;  // the smallest activations; the result is the same bits
   if (edgefl::parse_model_spec(offer->model_spec, &offer->spec) != Status::kOk) {
     return fail(kExitModel, "the offer's model is not a built-in model spec");
   }
   offer->n = edgefl::parameter_count(offer->spec);
-  if (offer->n != t.parameter_count() || edgefl::input_dim(offer->spec) != kShardInputDim) {
+  if (offer->n != t.parameter_count || edgefl::input_dim(offer->spec) != kShardInputDim) {
     return fail(kExitModel, "the offer's model does not match its parameter count or this device's data");
   }
   // Before any size arithmetic (32-bit size_t): a model, its residual and its update, 4 bytes per
@@ -687,7 +698,7 @@ int read_offer(const fbs::TaskOffer& t, Offer* offer) {
   if (offer->n > kRoundArenaBytes / 12 || offer->model_bytes > kRoundArenaBytes) {
     return fail(kExitMemory, "the offer's model is larger than this device's memory");
   }
-  offer->max_upload_bytes = t.max_upload_bytes();
+  offer->max_upload_bytes = t.max_upload_bytes;
   if (edgefl::parse_codec_spec(offer->uplink_codec, &offer->codec) != Status::kOk ||
       edgefl::parse_codec_spec(downlink_codec, &offer->downlink) != Status::kOk) {
     return fail(kExitProtocol, "the offer's codecs do not parse");
@@ -746,17 +757,17 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
   uint64_t got = 0;
   int resumed = 0;
   while (got < offer.model_bytes) {
-    tables::ModelRequestView request;
+    edgefl::wire::ModelRequest request;
     request.round_id = offer.round_id;
     request.model_version = offer.model_version;
     request.offset = got;
-    request.max_length =
-        kDownloadChunkBytes < offer.max_chunk_bytes ? kDownloadChunkBytes : offer.max_chunk_bytes;
+    request.max_length = tables::chunk_length(kDownloadChunkBytes, offer.max_chunk_bytes);
     request.base_model_version = base;
     int status = send_built(MessageType::kModelRequest, [&](flatbuffers::FlatBufferBuilder& b) {
-      return tables::build_model_request(b, request);
+      return tables::build_model_request(b, {request.round_id, request.model_version, request.offset,
+                                             request.max_length, request.base_model_version});
     });
-    const fbs::Envelope* reply = nullptr;
+    Reply reply;
     if (status == kExitOk) status = receive(&reply);
     if (status == kExitLink) {  // a new session, then the same request: the download resumes at `got`
       status = reconnect();
@@ -764,18 +775,14 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
       continue;
     }
     if (status != kExitOk) return status;
-    const fbs::ModelChunk* chunk = reply->message_as_ModelChunk();
-    if (chunk == nullptr || chunk->data() == nullptr || chunk->round_id() != offer.round_id ||
-        chunk->offset() != got || chunk->total_bytes() != offer.model_bytes ||
-        chunk->model_version() != offer.model_version || chunk->data()->size() == 0 ||
-        chunk->data()->size() > offer.model_bytes - got) {
-      return fail(kExitProtocol, "a model chunk that does not continue the download");
-    }
-    if (edgefl::crc32c_update(0, chunk->data()->data(), chunk->data()->size()) != chunk->crc32c()) {
-      return fail(kExitProtocol, "a model chunk that fails its CRC32C");
-    }
-    memcpy(stream + got, chunk->data()->data(), chunk->data()->size());
-    got += chunk->data()->size();
+    if (reply.type != MessageType::kModelChunk)
+      return fail(kExitProtocol, "a reply to ModelRequest not a chunk");
+    // Its fields and CRC32C were checked by the reader; now that it continues this download.
+    edgefl::wire::DecodeDetail detail;
+    const Status s = tables::expect_model_chunk(reply.chunk, request, offer.model_bytes, &detail);
+    if (s != Status::kOk) return fail_detail("a model chunk that does not continue the download", s, detail);
+    memcpy(stream + got, reply.chunk.data.data(), reply.chunk.data.size());
+    got += reply.chunk.data.size();
     if (got < offer.model_bytes && test_drop(kDropMidDownload, "mid-download")) {
       status = reconnect();
       if (status != kExitOk) return status;
@@ -913,29 +920,29 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
     return tables::build_upload_start(b, start);
   });
   if (status != kExitOk) return status;
-  const fbs::Envelope* reply = nullptr;
+  Reply reply;
   status = receive(&reply);
   if (status != kExitOk) return status;
-  if (const fbs::Error* error = reply->message_as_Error()) {
-    return error->code() == fbs::ErrorCode::UnknownRound
+  if (reply.type == MessageType::kError) {
+    return reply.error.code == edgefl::wire::ErrorCode::kUnknownRound
                ? fail(kExitNotAccepted, "the round ended without this update")
                : fail(kExitProtocol, "the server refused UploadStart");
   }
-  const fbs::UploadStatus* held = reply->message_as_UploadStatus();
-  if (held == nullptr || held->round_id() != round_id ||
-      !bytes_equal(held->upload_id(), upload_id, edgefl::wire::kUploadIdBytes) ||
-      held->total_bytes() != update.length || held->offset() > update.length) {
-    return fail(kExitProtocol, "an upload status that does not match this upload");
-  }
-  if (held->offset() > 0) {
-    (Line() << "device: upload: the server holds " << static_cast<unsigned long>(held->offset()) << " of "
+  if (reply.type != MessageType::kUploadStatus)
+    return fail(kExitProtocol, "a reply to UploadStart not a status");
+  edgefl::wire::DecodeDetail detail;
+  Status s = tables::expect_upload_status(reply.upload_status, round_id,
+                                          {upload_id, edgefl::wire::kUploadIdBytes}, update.length, &detail);
+  if (s != Status::kOk) return fail_detail("an upload status that does not match this upload", s, detail);
+  const uint64_t held = reply.upload_status.offset;  // <= update.length: the shared rules
+  if (held > 0) {
+    (Line() << "device: upload: the server holds " << static_cast<unsigned long>(held) << " of "
             << static_cast<unsigned long>(update.length) << " bytes; resuming from there")
         .print();
   }
   // The offer's chunk cap too: the server refuses a larger UploadChunk.
-  const size_t chunk_bytes =
-      kUploadChunkBytes < offer.max_chunk_bytes ? kUploadChunkBytes : offer.max_chunk_bytes;
-  for (uint64_t offset = held->offset(); offset < update.length;) {
+  const size_t chunk_bytes = tables::chunk_length(kUploadChunkBytes, offer.max_chunk_bytes);
+  for (uint64_t offset = held; offset < update.length;) {
     const size_t length =
         update.length - offset < chunk_bytes ? static_cast<size_t>(update.length - offset) : chunk_bytes;
     const tables::UploadChunkView chunk{round_id,
@@ -968,24 +975,22 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
   if (test_drop(kDropBeforeAck, "between Commit and Ack")) return kExitLink;
   status = receive(&reply);
   if (status != kExitOk) return status;
-  const fbs::Ack* ack = reply->message_as_Ack();
-  if (ack == nullptr || ack->round_id() != round_id ||
-      !bytes_equal(ack->upload_id(), upload_id, edgefl::wire::kUploadIdBytes)) {
-    return fail(kExitProtocol, "no ack for this upload");
-  }
+  if (reply.type != MessageType::kAck) return fail(kExitProtocol, "a reply to Commit not an ack");
+  const edgefl::wire::Ack& ack = reply.ack;
+  s = tables::expect_ack(ack, round_id, {upload_id, edgefl::wire::kUploadIdBytes}, &detail);
+  if (s != Status::kOk) return fail_detail("no ack for this upload", s, detail);
   Line line;
   line << "device: ack: round " << static_cast<unsigned long>(round_id);
-  if (ack->disposition() == fbs::UpdateDisposition::Accepted) {
+  if (ack.disposition == edgefl::wire::UpdateDisposition::kAccepted) {
     line << ", accepted";
-  } else if (ack->disposition() == fbs::UpdateDisposition::Duplicate) {
+  } else if (ack.disposition == edgefl::wire::UpdateDisposition::kDuplicate) {
     line << ", duplicate (counted once, by an earlier session)";
   } else {
-    line << ", not accepted: disposition " << static_cast<unsigned long>(ack->disposition()) << ", reason "
-         << static_cast<unsigned long>(ack->reason());
+    line << ", not accepted: disposition " << static_cast<unsigned long>(ack.disposition) << ", reason "
+         << static_cast<unsigned long>(ack.reason);
   }
   line.print();
-  *accepted = ack->disposition() == fbs::UpdateDisposition::Accepted ||
-              ack->disposition() == fbs::UpdateDisposition::Duplicate;
+  *accepted = tables::counted(ack);
   return kExitOk;
 }
 

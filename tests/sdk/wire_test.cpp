@@ -24,6 +24,7 @@
 #include "edgefl/wire.h"
 #include "edgefl_wire_generated.h"
 #include "support/wire_samples.h"
+#include "wire/client_protocol.h"
 #include "wire/client_tables.h"
 #include "wire/testing.h"
 
@@ -1767,5 +1768,376 @@ TEST_SUITE("wire.client_tables") {
     std::vector<uint8_t> frame(8192);
     CHECK(w::internal::write_frame(MessageType::kHello, big, {frame.data(), frame.size()}, &written) ==
           Status::kFrameTooLarge);
+  }
+}
+
+// The reading of the server's messages that every client runs (wire/client_protocol.h): the
+// device client calls these functions on its reply buffer; decode() calls them too. Whatever a
+// server puts on the wire, the device's reading and decode() must agree: the same status, the same
+// Violation and field, the same fields when valid.
+namespace {
+
+struct DeviceRead {
+  Status status = Status::kOk;
+  w::DecodeDetail detail;
+  MessageType type = MessageType::kError;
+  w::internal::OfferView offer;
+  w::RetryLater retry;
+  w::internal::ModelChunkView chunk;
+  w::UploadStatus upload_status;
+  w::Ack ack;
+  w::internal::ErrorView error;
+  std::vector<uint64_t> payload;  // 8-byte aligned, as the device's g_reply; the views point here
+};
+
+// What device_client.cpp's receive() does with one frame.
+void device_read(const std::vector<uint8_t>& frame, DeviceRead* r) {
+  w::FrameHeader header;
+  r->status = w::read_frame_header({frame.data(), frame.size()}, &header);
+  if (r->status != Status::kOk) return;
+  REQUIRE(frame.size() == w::kFrameHeaderBytes + header.payload_length);
+  r->payload.assign((header.payload_length + 7) / 8, 0);
+  memcpy(r->payload.data(), frame.data() + w::kFrameHeaderBytes, header.payload_length);
+  const fbw::Envelope* e = nullptr;
+  r->status = w::internal::open_envelope(
+      header, {reinterpret_cast<const uint8_t*>(r->payload.data()), header.payload_length}, &e);
+  if (r->status != Status::kOk) return;
+  r->type = header.type;
+  switch (header.type) {
+    case MessageType::kTaskOffer:
+      r->status = w::internal::read_offer(*e->message_as_TaskOffer(), &r->offer, &r->detail);
+      break;
+    case MessageType::kRetryLater:
+      r->status = w::internal::read_retry_later(*e->message_as_RetryLater(), &r->retry, &r->detail);
+      break;
+    case MessageType::kModelChunk:
+      r->status = w::internal::read_model_chunk(*e->message_as_ModelChunk(), &r->chunk, &r->detail);
+      break;
+    case MessageType::kUploadStatus:
+      r->status =
+          w::internal::read_upload_status(*e->message_as_UploadStatus(), &r->upload_status, &r->detail);
+      break;
+    case MessageType::kAck:
+      r->status = w::internal::read_ack(*e->message_as_Ack(), &r->ack, &r->detail);
+      break;
+    case MessageType::kError:
+      r->status = w::internal::read_error(*e->message_as_Error(), &r->error, &r->detail);
+      break;
+    default: FAIL("not a message the server sends in a plain round");
+  }
+}
+
+std::string text(edgefl::Span<const char> t) {
+  return {t.data(), t.size()};
+}
+std::vector<uint8_t> bytes(edgefl::Span<const uint8_t> b) {
+  return {b.begin(), b.end()};
+}
+
+// The frame of `m` without the field rules (a hostile server's), read both ways.
+template <typename Message>
+void check_both_refuse(const Message& m, Violation violation, const char* field) {
+  std::vector<uint8_t> frame;
+  REQUIRE(w::testing::encode_unchecked(w::Message{m}, &frame) == Status::kOk);
+  const Decoded hosted = decode(frame);
+  DeviceRead device;
+  device_read(frame, &device);
+  w::DecodeDetail validated;
+  CHECK(w::validate(w::Message{m}, &validated) == Status::kInvalidMessage);
+  CHECK(hosted.status == Status::kInvalidMessage);
+  CHECK(device.status == Status::kInvalidMessage);
+  CHECK(validated.violation == violation);
+  CHECK(hosted.detail.violation == violation);
+  CHECK(device.detail.violation == violation);
+  CHECK(std::string(validated.field) == field);
+  CHECK(std::string(hosted.detail.field) == field);
+  CHECK(std::string(device.detail.field) == field);
+}
+
+}  // namespace
+
+TEST_SUITE("wire.client_protocol") {
+  TEST_CASE("the device's reading of each server message gives decode()'s fields") {
+    std::vector<uint8_t> frame;
+    const w::TaskOffer offer = samples::task_offer();
+    REQUIRE(w::encode(w::Message{offer}, &frame) == Status::kOk);
+    DeviceRead r;
+    device_read(frame, &r);
+    REQUIRE(r.status == Status::kOk);
+    CHECK(r.type == MessageType::kTaskOffer);
+    CHECK(r.offer.round_id == offer.round_id);
+    CHECK(bytes(r.offer.round_nonce) == offer.round_nonce);
+    CHECK(r.offer.model_version == offer.model_version);
+    CHECK(r.offer.model_bytes == offer.model_bytes);
+    CHECK(bytes(r.offer.model_digest) ==
+          std::vector<uint8_t>(offer.model_digest.begin(), offer.model_digest.end()));
+    CHECK(r.offer.parameter_count == offer.parameter_count);
+    CHECK(text(r.offer.model_spec) == offer.model_spec);
+    CHECK(r.offer.training.batch_size == offer.training.batch_size);
+    CHECK(r.offer.training.local_epochs == offer.training.local_epochs);
+    CHECK(r.offer.training.max_steps == offer.training.max_steps);
+    CHECK(r.offer.training.learning_rate == offer.training.learning_rate);
+    CHECK(r.offer.training.momentum == offer.training.momentum);
+    CHECK(r.offer.training.weight_decay == offer.training.weight_decay);
+    CHECK(r.offer.training.prox_mu == offer.training.prox_mu);
+    CHECK(r.offer.training.seed == offer.training.seed);
+    CHECK(text(r.offer.uplink_codec) == offer.uplink_codec);
+    CHECK(text(r.offer.downlink_codec) == offer.downlink_codec);
+    CHECK(r.offer.codec_seed == offer.codec_seed);
+    CHECK(r.offer.deadline_ms == offer.deadline_ms);
+    CHECK(r.offer.max_upload_bytes == offer.max_upload_bytes);
+    CHECK(r.offer.max_chunk_bytes == offer.max_chunk_bytes);
+    CHECK(r.offer.base_model_version == offer.base_model_version);
+    CHECK(bytes(r.offer.public_model_digest) ==
+          std::vector<uint8_t>(offer.public_model_digest.begin(), offer.public_model_digest.end()));
+    CHECK(r.offer.initial_model_seed == offer.initial_model_seed);
+    CHECK_FALSE(r.offer.secure_aggregation);
+
+    REQUIRE(w::encode(w::Message{samples::secure_task_offer()}, &frame) == Status::kOk);
+    device_read(frame, &r);
+    REQUIRE(r.status == Status::kOk);
+    CHECK(r.offer.secure_aggregation);
+
+    REQUIRE(w::encode(w::Message{samples::retry_later()}, &frame) == Status::kOk);
+    device_read(frame, &r);
+    REQUIRE(r.status == Status::kOk);
+    CHECK(r.retry == samples::retry_later());
+
+    const w::ModelChunk chunk = samples::model_chunk();
+    REQUIRE(w::encode(w::Message{chunk}, &frame) == Status::kOk);
+    device_read(frame, &r);
+    REQUIRE(r.status == Status::kOk);
+    CHECK(r.chunk.round_id == chunk.round_id);
+    CHECK(r.chunk.model_version == chunk.model_version);
+    CHECK(r.chunk.offset == chunk.offset);
+    CHECK(r.chunk.total_bytes == chunk.total_bytes);
+    CHECK(bytes(r.chunk.data) == chunk.data);
+
+    REQUIRE(w::encode(w::Message{samples::upload_status()}, &frame) == Status::kOk);
+    device_read(frame, &r);
+    REQUIRE(r.status == Status::kOk);
+    CHECK(r.upload_status == samples::upload_status());
+
+    REQUIRE(w::encode(w::Message{samples::ack()}, &frame) == Status::kOk);
+    device_read(frame, &r);
+    REQUIRE(r.status == Status::kOk);
+    CHECK(r.ack == samples::ack());
+
+    REQUIRE(w::encode(w::Message{samples::error()}, &frame) == Status::kOk);
+    device_read(frame, &r);
+    REQUIRE(r.status == Status::kOk);
+    CHECK(r.error.code == samples::error().code);
+    CHECK(text(r.error.message) == samples::error().message);
+  }
+
+  TEST_CASE("a rule broken on the wire: validate(), decode() and the device name the same field") {
+    using V = Violation;
+    const auto offer_with = [](const std::function<void(w::TaskOffer&)>& change) {
+      w::TaskOffer m = samples::task_offer();
+      change(m);
+      return m;
+    };
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.round_id = 0; }), V::kOutOfRange,
+                      "TaskOffer.round_id");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.round_nonce.assign(32, 0); }), V::kAllZero,
+                      "TaskOffer.round_nonce");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.round_nonce.resize(15); }), V::kWrongLength,
+                      "TaskOffer.round_nonce");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.model_version = 0; }), V::kOutOfRange,
+                      "TaskOffer.model_version");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.base_model_version = m.model_version + 1; }),
+                      V::kInconsistent, "TaskOffer.base_model_version");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.model_bytes = 0; }), V::kOutOfRange,
+                      "TaskOffer.model_bytes");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.model_bytes = w::kMaxModelBytes + 1; }),
+                      V::kOutOfRange, "TaskOffer.model_bytes");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.parameter_count = 0; }), V::kOutOfRange,
+                      "TaskOffer.parameter_count");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.model_spec = "mlp 784"; }), V::kBadText,
+                      "TaskOffer.model_spec");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.training.batch_size = 0; }), V::kOutOfRange,
+                      "TrainingConfig.batch_size");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.training.learning_rate = NAN; }), V::kNonFinite,
+                      "TrainingConfig.learning_rate");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.training.momentum = 1.0f; }), V::kOutOfRange,
+                      "TrainingConfig.momentum");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.uplink_codec = "nosuchcodec:1"; }), V::kBadCodecSpec,
+                      "TaskOffer.uplink_codec");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.downlink_codec = ""; }), V::kEmpty,
+                      "TaskOffer.downlink_codec");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.deadline_ms = 0; }), V::kOutOfRange,
+                      "TaskOffer.deadline_ms");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.max_upload_bytes = 0; }), V::kOutOfRange,
+                      "TaskOffer.max_upload_bytes");
+    check_both_refuse(offer_with([](w::TaskOffer& m) { m.max_chunk_bytes = w::kMaxChunkBytes + 1; }),
+                      V::kOutOfRange, "TaskOffer.max_chunk_bytes");
+    check_both_refuse(offer_with([](w::TaskOffer& m) {
+                        m.secure_aggregation = samples::secagg_config();
+                        m.round_nonce.resize(16);
+                      }),
+                      V::kInconsistent, "TaskOffer.round_nonce");
+
+    w::RetryLater retry = samples::retry_later();
+    retry.retry_after_ms = 0;
+    check_both_refuse(retry, V::kOutOfRange, "RetryLater.retry_after_ms");
+    retry = samples::retry_later();
+    retry.retry_window_ms = w::kMaxRetryMs + 1;
+    check_both_refuse(retry, V::kOutOfRange, "RetryLater.retry_window_ms");
+
+    w::ModelChunk chunk = samples::model_chunk();
+    chunk.offset = chunk.total_bytes - 10;  // 100 bytes of data past the total
+    check_both_refuse(chunk, V::kOffsetBeyondTotal, "ModelChunk.offset");
+    chunk = samples::model_chunk();
+    chunk.data.clear();
+    check_both_refuse(chunk, V::kEmpty, "ModelChunk.data");
+
+    w::UploadStatus status = samples::upload_status();
+    status.offset = status.total_bytes + 1;
+    check_both_refuse(status, V::kOffsetBeyondTotal, "UploadStatus.offset");
+    status = samples::upload_status();
+    status.upload_id.fill(0);
+    check_both_refuse(status, V::kAllZero, "UploadStatus.upload_id");
+
+    w::Ack ack = samples::ack();
+    ack.reason = w::RejectReason::kNonFinite;  // a reason without a rejection
+    check_both_refuse(ack, V::kInconsistent, "Ack.reason");
+
+    w::Error error = samples::error();
+    error.message = "forged\x1b[2Jline";
+    check_both_refuse(error, V::kBadText, "Error.message");
+    error.message = "\xC0\xAF";  // overlong UTF-8
+    check_both_refuse(error, V::kBadText, "Error.message");
+  }
+
+  TEST_CASE("a ModelChunk whose data fails its CRC32C is refused by both readers") {
+    const w::ModelChunk chunk = samples::model_chunk();
+    std::vector<uint8_t> frame;
+    REQUIRE(w::encode(w::Message{chunk}, &frame) == Status::kOk);
+    const auto at = std::search(frame.begin(), frame.end(), chunk.data.begin(), chunk.data.end());
+    REQUIRE(at != frame.end());
+    at[50] ^= 0x10;
+    const Decoded hosted = decode(frame);
+    DeviceRead device;
+    device_read(frame, &device);
+    CHECK(hosted.status == Status::kInvalidMessage);
+    CHECK(device.status == Status::kInvalidMessage);
+    CHECK(hosted.detail.violation == Violation::kChecksumMismatch);
+    CHECK(device.detail.violation == Violation::kChecksumMismatch);
+    CHECK(std::string(device.detail.field) == "ModelChunk.crc32c");
+  }
+
+  TEST_CASE("open_envelope refuses misaligned, short, foreign and mistyped payloads") {
+    std::vector<uint8_t> frame;
+    REQUIRE(w::encode(w::Message{samples::ack()}, &frame) == Status::kOk);
+    w::FrameHeader header;
+    REQUIRE(w::read_frame_header({frame.data(), frame.size()}, &header) == Status::kOk);
+    std::vector<uint64_t> aligned((header.payload_length + 8) / 8 + 1, 0);
+    auto* base = reinterpret_cast<uint8_t*>(aligned.data());
+    memcpy(base, frame.data() + w::kFrameHeaderBytes, header.payload_length);
+    const fbw::Envelope* e = nullptr;
+    CHECK(w::internal::open_envelope(header, {base, header.payload_length}, &e) == Status::kOk);
+    CHECK(e != nullptr);
+
+    memmove(base + 4, base, header.payload_length);  // 4 bytes off: FlatBuffers would read in place
+    e = nullptr;
+    CHECK(w::internal::open_envelope(header, {base + 4, header.payload_length}, &e) ==
+          Status::kInvalidArgument);
+    CHECK(e == nullptr);
+    memmove(base, base + 4, header.payload_length);
+
+    CHECK(w::internal::open_envelope(header, {base, header.payload_length - 1}, &e) == Status::kSizeMismatch);
+    w::FrameHeader other = header;
+    other.type = MessageType::kUploadStatus;
+    CHECK(w::internal::open_envelope(other, {base, header.payload_length}, &e) ==
+          Status::kMessageTypeMismatch);
+    base[5] ^= 0x01;  // the file identifier "EFW1" at bytes 4..7
+    CHECK(w::internal::open_envelope(header, {base, header.payload_length}, &e) == Status::kBadMagic);
+    base[5] ^= 0x01;
+    base[0] ^= 0x80;  // the root offset: now beyond the buffer
+    CHECK(w::internal::open_envelope(header, {base, header.payload_length}, &e) == Status::kMalformedMessage);
+    CHECK(e == nullptr);
+  }
+
+  TEST_CASE("the sequence rules: a chunk, a status and an ack must answer what was asked") {
+    const w::ModelChunk chunk = samples::model_chunk();
+    const w::internal::ModelChunkView view = w::internal::view_of(chunk);
+    w::ModelRequest asked;
+    asked.round_id = chunk.round_id;
+    asked.model_version = chunk.model_version;
+    asked.offset = chunk.offset;
+    asked.max_length = static_cast<uint32_t>(chunk.data.size());
+    w::DecodeDetail detail;
+    CHECK(w::internal::expect_model_chunk(view, asked, chunk.total_bytes, &detail) == Status::kOk);
+    const auto refused = [&](const w::ModelRequest& request, uint64_t total, const char* field) {
+      w::DecodeDetail d;
+      CHECK(w::internal::expect_model_chunk(view, request, total, &d) == Status::kProtocolError);
+      CHECK(d.violation == Violation::kInconsistent);
+      CHECK(std::string(d.field) == field);
+    };
+    w::ModelRequest r = asked;
+    r.round_id += 1;
+    refused(r, chunk.total_bytes, "ModelChunk.round_id");
+    r = asked;
+    r.model_version -= 1;
+    refused(r, chunk.total_bytes, "ModelChunk.model_version");
+    r = asked;
+    r.offset -= 1;  // a chunk that overlaps what the device holds
+    refused(r, chunk.total_bytes, "ModelChunk.offset");
+    r = asked;
+    r.max_length -= 1;  // more than asked for
+    refused(r, chunk.total_bytes, "ModelChunk.data");
+    refused(asked, chunk.total_bytes + 1, "ModelChunk.total_bytes");
+
+    const w::UploadStatus status = samples::upload_status();
+    const w::UploadId id = status.upload_id;
+    CHECK(w::internal::expect_upload_status(status, status.round_id, {id.data(), id.size()},
+                                            status.total_bytes, &detail) == Status::kOk);
+    CHECK(w::internal::expect_upload_status(status, status.round_id + 1, {id.data(), id.size()},
+                                            status.total_bytes, &detail) == Status::kProtocolError);
+    CHECK(std::string(detail.field) == "UploadStatus.round_id");
+    w::UploadId other = id;
+    other[15] ^= 1;
+    CHECK(w::internal::expect_upload_status(status, status.round_id, {other.data(), other.size()},
+                                            status.total_bytes, &detail) == Status::kProtocolError);
+    CHECK(std::string(detail.field) == "UploadStatus.upload_id");
+    CHECK(w::internal::expect_upload_status(status, status.round_id, {id.data(), id.size()},
+                                            status.total_bytes - 1, &detail) == Status::kProtocolError);
+    CHECK(std::string(detail.field) == "UploadStatus.total_bytes");
+
+    w::Ack ack = samples::ack();
+    CHECK(w::internal::expect_ack(ack, ack.round_id, {id.data(), id.size()}, &detail) == Status::kOk);
+    CHECK(w::internal::expect_ack(ack, ack.round_id, {other.data(), other.size()}, &detail) ==
+          Status::kProtocolError);
+    CHECK(std::string(detail.field) == "Ack.upload_id");
+    CHECK(w::internal::expect_ack(ack, ack.round_id + 1, {id.data(), id.size()}, &detail) ==
+          Status::kProtocolError);
+    CHECK(std::string(detail.field) == "Ack.round_id");
+    CHECK_FALSE(w::internal::counted(ack));  // a straggler's update is not counted
+    ack.disposition = w::UpdateDisposition::kAccepted;
+    CHECK(w::internal::counted(ack));
+    ack.disposition = w::UpdateDisposition::kDuplicate;
+    CHECK(w::internal::counted(ack));
+    ack.disposition = w::UpdateDisposition::kRejected;
+    CHECK_FALSE(w::internal::counted(ack));
+  }
+
+  TEST_CASE("chunk lengths stay within the offer and the protocol; RetryLater pauses within the window") {
+    CHECK(w::internal::chunk_length(3072, 256u << 10) == 3072);
+    CHECK(w::internal::chunk_length(3072, 100) == 100);
+    CHECK(w::internal::chunk_length(0, 100) == 1);
+    CHECK(w::internal::chunk_length(UINT32_MAX, UINT32_MAX) == w::kMaxChunkBytes);
+
+    w::RetryLater retry;
+    retry.retry_after_ms = w::kMaxRetryMs;
+    retry.retry_window_ms = w::kMaxRetryMs;
+    CHECK(w::internal::retry_pause_ms(retry, 0) == w::kMaxRetryMs);
+    const uint64_t longest = w::internal::retry_pause_ms(retry, UINT32_MAX);
+    CHECK(longest < uint64_t{2} * w::kMaxRetryMs);
+    CHECK(longest > uint64_t{2} * w::kMaxRetryMs - 2);
+    retry.retry_after_ms = 1000;
+    retry.retry_window_ms = 4000;
+    CHECK(w::internal::retry_pause_ms(retry, 1u << 31) == 3000);  // the window's middle
+    retry.retry_window_ms = 0;
+    CHECK(w::internal::retry_pause_ms(retry, UINT32_MAX) == 1000);
   }
 }

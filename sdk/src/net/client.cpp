@@ -21,6 +21,7 @@
 #include "secagg/wire_form.h"
 #include "tls/digest.h"
 #include "tls/tls_credentials.h"
+#include "wire/client_protocol.h"
 
 namespace edgefl {
 namespace {
@@ -412,7 +413,12 @@ namespace {
 
 // The chunk size to use: the app's choice within the offer's and the protocol's limits (>= 1).
 uint32_t chunk_bytes(uint32_t wanted, const wire::TaskOffer& offer) {
-  return std::max<uint32_t>(1, std::min({wanted, offer.max_chunk_bytes, wire::kMaxChunkBytes}));
+  return wire::internal::chunk_length(wanted, offer.max_chunk_bytes);
+}
+
+// "the ack is for another upload (Ack.upload_id)": a sequence rule's failure for the log.
+std::string mismatch(const char* what, const wire::DecodeDetail& detail) {
+  return std::string(what) + " (" + detail.field + ")";
 }
 
 RoundTask task_of(const wire::TaskOffer& offer) {
@@ -474,8 +480,8 @@ Client::Attempt::Step Client::Attempt::say_hello(wire::TaskOffer* offer) {
       result->retry_window_ms = retry->retry_window_ms;
       return done(Status::kOk);
     }
-    const double wait =
-        retry->retry_after_ms + double(retry->retry_window_ms) * unit_double(splitmix64_next(&c.rng_state_));
+    const double wait = static_cast<double>(
+        wire::internal::retry_pause_ms(*retry, static_cast<uint32_t>(splitmix64_next(&c.rng_state_) >> 32)));
     if (waited_ms + wait > c.options_.max_wait_ms) {
       *error = "no task within " + std::to_string(c.options_.max_wait_ms) + " ms";
       return done(Status::kTimeout);
@@ -568,9 +574,10 @@ Client::Attempt::Step Client::Attempt::download_model(const wire::TaskOffer& off
     if (s != Status::kOk) return connection_lost(s);
     const auto* chunk = std::get_if<wire::ModelChunk>(&reply);
     if (chunk == nullptr) return refused();
-    if (chunk->offset != c.download_.size() || chunk->total_bytes != offer.model_bytes ||
-        chunk->model_version != offer.model_version) {
-      return fail("model chunk does not continue the download", Status::kProtocolError);
+    wire::DecodeDetail detail;
+    if (wire::internal::expect_model_chunk(wire::internal::view_of(*chunk), request, offer.model_bytes,
+                                           &detail) != Status::kOk) {
+      return fail(mismatch("model chunk does not continue the download", detail), Status::kProtocolError);
     }
     c.download_.insert(c.download_.end(), chunk->data.begin(), chunk->data.end());
     result->model_bytes += chunk->data.size();
@@ -727,8 +734,12 @@ Client::Attempt::Step Client::Attempt::upload_update(const wire::TaskOffer& offe
   if (s != Status::kOk) return connection_lost(s);
   const auto* status_message = std::get_if<wire::UploadStatus>(&reply);
   if (status_message == nullptr) return refused();
-  if (status_message->offset > p.bytes.size() || status_message->upload_id != p.upload_id) {
-    return fail("the server's upload status does not match this upload", Status::kProtocolError);
+  wire::DecodeDetail detail;
+  if (wire::internal::expect_upload_status(*status_message, p.round_id,
+                                           {p.upload_id.data(), p.upload_id.size()}, p.bytes.size(),
+                                           &detail) != Status::kOk) {
+    return fail(mismatch("the server's upload status does not match this upload", detail),
+                Status::kProtocolError);
   }
   if (status_message->offset > 0 && status_message->offset < p.bytes.size()) {
     result->resumed_at = status_message->offset;
@@ -780,8 +791,10 @@ Client::Attempt::Step Client::Attempt::commit_update() {
   if (s != Status::kOk) return connection_lost(s);
   const auto* ack = std::get_if<wire::Ack>(&reply);
   if (ack == nullptr) return refused();
-  if (ack->upload_id != p.upload_id || ack->round_id != p.round_id) {
-    return fail("the ack is for another upload", Status::kProtocolError);
+  wire::DecodeDetail detail;
+  if (wire::internal::expect_ack(*ack, p.round_id, {p.upload_id.data(), p.upload_id.size()}, &detail) !=
+      Status::kOk) {
+    return fail(mismatch("the ack is for another upload", detail), Status::kProtocolError);
   }
   result->outcome = outcome_of(ack->disposition);
   if (ack->disposition == wire::UpdateDisposition::kRejected) {
@@ -789,8 +802,7 @@ Client::Attempt::Step Client::Attempt::commit_update() {
     c.note(LogLevel::kWarn, "round " + std::to_string(p.round_id) + ": the server rejected the update (" +
                                 result->reject_reason + ")");
   }
-  const bool counted = ack->disposition == wire::UpdateDisposition::kAccepted ||
-                       ack->disposition == wire::UpdateDisposition::kDuplicate;
+  const bool counted = wire::internal::counted(*ack);
   if (p.secure && counted) {  // the masked vector is in: the unmask phase follows
     p.secure->stage = Pending::Secure::Stage::kUnmask;
     return Step::kNext;
@@ -812,8 +824,15 @@ Client::Attempt::Step Client::Attempt::ask_after_round_ended() {
     const auto* e = std::get_if<wire::Error>(&reply);
     return e != nullptr && e->code == wire::ErrorCode::kUnknownRound ? Step::kNext : refused();
   }
-  if (status_message->upload_id != p.upload_id || status_message->offset != p.bytes.size()) {
-    return fail("the server's answer about an ended round's upload does not match it",
+  wire::DecodeDetail detail;
+  if (wire::internal::expect_upload_status(*status_message, p.round_id,
+                                           {p.upload_id.data(), p.upload_id.size()}, p.bytes.size(),
+                                           &detail) != Status::kOk) {
+    return fail(mismatch("the server's answer about an ended round's upload does not match it", detail),
+                Status::kProtocolError);
+  }
+  if (status_message->offset != p.bytes.size()) {
+    return fail("the server's answer about an ended round's upload does not hold all of it",
                 Status::kProtocolError);
   }
   report_pending(p);
@@ -1169,8 +1188,11 @@ Status Client::participate(LocalTrainer& trainer, uint32_t rounds, const Progres
       if (result.outcome != RoundOutcome::kServerDraining) continue;
       if (options_.stop_when_draining) break;
       // The server restarts or shuts down: come back in its window, as it asks.
-      const double wait =
-          result.retry_after_ms + double(result.retry_window_ms) * unit_double(splitmix64_next(&rng_state_));
+      wire::RetryLater retry;
+      retry.retry_after_ms = result.retry_after_ms;
+      retry.retry_window_ms = result.retry_window_ms;
+      const double wait = static_cast<double>(
+          wire::internal::retry_pause_ms(retry, static_cast<uint32_t>(splitmix64_next(&rng_state_) >> 32)));
       note(LogLevel::kInfo, "the server is draining: back in " + std::to_string(uint64_t(wait)) + " ms");
       if (const Status w = sleep_ms(static_cast<uint64_t>(wait)); w != Status::kOk) return gave_up(w);
       continue;

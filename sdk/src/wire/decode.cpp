@@ -11,6 +11,7 @@
 #include "core/crc32c.h"
 #include "edgefl/wire.h"
 #include "wire/checks.h"
+#include "wire/client_protocol.h"
 #include "wire/schema.h"
 
 namespace edgefl {
@@ -20,7 +21,17 @@ namespace {
 
 using internal::check_fixed_length;
 using internal::check_message;
+using internal::ErrorView;
 using internal::fail;
+using internal::ModelChunkView;
+using internal::OfferView;
+using internal::open_envelope;
+using internal::read_ack;
+using internal::read_error;
+using internal::read_model_chunk;
+using internal::read_offer;
+using internal::read_retry_later;
+using internal::read_upload_status;
 namespace fb = internal::fb;
 
 std::string to_string(const flatbuffers::String* s) {
@@ -63,33 +74,26 @@ Status convert(const fb::Hello& t, Hello* m, DecodeDetail*) {
 }
 
 Status convert(const fb::TaskOffer& t, TaskOffer* m, DecodeDetail* detail) {
-  m->round_id = t.round_id();
-  m->round_nonce = to_bytes(t.round_nonce());
-  m->model_version = t.model_version();
-  m->model_bytes = t.model_bytes();
-  EDGEFL_RETURN_IF_ERROR(to_array(t.model_digest(), &m->model_digest, detail, "TaskOffer.model_digest"));
-  m->parameter_count = t.parameter_count();
-  m->model_spec = to_string(t.model_spec());
-  const fb::TrainingConfig* training = t.training();
-  if (training == nullptr) return fail(detail, Violation::kMissing, "TaskOffer.training");
-  m->training.batch_size = training->batch_size();
-  m->training.local_epochs = training->local_epochs();
-  m->training.max_steps = training->max_steps();
-  m->training.learning_rate = training->learning_rate();
-  m->training.momentum = training->momentum();
-  m->training.weight_decay = training->weight_decay();
-  m->training.prox_mu = training->prox_mu();
-  m->training.seed = training->seed();
-  m->uplink_codec = to_string(t.uplink_codec());
-  m->downlink_codec = to_string(t.downlink_codec());
-  m->codec_seed = t.codec_seed();
-  m->deadline_ms = t.deadline_ms();
-  m->max_upload_bytes = t.max_upload_bytes();
-  m->max_chunk_bytes = t.max_chunk_bytes();
-  m->base_model_version = t.base_model_version();
-  EDGEFL_RETURN_IF_ERROR(
-      to_array(t.public_model_digest(), &m->public_model_digest, detail, "TaskOffer.public_model_digest"));
-  m->initial_model_seed = t.initial_model_seed();
+  // The fields every client reads (wire/client_protocol.h, the device's code too), with their rules.
+  OfferView view;
+  EDGEFL_RETURN_IF_ERROR(read_offer(t, &view, detail));
+  m->round_id = view.round_id;
+  m->round_nonce.assign(view.round_nonce.begin(), view.round_nonce.end());
+  m->model_version = view.model_version;
+  m->model_bytes = view.model_bytes;
+  memcpy(m->model_digest.data(), view.model_digest.data(), m->model_digest.size());
+  m->parameter_count = view.parameter_count;
+  m->model_spec.assign(view.model_spec.data(), view.model_spec.size());
+  m->training = view.training;
+  m->uplink_codec.assign(view.uplink_codec.data(), view.uplink_codec.size());
+  m->downlink_codec.assign(view.downlink_codec.data(), view.downlink_codec.size());
+  m->codec_seed = view.codec_seed;
+  m->deadline_ms = view.deadline_ms;
+  m->max_upload_bytes = view.max_upload_bytes;
+  m->max_chunk_bytes = view.max_chunk_bytes;
+  m->base_model_version = view.base_model_version;
+  memcpy(m->public_model_digest.data(), view.public_model_digest.data(), m->public_model_digest.size());
+  m->initial_model_seed = view.initial_model_seed;
   m->tensors.clear();
   if (t.tensors() != nullptr) {
     // Counted before anything is copied (the payload cap bounds it too).
@@ -131,11 +135,8 @@ Status convert(const fb::TaskOffer& t, TaskOffer* m, DecodeDetail* detail) {
   return Status::kOk;
 }
 
-Status convert(const fb::RetryLater& t, RetryLater* m, DecodeDetail*) {
-  m->retry_after_ms = t.retry_after_ms();
-  m->retry_window_ms = t.retry_window_ms();
-  m->reason = static_cast<RetryReason>(t.reason());
-  return Status::kOk;
+Status convert(const fb::RetryLater& t, RetryLater* m, DecodeDetail* detail) {
+  return read_retry_later(t, m, detail);
 }
 
 Status convert(const fb::ModelRequest& t, ModelRequest* m, DecodeDetail*) {
@@ -147,12 +148,14 @@ Status convert(const fb::ModelRequest& t, ModelRequest* m, DecodeDetail*) {
   return Status::kOk;
 }
 
-Status convert(const fb::ModelChunk& t, ModelChunk* m, DecodeDetail*) {
-  m->round_id = t.round_id();
-  m->model_version = t.model_version();
-  m->offset = t.offset();
-  m->total_bytes = t.total_bytes();
-  m->data = to_bytes(t.data());
+Status convert(const fb::ModelChunk& t, ModelChunk* m, DecodeDetail* detail) {
+  ModelChunkView view;  // the rules and the CRC32C, as every client reads a chunk
+  EDGEFL_RETURN_IF_ERROR(read_model_chunk(t, &view, detail));
+  m->round_id = view.round_id;
+  m->model_version = view.model_version;
+  m->offset = view.offset;
+  m->total_bytes = view.total_bytes;
+  m->data.assign(view.data.begin(), view.data.end());
   return Status::kOk;
 }
 
@@ -165,11 +168,7 @@ Status convert(const fb::UploadStart& t, UploadStart* m, DecodeDetail* detail) {
 }
 
 Status convert(const fb::UploadStatus& t, UploadStatus* m, DecodeDetail* detail) {
-  m->round_id = t.round_id();
-  EDGEFL_RETURN_IF_ERROR(to_array(t.upload_id(), &m->upload_id, detail, "UploadStatus.upload_id"));
-  m->offset = t.offset();
-  m->total_bytes = t.total_bytes();
-  return Status::kOk;
+  return read_upload_status(t, m, detail);
 }
 
 Status convert(const fb::UploadChunk& t, UploadChunk* m, DecodeDetail* detail) {
@@ -200,16 +199,14 @@ Status convert(const fb::Commit& t, Commit* m, DecodeDetail* detail) {
 }
 
 Status convert(const fb::Ack& t, Ack* m, DecodeDetail* detail) {
-  m->round_id = t.round_id();
-  EDGEFL_RETURN_IF_ERROR(to_array(t.upload_id(), &m->upload_id, detail, "Ack.upload_id"));
-  m->disposition = static_cast<UpdateDisposition>(t.disposition());
-  m->reason = static_cast<RejectReason>(t.reason());
-  return Status::kOk;
+  return read_ack(t, m, detail);
 }
 
-Status convert(const fb::Error& t, Error* m, DecodeDetail*) {
-  m->code = static_cast<ErrorCode>(t.code());
-  m->message = to_string(t.message());
+Status convert(const fb::Error& t, Error* m, DecodeDetail* detail) {
+  ErrorView view;
+  EDGEFL_RETURN_IF_ERROR(read_error(t, &view, detail));
+  m->code = view.code;
+  m->message.assign(view.message.data(), view.message.size());
   return Status::kOk;
 }
 
@@ -311,10 +308,8 @@ Status convert(const fb::SecAggUnmaskResponse& t, SecAggUnmaskResponse* m, Decod
   return from_fb_vector(t.shares(), &m->shares, detail, "SecAggUnmaskResponse.shares");
 }
 
-// The CRC32C of chunk data, checked once the fields are known to be valid.
-Status check_wire_only(const fb::ModelChunk& t, DecodeDetail* detail) {
-  return check_crc(t.data(), t.crc32c(), detail, "ModelChunk.crc32c");
-}
+// The CRC32C of an UploadChunk's data, checked once the fields are known to be valid (a
+// ModelChunk's: read_model_chunk).
 Status check_wire_only(const fb::UploadChunk& t, DecodeDetail* detail) {
   return check_crc(t.data(), t.crc32c(), detail, "UploadChunk.crc32c");
 }
@@ -394,24 +389,8 @@ Status decode(const FrameHeader& header, Span<const uint8_t> payload, Message* o
     bytes = reinterpret_cast<const uint8_t*>(aligned.data());
   }
 
-  if (!flatbuffers::BufferHasIdentifier(bytes, fb::EnvelopeIdentifier())) return Status::kBadMagic;
-  flatbuffers::Verifier::Options options;
-  options.max_depth = internal::kVerifierMaxDepth;
-  options.max_tables = header.type == MessageType::kTaskOffer ? internal::kVerifierMaxTablesTaskOffer
-                                                              : internal::kVerifierMaxTables;
-  options.check_alignment = true;
-  options.check_nested_flatbuffers = false;  // the schema has none; never follow one
-  flatbuffers::Verifier verifier(bytes, size, options);
-  if (!fb::VerifyEnvelopeBuffer(verifier)) return Status::kMalformedMessage;
-
-  // An unknown union type verifies as true (FlatBuffers generates `default: return true`): the
-  // type byte is compared with the header's known type before the body is touched.
-  const fb::Envelope* envelope = fb::GetEnvelope(bytes);
-  const uint8_t body_type = static_cast<uint8_t>(envelope->message_type());
-  if (body_type == static_cast<uint8_t>(fb::Message::NONE) || envelope->message() == nullptr) {
-    return Status::kMalformedMessage;
-  }
-  if (body_type != static_cast<uint8_t>(header.type)) return Status::kMessageTypeMismatch;
+  const fb::Envelope* envelope = nullptr;
+  EDGEFL_RETURN_IF_ERROR(open_envelope(header, {bytes, size}, &envelope));
   return decode_envelope(*envelope, header.type, out, detail);
 }
 

@@ -1,9 +1,9 @@
 // The semantic rules of every message (edgefl::wire::validate). FlatBuffers' Verifier only proves
 // that reads stay inside the buffer; everything a peer could get wrong or lie about is checked
 // here: ids, lengths, ranges, finite numbers, text, codec specs, offsets against totals. (The
-// CRC32C of chunk data lives only on the wire: decode() checks it.)
+// CRC32C of chunk data lives only on the wire: decode() checks it.) The field rules themselves are
+// in checks.cpp, which the device client links too.
 #include <math.h>
-#include <string.h>
 
 #include <algorithm>
 #include <string>
@@ -12,157 +12,16 @@
 #include "edgefl/codec.h"
 #include "edgefl/wire.h"
 #include "wire/checks.h"
+#include "wire/client_protocol.h"
 
 namespace edgefl {
 namespace wire {
-namespace internal {
-
-Status fail(DecodeDetail* detail, Violation violation, const char* field) {
-  if (detail != nullptr) {
-    detail->violation = violation;
-    detail->field = field;
-  }
-  return Status::kInvalidMessage;
-}
-
-Status check_fixed_length(bool present, size_t size, size_t expected, DecodeDetail* detail,
-                          const char* field) {
-  if (!present) return fail(detail, Violation::kMissing, field);
-  if (size == 0) return fail(detail, Violation::kEmpty, field);
-  if (size != expected) return fail(detail, Violation::kWrongLength, field);
-  return Status::kOk;
-}
-
-}  // namespace internal
 
 namespace {
 
+using internal::all_zero;
+using internal::check_nonce;
 using internal::fail;
-
-// The alphabet of a text field.
-enum class Alphabet {
-  kPrintable,         // ASCII 0x20..0x7E (sdk_version)
-  kPrintableNoSpace,  // ASCII 0x21..0x7E (model and codec specs)
-  kMetricName,        // [a-z0-9_.-]
-};
-
-bool in_alphabet(unsigned char c, Alphabet alphabet) {
-  switch (alphabet) {
-    case Alphabet::kPrintable: return c >= 0x20 && c <= 0x7E;
-    case Alphabet::kPrintableNoSpace: return c >= 0x21 && c <= 0x7E;
-    case Alphabet::kMetricName:
-      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-  }
-  return false;
-}
-
-Status check_text(const std::string& text, size_t min_chars, size_t max_chars, Alphabet alphabet,
-                  DecodeDetail* detail, const char* field) {
-  if (text.size() < min_chars) return fail(detail, Violation::kEmpty, field);
-  if (text.size() > max_chars) return fail(detail, Violation::kTooLong, field);
-  for (char c : text) {
-    if (!in_alphabet(static_cast<unsigned char>(c), alphabet))
-      return fail(detail, Violation::kBadText, field);
-  }
-  return Status::kOk;
-}
-
-// Well-formed UTF-8 (RFC 3629: shortest form, no surrogates, at most U+10FFFF) without C0
-// controls other than tab and newline, and without DEL.
-bool valid_message_text(const std::string& text) {
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned c = p[i];
-    if (c < 0x80) {
-      if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7F) return false;
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    uint32_t cp = 0;
-    uint32_t min_cp = 0;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2, cp = c & 0x1Fu, min_cp = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3, cp = c & 0x0Fu, min_cp = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4, cp = c & 0x07u, min_cp = 0x10000;
-    } else {
-      return false;  // a continuation byte first, an overlong lead (C0, C1) or above U+10FFFF (F5..FF)
-    }
-    if (n - i < len) return false;
-    for (size_t k = 1; k < len; ++k) {
-      const unsigned cc = p[i + k];
-      if ((cc & 0xC0u) != 0x80u) return false;
-      cp = (cp << 6) | (cc & 0x3Fu);
-    }
-    if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    if (cp >= 0x80 && cp <= 0x9F) return false;  // C1 controls
-    i += len;
-  }
-  return true;
-}
-
-Status check_round_id(uint64_t round_id, DecodeDetail* detail, const char* field) {
-  return round_id > 0 ? Status::kOk : fail(detail, Violation::kOutOfRange, field);
-}
-
-template <typename Bytes>
-bool all_zero(const Bytes& bytes) {
-  for (uint8_t b : bytes) {
-    if (b != 0) return false;
-  }
-  return true;
-}
-
-Status check_nonce(const std::vector<uint8_t>& nonce, DecodeDetail* detail, const char* field) {
-  if (nonce.empty()) return fail(detail, Violation::kEmpty, field);
-  if (nonce.size() != kRoundNonceShortBytes && nonce.size() != kRoundNonceLongBytes) {
-    return fail(detail, Violation::kWrongLength, field);
-  }
-  if (all_zero(nonce)) return fail(detail, Violation::kAllZero, field);
-  return Status::kOk;
-}
-
-Status check_upload_id(const UploadId& id, DecodeDetail* detail, const char* field) {
-  return all_zero(id) ? fail(detail, Violation::kAllZero, field) : Status::kOk;
-}
-
-Status check_range(uint64_t value, uint64_t lo, uint64_t hi, DecodeDetail* detail, const char* field) {
-  return (value >= lo && value <= hi) ? Status::kOk : fail(detail, Violation::kOutOfRange, field);
-}
-
-// lo <= value <= hi, or lo <= value < hi when `hi_open`.
-Status check_real(double value, double lo, double hi, bool lo_open, bool hi_open, DecodeDetail* detail,
-                  const char* field) {
-  if (!isfinite(value)) return fail(detail, Violation::kNonFinite, field);
-  const bool above_lo = lo_open ? value > lo : value >= lo;
-  const bool below_hi = hi_open ? value < hi : value <= hi;
-  return (above_lo && below_hi) ? Status::kOk : fail(detail, Violation::kOutOfRange, field);
-}
-
-Status check_codec_spec(const std::string& spec, bool allow_empty, DecodeDetail* detail, const char* field) {
-  if (spec.empty() && allow_empty) return Status::kOk;
-  EDGEFL_RETURN_IF_ERROR(check_text(spec, 1, kMaxCodecSpecChars, Alphabet::kPrintableNoSpace, detail, field));
-  CodecSpec parsed;
-  if (parse_codec_spec(spec.c_str(), &parsed) != Status::kOk)
-    return fail(detail, Violation::kBadCodecSpec, field);
-  return Status::kOk;
-}
-
-// A piece [offset, offset + size) of a total: 1 <= total <= max_total, offset < total,
-// 1 <= size <= kMaxChunkBytes, offset + size <= total.
-Status check_piece(uint64_t offset, size_t size, uint64_t total, uint64_t max_total, DecodeDetail* detail,
-                   const char* total_field, const char* data_field, const char* offset_field) {
-  EDGEFL_RETURN_IF_ERROR(check_range(total, 1, max_total, detail, total_field));
-  if (size == 0) return fail(detail, Violation::kEmpty, data_field);
-  if (size > kMaxChunkBytes) return fail(detail, Violation::kTooLong, data_field);
-  if (offset >= total || size > total - offset)
-    return fail(detail, Violation::kOffsetBeyondTotal, offset_field);
-  return Status::kOk;
-}
 
 // A secure round's nonce: 32 bytes (SecAgg+ derives keys from it), not all zero.
 Status check_secagg_nonce(const std::vector<uint8_t>& nonce, DecodeDetail* detail, const char* field) {
@@ -203,18 +62,6 @@ Status check_sealed(const std::vector<SecAggSealedShare>& shares, bool one_sende
     others.push_back(one_sender ? s.to : s.from);
   }
   return check_distinct(std::move(others), detail, field);
-}
-
-Status check_training(const TrainingConfig& t, DecodeDetail* detail) {
-  EDGEFL_RETURN_IF_ERROR(check_range(t.batch_size, 1, kMaxBatchSize, detail, "TrainingConfig.batch_size"));
-  EDGEFL_RETURN_IF_ERROR(
-      check_range(t.local_epochs, 1, kMaxLocalEpochs, detail, "TrainingConfig.local_epochs"));
-  EDGEFL_RETURN_IF_ERROR(check_real(t.learning_rate, 0.0, kMaxHyperParameter, true, false, detail,
-                                    "TrainingConfig.learning_rate"));
-  EDGEFL_RETURN_IF_ERROR(check_real(t.momentum, 0.0, 1.0, false, true, detail, "TrainingConfig.momentum"));
-  EDGEFL_RETURN_IF_ERROR(check_real(t.weight_decay, 0.0, kMaxHyperParameter, false, false, detail,
-                                    "TrainingConfig.weight_decay"));
-  return check_real(t.prox_mu, 0.0, kMaxHyperParameter, false, false, detail, "TrainingConfig.prox_mu");
 }
 
 }  // namespace
@@ -299,42 +146,14 @@ Status check_tensors(const std::vector<TensorDesc>& tensors, uint32_t parameter_
 }
 
 Status check_message(const TaskOffer& m, DecodeDetail* detail) {
-  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "TaskOffer.round_id"));
-  EDGEFL_RETURN_IF_ERROR(check_nonce(m.round_nonce, detail, "TaskOffer.round_nonce"));
-  if (m.model_version == 0) return fail(detail, Violation::kOutOfRange, "TaskOffer.model_version");
-  if (m.base_model_version > m.model_version) {
-    return fail(detail, Violation::kInconsistent, "TaskOffer.base_model_version");
-  }
-  const bool nothing_to_download = m.base_model_version == m.model_version;
-  EDGEFL_RETURN_IF_ERROR(check_range(m.model_bytes, nothing_to_download ? 0 : 1,
-                                     nothing_to_download ? 0 : kMaxModelBytes, detail,
-                                     "TaskOffer.model_bytes"));
-  EDGEFL_RETURN_IF_ERROR(
-      check_range(m.parameter_count, 1, kMaxParameterCount, detail, "TaskOffer.parameter_count"));
-  EDGEFL_RETURN_IF_ERROR(check_text(m.model_spec, 0, kMaxModelSpecChars, Alphabet::kPrintableNoSpace, detail,
-                                    "TaskOffer.model_spec"));
-  EDGEFL_RETURN_IF_ERROR(check_training(m.training, detail));
-  EDGEFL_RETURN_IF_ERROR(check_codec_spec(m.uplink_codec, false, detail, "TaskOffer.uplink_codec"));
-  EDGEFL_RETURN_IF_ERROR(check_codec_spec(m.downlink_codec, false, detail, "TaskOffer.downlink_codec"));
-  EDGEFL_RETURN_IF_ERROR(check_range(m.deadline_ms, 1, kMaxDeadlineMs, detail, "TaskOffer.deadline_ms"));
-  EDGEFL_RETURN_IF_ERROR(
-      check_range(m.max_upload_bytes, 1, kMaxUploadBytes, detail, "TaskOffer.max_upload_bytes"));
-  EDGEFL_RETURN_IF_ERROR(
-      check_range(m.max_chunk_bytes, 1, kMaxChunkBytes, detail, "TaskOffer.max_chunk_bytes"));
+  EDGEFL_RETURN_IF_ERROR(check_offer(view_of(m), detail));
   EDGEFL_RETURN_IF_ERROR(check_tensors(m.tensors, m.parameter_count, detail));
   if (!m.secure_aggregation) return Status::kOk;
-  if (m.round_nonce.size() != kRoundNonceLongBytes) {
-    return fail(detail, Violation::kInconsistent, "TaskOffer.round_nonce");
-  }
   return check_secagg_config(*m.secure_aggregation, m.parameter_count, detail);
 }
 
 Status check_message(const RetryLater& m, DecodeDetail* detail) {
-  EDGEFL_RETURN_IF_ERROR(check_range(m.retry_after_ms, 1, kMaxRetryMs, detail, "RetryLater.retry_after_ms"));
-  EDGEFL_RETURN_IF_ERROR(
-      check_range(m.retry_window_ms, 0, kMaxRetryMs, detail, "RetryLater.retry_window_ms"));
-  return check_range(static_cast<uint8_t>(m.reason), static_cast<uint8_t>(RetryReason::kNoRound),
-                     static_cast<uint8_t>(RetryReason::kDraining), detail, "RetryLater.reason");
+  return check_retry_later(m, detail);
 }
 
 Status check_message(const ModelRequest& m, DecodeDetail* detail) {
@@ -344,9 +163,7 @@ Status check_message(const ModelRequest& m, DecodeDetail* detail) {
 }
 
 Status check_message(const ModelChunk& m, DecodeDetail* detail) {
-  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "ModelChunk.round_id"));
-  return check_piece(m.offset, m.data.size(), m.total_bytes, kMaxModelBytes, detail, "ModelChunk.total_bytes",
-                     "ModelChunk.data", "ModelChunk.offset");
+  return check_model_chunk(view_of(m), detail);
 }
 
 Status check_message(const UploadStart& m, DecodeDetail* detail) {
@@ -357,11 +174,7 @@ Status check_message(const UploadStart& m, DecodeDetail* detail) {
 }
 
 Status check_message(const UploadStatus& m, DecodeDetail* detail) {
-  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "UploadStatus.round_id"));
-  EDGEFL_RETURN_IF_ERROR(check_upload_id(m.upload_id, detail, "UploadStatus.upload_id"));
-  EDGEFL_RETURN_IF_ERROR(check_range(m.total_bytes, 1, kMaxUploadBytes, detail, "UploadStatus.total_bytes"));
-  if (m.offset > m.total_bytes) return fail(detail, Violation::kOffsetBeyondTotal, "UploadStatus.offset");
-  return Status::kOk;
+  return check_upload_status(m, detail);
 }
 
 Status check_message(const UploadChunk& m, DecodeDetail* detail) {
@@ -391,27 +204,11 @@ Status check_message(const Commit& m, DecodeDetail* detail) {
 }
 
 Status check_message(const Ack& m, DecodeDetail* detail) {
-  EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "Ack.round_id"));
-  EDGEFL_RETURN_IF_ERROR(check_upload_id(m.upload_id, detail, "Ack.upload_id"));
-  EDGEFL_RETURN_IF_ERROR(
-      check_range(static_cast<uint8_t>(m.disposition), static_cast<uint8_t>(UpdateDisposition::kAccepted),
-                  static_cast<uint8_t>(UpdateDisposition::kRejected), detail, "Ack.disposition"));
-  EDGEFL_RETURN_IF_ERROR(
-      check_range(static_cast<uint8_t>(m.reason), static_cast<uint8_t>(RejectReason::kNone),
-                  static_cast<uint8_t>(RejectReason::kModelOverflow), detail, "Ack.reason"));
-  if (m.reason != RejectReason::kNone && m.disposition != UpdateDisposition::kRejected) {
-    return fail(detail, Violation::kInconsistent, "Ack.reason");
-  }
-  return Status::kOk;
+  return check_ack(m, detail);
 }
 
 Status check_message(const Error& m, DecodeDetail* detail) {
-  EDGEFL_RETURN_IF_ERROR(check_range(static_cast<uint8_t>(m.code),
-                                     static_cast<uint8_t>(ErrorCode::kBadMessage),
-                                     static_cast<uint8_t>(ErrorCode::kInternal), detail, "Error.code"));
-  if (m.message.size() > kMaxErrorMessageBytes) return fail(detail, Violation::kTooLong, "Error.message");
-  if (!valid_message_text(m.message)) return fail(detail, Violation::kBadText, "Error.message");
-  return Status::kOk;
+  return check_error(view_of(m), detail);
 }
 
 Status check_message(const SecAggAdvertise& m, DecodeDetail* detail) {

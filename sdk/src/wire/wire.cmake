@@ -48,10 +48,12 @@ add_dependencies(edgefl_wire_schema edgefl_wire_generate)
 
 add_library(edgefl_wire STATIC
   ${CMAKE_CURRENT_LIST_DIR}/frame.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/checks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/validate.cpp
   ${CMAKE_CURRENT_LIST_DIR}/decode.cpp
   ${CMAKE_CURRENT_LIST_DIR}/encode.cpp
   ${CMAKE_CURRENT_LIST_DIR}/client_tables.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/client_protocol.cpp
   ${CMAKE_CURRENT_LIST_DIR}/messages.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tensor_table.cpp
 )
