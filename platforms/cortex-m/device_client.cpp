@@ -112,6 +112,9 @@ enum ExitStatus : int {
   kExitNotAccepted = 20,
   kExitNoTask = 21,
   kExitLink = 22,  // the link failed (or, internally: failed once, reconnect)
+  // Internal, not an exit status: the round ended without this device's update (the server moved
+  // on while the device was away, or does not hold the update); the run goes on with the next.
+  kExitRoundEnded = 23,
 };
 
 // --- memory: everything is here, sized at build time --------------------------------------
@@ -125,6 +128,9 @@ constexpr size_t kMessageBytes = 4 * 1024;       // one outgoing message, built 
 constexpr size_t kReplyBytes = MBEDTLS_SSL_IN_CONTENT_LEN - edgefl::wire::kFrameHeaderBytes;
 // ModelChunks must fit one TLS record the device can read (MBEDTLS_SSL_IN_CONTENT_LEN 4096, with
 // the frame and the FlatBuffer around the data); UploadChunks are cut the same way.
+#if EDGEFL_DEVICE_TEST_DROPS || EDGEFL_DEVICE_TEST_AWAY
+#define EDGEFL_DEVICE_TEST_BUILD 1
+#endif
 #if EDGEFL_DEVICE_TEST_DROPS
 // The test build drops its link on purpose (device_client_test.sh): small chunks, so that a drop
 // lands in the middle of a download and of an upload.
@@ -287,6 +293,14 @@ int fail_status(int exit_status, const char* step, Status s) {
   return exit_status;
 }
 
+// The round ended without this device's update: said so, and the run goes on (kExitRoundEnded).
+int round_ended(uint64_t round_id, const char* why) {
+  (Line() << "device: round " << static_cast<unsigned long>(round_id)
+          << " ended without this device's update (" << why << "): not counted")
+      .print();
+  return kExitRoundEnded;
+}
+
 // A reply the shared rules refuse: the status and the field (wire/client_protocol.h).
 int fail_detail(const char* step, Status s, const edgefl::wire::DecodeDetail& detail) {
   (Line() << "device: FAIL: " << step << ": " << edgefl::status_name(s) << " ("
@@ -334,6 +348,16 @@ int send_built(MessageType type, const Build& build) {
   tables::finish_envelope(builder, type, build(builder));
   return send_message(type, builder);
 }
+
+// The round and nonce of the last TaskOffer the server sent: after a reconnect, whether the round
+// the device works on is still the one open (wire/client_protocol.h: pending_after_offer).
+struct OfferSeen {
+  bool valid = false;
+  uint64_t round_id = 0;
+  uint8_t nonce[edgefl::wire::kRoundNonceLongBytes] = {};
+  size_t nonce_length = 0;
+};
+OfferSeen g_offer_seen;
 
 // One message from the server, read and checked by the shared reader: the view of its type is
 // set; views point into g_reply until the next receive().
@@ -386,6 +410,12 @@ int receive(Reply* reply) {
     default: return fail(kExitProtocol, "a message no server sends to a device in a plain round");
   }
   if (s != Status::kOk) return fail_detail("a reply the protocol's rules refuse", s, detail);
+  if (reply->type == MessageType::kTaskOffer) {
+    g_offer_seen.valid = true;
+    g_offer_seen.round_id = reply->offer.round_id;
+    g_offer_seen.nonce_length = reply->offer.round_nonce.size();  // 16 or 32: the shared rules
+    memcpy(g_offer_seen.nonce, reply->offer.round_nonce.data(), g_offer_seen.nonce_length);
+  }
   if (reply->type == MessageType::kError) {
     // The server's text, printable ASCII only (it must not forge lines of this output).
     char text[96] = {};
@@ -411,11 +441,17 @@ int sha256(const void* data, size_t length, uint8_t out[32]) {
 
 // --- the session: handshake, and a new session after a failed link --------------------------
 int g_reconnects = 0;
-// The test build's drops (EDGEFL_DEVICE_TEST_DROPS), each once: in the middle of an upload,
-// between Commit and its Ack, in the middle of a download.
-enum TestDrop : unsigned { kDropMidUpload = 1, kDropBeforeAck = 2, kDropMidDownload = 4 };
+// The test builds' drops, each once. EDGEFL_DEVICE_TEST_DROPS: in the middle of an upload,
+// between Commit and its Ack, in the middle of a download. EDGEFL_DEVICE_TEST_AWAY: before the
+// first upload, away for kAwayMs (longer than the test server's deadline: the round ends meanwhile).
+enum TestDrop : unsigned { kDropMidUpload = 1, kDropBeforeAck = 2, kDropMidDownload = 4, kDropAway = 8 };
+constexpr uint32_t kAwayMs = 7000;
+#if EDGEFL_DEVICE_TEST_BUILD
 #if EDGEFL_DEVICE_TEST_DROPS
 unsigned g_drops_left = kDropMidUpload | kDropBeforeAck | kDropMidDownload;
+#else
+unsigned g_drops_left = kDropAway;
+#endif
 
 // True (once per kind) when the test build drops its link here.
 bool test_drop(TestDrop which, const char* where) {
@@ -488,6 +524,7 @@ int reconnect() {
       continue;
     }
     Reply reply;
+    g_offer_seen.valid = false;  // what this Hello's answer says about the round, if anything
     const int status = say_hello(&reply);
     if (status == kExitLink || status == kExitRefused) continue;
     if (status != kExitOk) return status;
@@ -728,6 +765,17 @@ int plan_round(const Offer& offer, RoundPlan* plan) {
   return kExitOk;
 }
 
+// After a reconnect: the Hello's answer offered another round than `offer`'s, and the update of
+// `offer`'s round, if any, cannot be counted any more (the shared decision of
+// wire/client_protocol.h; commit_sent: a Commit of it went out). A RetryLater says nothing: the
+// device goes on, and the server's answers tell.
+bool moved_on(const Offer& offer, bool commit_sent) {
+  if (!g_offer_seen.valid) return false;
+  return tables::pending_after_offer(
+             offer.round_id, {offer.nonce, offer.nonce_length}, commit_sent, g_offer_seen.round_id,
+             {g_offer_seen.nonce, g_offer_seen.nonce_length}) == tables::PendingUpload::kDiscard;
+}
+
 // The model of the offer's version in model_floats(), checked against the offer's digests.
 int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
   const size_t n = offer.n;
@@ -772,9 +820,13 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
     if (status == kExitLink) {  // a new session, then the same request: the download resumes at `got`
       status = reconnect();
       if (status != kExitOk) return status;
+      if (moved_on(offer, false)) return round_ended(offer.round_id, "another round opened while away");
       continue;
     }
     if (status != kExitOk) return status;
+    if (reply.type == MessageType::kError && reply.error.code == edgefl::wire::ErrorCode::kUnknownRound) {
+      return round_ended(offer.round_id, "the server ended it during the download");
+    }
     if (reply.type != MessageType::kModelChunk)
       return fail(kExitProtocol, "a reply to ModelRequest not a chunk");
     // Its fields and CRC32C were checked by the reader; now that it continues this download.
@@ -786,6 +838,7 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
     if (got < offer.model_bytes && test_drop(kDropMidDownload, "mid-download")) {
       status = reconnect();
       if (status != kExitOk) return status;
+      if (moved_on(offer, false)) return round_ended(offer.round_id, "another round opened while away");
       ++resumed;
     }
   }
@@ -840,6 +893,7 @@ struct Update {
   uint32_t samples;
   float loss;
   uint8_t digest[32];
+  bool commit_sent;  // a Commit went out: the server may have counted it, even if no Ack came back
 };
 
 int compute_update(int round, const Offer& offer, const RoundPlan& plan, Update* update) {
@@ -912,7 +966,7 @@ int compute_update(int round, const Offer& offer, const RoundPlan& plan, Update*
 // Ack. kExitLink when the link fails: the caller reconnects and tries again with the same upload
 // id, so nothing is sent twice that the server holds and an update is counted once (a second
 // Commit of a counted update is acked Duplicate).
-int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_id, bool* accepted) {
+int try_upload(const Offer& offer, Update& update, const uint8_t* upload_id, bool* accepted) {
   const uint64_t round_id = offer.round_id;
   const tables::UploadStartView start{
       round_id, {offer.nonce, offer.nonce_length}, {upload_id, edgefl::wire::kUploadIdBytes}, update.length};
@@ -925,7 +979,7 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
   if (status != kExitOk) return status;
   if (reply.type == MessageType::kError) {
     return reply.error.code == edgefl::wire::ErrorCode::kUnknownRound
-               ? fail(kExitNotAccepted, "the round ended without this update")
+               ? round_ended(round_id, "the server's ledger does not hold the update")
                : fail(kExitProtocol, "the server refused UploadStart");
   }
   if (reply.type != MessageType::kUploadStatus)
@@ -972,6 +1026,7 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
     return tables::build_commit(b, commit);
   });
   if (status != kExitOk) return status;
+  update.commit_sent = true;
   if (test_drop(kDropBeforeAck, "between Commit and Ack")) return kExitLink;
   status = receive(&reply);
   if (status != kExitOk) return status;
@@ -991,10 +1046,14 @@ int try_upload(const Offer& offer, const Update& update, const uint8_t* upload_i
   }
   line.print();
   *accepted = tables::counted(ack);
+  if (ack.disposition == edgefl::wire::UpdateDisposition::kStraggler ||
+      ack.disposition == edgefl::wire::UpdateDisposition::kLate) {
+    return round_ended(round_id, "the update came after the round closed");
+  }
   return kExitOk;
 }
 
-int upload_update(int round, const Offer& offer, const Update& update) {
+int upload_update(int round, const Offer& offer, Update& update) {
   Phase phase = begin("upload");
   uint8_t upload_id[edgefl::wire::kUploadIdBytes];
   if (psa_generate_random(upload_id, sizeof upload_id) != PSA_SUCCESS) {
@@ -1004,10 +1063,20 @@ int upload_update(int round, const Offer& offer, const Update& update) {
   bool accepted = false;
   if (update.length > offer.max_upload_bytes)
     return fail(kExitEncoding, "the update is above the offer's upload cap");
-  int status = try_upload(offer, update, upload_id, &accepted);
+  update.commit_sent = false;
+  int status = kExitLink;
+  if (test_drop(kDropAway, "before the upload, and staying away")) {
+    wait_ms(kAwayMs);
+  } else {
+    status = try_upload(offer, update, upload_id, &accepted);
+  }
   while (status == kExitLink) {
     status = reconnect();  // kExitOk, or a final failure
     if (status != kExitOk) break;
+    // Another round is open: an update never committed is not counted; one whose Commit went out
+    // is asked about (UploadStart for its round: the server answers from its ledger).
+    if (moved_on(offer, update.commit_sent))
+      return round_ended(offer.round_id, "another round opened while away");
     status = try_upload(offer, update, upload_id, &accepted);
   }
   if (status != kExitOk) return status;
@@ -1123,7 +1192,8 @@ int main() {
 
   int status = kExitOk;
   int completed = 0;
-  for (int round = 1; round <= kRounds && status == kExitOk; ++round) {
+  int ended = 0;  // rounds that ended without this device's update
+  for (int round = 1; round <= kRounds && status == kExitOk;) {
     status = run_round(round);
     if ((status == kExitModel || status == kExitMemory) && g_state.needs_whole_model) {
       // A patched model that failed: once more, with a Hello that asks for the whole model.
@@ -1131,7 +1201,15 @@ int main() {
           .print();
       status = run_round(round);
     }
-    if (status == kExitOk) ++completed;
+    if (status == kExitRoundEnded) {  // the server moved on: the same round number again, with it
+      status =
+          ++ended <= kRounds ? kExitOk : fail(kExitNotAccepted, "too many rounds ended without this device");
+      continue;
+    }
+    if (status == kExitOk) {
+      ++completed;
+      ++round;
+    }
   }
   mbedtls_ssl_close_notify(&g_ssl);
   (Line() << "device: footprint: TLS arena " << static_cast<unsigned long>(tls_high_water()) << " of "
@@ -1149,7 +1227,8 @@ int main() {
   mbedtls_psa_crypto_free();
   (Line() << "device: " << static_cast<unsigned long>(completed) << " of "
           << static_cast<unsigned long>(kRounds) << " rounds completed, "
-          << static_cast<unsigned long>(g_reconnects) << " reconnects")
+          << static_cast<unsigned long>(g_reconnects) << " reconnects, " << static_cast<unsigned long>(ended)
+          << " rounds ended without this device")
       .print();
   return status;
 }

@@ -9,15 +9,18 @@
 #   3. a credentials partition with one flipped byte: the device refuses it before any network use;
 #   4. the test build that drops its link mid-upload, between Commit and Ack, and mid-download
 #      (QEMU's bridge redials: reconnect=1, for this run only): the device reconnects and
-#      resumes; each update is counted once.
+#      resumes; each update is counted once;
+#   5. the test build that stays away, before its first upload, past the round's deadline: the
+#      server abandons that round and opens the next; the device, back, drops its update of the
+#      ended round (never committed, so never counted) and completes the next two rounds.
 #
-#   device_client_test.sh QEMU_SYSTEM_ARM DEVICE_ELF DROPS_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR
+#   device_client_test.sh QEMU_SYSTEM_ARM DEVICE_ELF DROPS_ELF AWAY_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR
 set -euo pipefail
-if [[ $# -ne 6 ]]; then
-  echo "usage: $0 QEMU_SYSTEM_ARM DEVICE_ELF DROPS_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR" >&2
+if [[ $# -ne 7 ]]; then
+  echo "usage: $0 QEMU_SYSTEM_ARM DEVICE_ELF DROPS_ELF AWAY_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR" >&2
   exit 2
 fi
-qemu=$1 elf=$2 drops_elf=$3 server=$4 cli=$5 work=$6
+qemu=$1 elf=$2 drops_elf=$3 away_elf=$4 server=$5 cli=$6 work=$7
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 partition_address=0x003F0000  # mps2-an386.ld: CREDENTIALS
 
@@ -181,4 +184,22 @@ expect_server_exit
 [[ $(grep -c "event=update_accepted" "$server_log") -eq 2 ]] || fail "not exactly 2 updates accepted"
 [[ $(grep -c "event=update_duplicate" "$server_log") -eq 1 ]] || fail "not exactly 1 duplicate"
 [[ $(grep -c "event=round_committed" "$server_log") -eq 2 ]] || fail "the drops server did not commit two rounds"
+
+# 5. Away past the deadline (the device stays away 7 s; rounds last 5 s): round 1 is abandoned
+# without the device, and so may be the next if the device comes back at its very end.
+start_server away --codec sparq:0.1 --rounds 0 --cohort 1 --deadline 5 --retry-after 100 --retry-window 200
+status=$(REDIAL=1 device "$work/device.bin" "$work/away.out" "$away_elf")
+cat "$work/away.out"
+[[ $status -eq 0 ]] || fail "the device that stayed away exited with status $status"
+grep -q "^device: round 1 ended without this device's update (another round opened while away): not counted" \
+  "$work/away.out" || fail "the device did not drop its update of the ended round"
+[[ $(grep -c "^device: ack: round [2-9], accepted" "$work/away.out") -eq 2 ]] ||
+  fail "the server did not accept two updates of later rounds"
+grep -Eq "^device: 2 of 2 rounds completed, 1 reconnects, [12] rounds ended without this device" "$work/away.out" ||
+  fail "not 2 rounds completed after one or two ended without the device"
+kill "$server_pid" 2>/dev/null || true
+wait "$server_pid" 2>/dev/null || true
+grep -q "event=round_abandoned.*round=1 " "$server_log" || fail "the away server did not abandon round 1"
+[[ $(grep -c "event=round_committed" "$server_log") -eq 2 ]] || fail "the away server did not commit two rounds"
+[[ $(grep -c "event=update_accepted" "$server_log") -eq 2 ]] || fail "not exactly 2 updates accepted"
 echo "device_client_test: ok"

@@ -1077,13 +1077,18 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
       result->round_id = task.round_id;
       result->model_version = task.model_version;
       result->codec = task.codec;
-      const bool round_ended =
-          pending_ && (pending_->round_id != offer.round_id || pending_->nonce != offer.round_nonce);
+      const wire::internal::PendingUpload meaning =
+          pending_ ? wire::internal::pending_after_offer(pending_->round_id,
+                                                         {pending_->nonce.data(), pending_->nonce.size()},
+                                                         pending_->commit_sent, offer.round_id,
+                                                         {offer.round_nonce.data(), offer.round_nonce.size()})
+                   : wire::internal::PendingUpload::kSameRound;
+      const bool round_ended = meaning != wire::internal::PendingUpload::kSameRound;
       if (round_ended && a.secure_vector_acked()) {
         a.finish_secure_round();
         return a.finish();
       }
-      if (round_ended && pending_->commit_sent) {
+      if (meaning == wire::internal::PendingUpload::kAskTheLedger) {
         step = a.ask_after_round_ended();
         if (step == Step::kDone) return a.finish();
         if (step == Step::kAgain) continue;

@@ -265,6 +265,14 @@ Status expect_ack(const Ack& ack, uint64_t round_id, Span<const uint8_t> upload_
   return Status::kOk;
 }
 
+PendingUpload pending_after_offer(uint64_t pending_round_id, Span<const uint8_t> pending_nonce,
+                                  bool commit_sent, uint64_t offer_round_id,
+                                  Span<const uint8_t> offer_nonce) {
+  if (pending_round_id == offer_round_id && same_bytes(pending_nonce, offer_nonce))
+    return PendingUpload::kSameRound;
+  return commit_sent ? PendingUpload::kAskTheLedger : PendingUpload::kDiscard;
+}
+
 uint32_t chunk_length(uint32_t wanted, uint32_t offer_max_chunk_bytes) {
   uint32_t length = wanted < offer_max_chunk_bytes ? wanted : offer_max_chunk_bytes;
   if (length > kMaxChunkBytes) length = static_cast<uint32_t>(kMaxChunkBytes);

@@ -158,6 +158,19 @@ uint32_t chunk_length(uint32_t wanted, uint32_t offer_max_chunk_bytes);
 // so that devices told the same thing spread out (uniform: 32 random bits).
 uint64_t retry_pause_ms(const RetryLater& retry, uint32_t uniform);
 
+// What a TaskOffer (the answer to a Hello after a reconnect, or after training) means for an
+// update the client holds and the server has not acknowledged, of round `pending_round_id` with
+// `pending_nonce`:
+//   kSameRound     the round is still open: upload it (UploadStart resumes at the server's offset);
+//   kAskTheLedger  another round is open, but a Commit of the update went out: the server may have
+//                  counted it. An UploadStart for its round is answered from the server's ledger
+//                  (an UploadStatus holding all of it: Commit again, acked Duplicate; Error
+//                  UnknownRound: not counted);
+//   kDiscard       another round is open and no Commit went out: the update is not counted.
+enum class PendingUpload : uint8_t { kSameRound, kAskTheLedger, kDiscard };
+PendingUpload pending_after_offer(uint64_t pending_round_id, Span<const uint8_t> pending_nonce,
+                                  bool commit_sent, uint64_t offer_round_id, Span<const uint8_t> offer_nonce);
+
 // The update was counted: an Ack Accepted, or Duplicate (an earlier session's Commit counted it).
 inline bool counted(const Ack& ack) {
   return ack.disposition == UpdateDisposition::kAccepted || ack.disposition == UpdateDisposition::kDuplicate;
