@@ -1013,8 +1013,9 @@ int try_upload(const Offer& offer, Update& update, const uint8_t* upload_id, boo
   }
   status = send_built(MessageType::kCommit, [&](flatbuffers::FlatBufferBuilder& b) {
     static const char kLossName[] = "train_loss";
-    const flatbuffers::Offset<fbs::Metric> loss = tables::build_metric(
-        b, {{kLossName, sizeof kLossName - 1}, __builtin_isfinite(update.loss) ? update.loss : 0.0});
+    const tables::MetricView loss{{kLossName, sizeof kLossName - 1},
+                                  __builtin_isfinite(update.loss) ? update.loss : 0.0};
+    flatbuffers::Offset<fbs::Metric> loss_offset;
     tables::CommitView commit;
     commit.round_id = round_id;
     commit.round_nonce = {offer.nonce, offer.nonce_length};
@@ -1022,6 +1023,7 @@ int try_upload(const Offer& offer, Update& update, const uint8_t* upload_id, boo
     commit.total_bytes = update.length;
     commit.sample_count = update.samples;
     commit.metrics = {&loss, 1};
+    commit.metric_offsets = {&loss_offset, 1};
     commit.digest = {update.digest, sizeof update.digest};
     return tables::build_commit(b, commit);
   });

@@ -20,6 +20,7 @@
 #include <doctest/doctest.h>
 #include <flatbuffers/flatbuffers.h>
 
+#include "core/crc32c.h"
 #include "edgefl/status.h"
 #include "edgefl/wire.h"
 #include "edgefl_wire_generated.h"
@@ -1731,10 +1732,9 @@ TEST_SUITE("wire.client_tables") {
     const w::Commit commit = samples::commit();
     REQUIRE(!commit.metrics.empty());
     device_frame(MessageType::kCommit, commit, [&](flatbuffers::FlatBufferBuilder& b) {
-      std::vector<flatbuffers::Offset<fbw::Metric>> metrics;
-      for (const w::Metric& m : commit.metrics) {
-        metrics.push_back(w::internal::build_metric(b, {{m.name.data(), m.name.size()}, m.value}));
-      }
+      std::vector<w::internal::MetricView> metrics;
+      for (const w::Metric& m : commit.metrics) metrics.push_back({{m.name.data(), m.name.size()}, m.value});
+      std::vector<flatbuffers::Offset<fbw::Metric>> offsets(metrics.size());
       w::internal::CommitView v;
       v.round_id = commit.round_id;
       v.round_nonce = {commit.round_nonce.data(), commit.round_nonce.size()};
@@ -1742,6 +1742,7 @@ TEST_SUITE("wire.client_tables") {
       v.total_bytes = commit.total_bytes;
       v.sample_count = commit.sample_count;
       v.metrics = {metrics.data(), metrics.size()};
+      v.metric_offsets = {offsets.data(), offsets.size()};
       v.digest = {commit.digest.data(), commit.digest.size()};
       w::internal::finish_envelope(b, MessageType::kCommit, w::internal::build_commit(b, v));
     });
@@ -2139,5 +2140,40 @@ TEST_SUITE("wire.client_protocol") {
     CHECK(w::internal::retry_pause_ms(retry, 1u << 31) == 3000);  // the window's middle
     retry.retry_window_ms = 0;
     CHECK(w::internal::retry_pause_ms(retry, UINT32_MAX) == 1000);
+  }
+}
+
+// The bytes of the client's messages, pinned to what encode() wrote before the device and the
+// hosted clients shared client_tables.cpp: a change to the schema, to the tables' build order or to
+// FlatBuffers' builder that moves a byte of what clients send fails here (a format change must be
+// deliberate). Each frame of the sample messages by its length and CRC32C; the device's path
+// writes the same bytes ("the device's Hello, ... are encode()'s bytes" above).
+TEST_SUITE("wire.client_tables") {
+  TEST_CASE("the frames of the sample client messages are pinned byte for byte") {
+    struct Pin {
+      const char* name;
+      std::vector<uint8_t> frame;
+      size_t size;
+      uint32_t crc;
+    };
+    std::vector<Pin> pins;
+    const auto add = [&](const char* name, const w::Message& m, size_t size, uint32_t crc) {
+      Pin pin{name, {}, size, crc};
+      REQUIRE(w::encode(m, &pin.frame) == Status::kOk);
+      pins.push_back(std::move(pin));
+    };
+    // The values: encode() before client_tables.cpp existed (commit 881f669's parent), built and
+    // run on these samples.
+    add("Hello", w::Message{samples::hello()}, 144, 2476069270u);
+    add("ModelRequest", w::Message{samples::model_request()}, 96, 3579445699u);
+    add("UploadStart", w::Message{samples::upload_start()}, 120, 3397015688u);
+    add("UploadChunk", w::Message{samples::upload_chunk()}, 240, 905404119u);
+    add("Commit", w::Message{samples::commit()}, 320, 2357707463u);
+    for (const Pin& pin : pins) {
+      CAPTURE(pin.name);
+      const uint32_t crc = edgefl::crc32c_update(0, pin.frame.data(), pin.frame.size());
+      CHECK(pin.frame.size() == pin.size);
+      CHECK(crc == pin.crc);
+    }
   }
 }

@@ -71,19 +71,19 @@ Offset<fb::UploadChunk> build_upload_chunk(FlatBufferBuilder& b, const UploadChu
   return t.Finish();
 }
 
-Offset<fb::Metric> build_metric(FlatBufferBuilder& b, const MetricView& m) {
-  const auto name = b.CreateString(m.name.data(), m.name.size());
-  fb::MetricBuilder t(b);
-  t.add_name(name);
-  t.add_value(m.value);
-  return t.Finish();
-}
-
 Offset<fb::Commit> build_commit(FlatBufferBuilder& b, const CommitView& m) {
+  if (m.metric_offsets.size() < m.metrics.size()) return Offset<fb::Commit>();
   const auto nonce = bytes(b, m.round_nonce);
   const auto upload_id = bytes(b, m.upload_id);
+  for (size_t i = 0; i < m.metrics.size(); ++i) {
+    const auto name = b.CreateString(m.metrics[i].name.data(), m.metrics[i].name.size());
+    fb::MetricBuilder t(b);
+    t.add_name(name);
+    t.add_value(m.metrics[i].value);
+    m.metric_offsets[i] = t.Finish();
+  }
   const auto metrics = m.metrics.size() == 0 ? Offset<flatbuffers::Vector<Offset<fb::Metric>>>()
-                                             : b.CreateVector(m.metrics.data(), m.metrics.size());
+                                             : b.CreateVector(m.metric_offsets.data(), m.metrics.size());
   const auto digest = bytes(b, m.digest);
   fb::CommitBuilder t(b);
   t.add_round_id(m.round_id);

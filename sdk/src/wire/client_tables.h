@@ -66,14 +66,18 @@ struct MetricView {
   double value = 0;
 };
 
-// A Commit's metrics are built first, one table each (build_metric), and passed as offsets.
+// A Commit. build_commit() builds the tables in the order encode() always has (nonce, upload id,
+// each metric, the metric vector, digest), so every client sends the same bytes for the same
+// fields; the metric tables' offsets go to the caller's scratch, metric_offsets (at least
+// metrics.size() entries: otherwise nothing is built and the returned offset is null).
 struct CommitView {
   uint64_t round_id = 0;
   Span<const uint8_t> round_nonce;
   Span<const uint8_t> upload_id;
   uint64_t total_bytes = 0;
   uint32_t sample_count = 0;
-  Span<const flatbuffers::Offset<fb::Metric>> metrics;  // none: the field is left out
+  Span<const MetricView> metrics;  // none: the field is left out
+  Span<flatbuffers::Offset<fb::Metric>> metric_offsets;
   Span<const uint8_t> digest;
 };
 
@@ -84,7 +88,6 @@ flatbuffers::Offset<fb::UploadStart> build_upload_start(flatbuffers::FlatBufferB
                                                         const UploadStartView& m);
 flatbuffers::Offset<fb::UploadChunk> build_upload_chunk(flatbuffers::FlatBufferBuilder& b,
                                                         const UploadChunkView& m);
-flatbuffers::Offset<fb::Metric> build_metric(flatbuffers::FlatBufferBuilder& b, const MetricView& m);
 flatbuffers::Offset<fb::Commit> build_commit(flatbuffers::FlatBufferBuilder& b, const CommitView& m);
 
 // Finishes `body` as the Envelope of a `type` message (file identifier "EFW1") in `b`.

@@ -177,11 +177,11 @@ Offset<fb::UploadChunk> build(FlatBufferBuilder& b, const UploadChunk& m) {
 
 Offset<fb::Commit> build(FlatBufferBuilder& b, const Commit& m) {
   // Every metric given (encode_unchecked() writes invalid counts too, for the tests).
-  std::vector<Offset<fb::Metric>> metrics;
+  std::vector<internal::MetricView> metrics;
   metrics.reserve(m.metrics.size());
-  for (const Metric& metric : m.metrics) {
-    metrics.push_back(internal::build_metric(b, {{metric.name.data(), metric.name.size()}, metric.value}));
-  }
+  for (const Metric& metric : m.metrics)
+    metrics.push_back({{metric.name.data(), metric.name.size()}, metric.value});
+  std::vector<Offset<fb::Metric>> offsets(m.metrics.size());
   internal::CommitView v;
   v.round_id = m.round_id;
   v.round_nonce = {m.round_nonce.data(), m.round_nonce.size()};
@@ -189,6 +189,7 @@ Offset<fb::Commit> build(FlatBufferBuilder& b, const Commit& m) {
   v.total_bytes = m.total_bytes;
   v.sample_count = m.sample_count;
   v.metrics = {metrics.data(), metrics.size()};
+  v.metric_offsets = {offsets.data(), offsets.size()};
   v.digest = {m.digest.data(), m.digest.size()};
   return internal::build_commit(b, v);
 }
