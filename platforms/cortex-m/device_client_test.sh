@@ -12,7 +12,12 @@
 #      resumes; each update is counted once;
 #   5. the test build that stays away, before its first upload, past the round's deadline: the
 #      server abandons that round and opens the next; the device, back, drops its update of the
-#      ended round (never committed, so never counted) and completes the next two rounds.
+#      ended round (never committed, so never counted) and completes the next two rounds;
+#   6. the provisioned device through a relay that damages three of the server's TLS records
+#      (flaky_link.py): the Ack of round 1, the ModelChunk of round 2 on the next session, and the
+#      server's Certificate in the handshake after it. Each is a bad MAC on the device: it
+#      reconnects (a damaged handshake is one failed attempt), asks the server's ledger about its
+#      committed update (acked Duplicate), downloads again, and completes both rounds.
 #
 #   device_client_test.sh QEMU_SYSTEM_ARM DEVICE_ELF DROPS_ELF AWAY_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR
 set -euo pipefail
@@ -32,12 +37,15 @@ server_log=$work/no-server.log
 pki=$work/pki
 model=mlp:784-8-10  # 6,370 parameters: the round fits 200 KiB (device_client.cpp's plan)
 
-server_pid=""
+server_pid="" link_pid=""
 cleanup() {
-  if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
+  local pid
+  for pid in $server_pid $link_pid; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
 }
 trap cleanup EXIT
 fail() {
@@ -202,4 +210,35 @@ wait "$server_pid" 2>/dev/null || true
 grep -q "event=round_abandoned.*round=1 " "$server_log" || fail "the away server did not abandon round 1"
 [[ $(grep -c "event=round_committed" "$server_log") -eq 2 ]] || fail "the away server did not commit two rounds"
 [[ $(grep -c "event=update_accepted" "$server_log") -eq 2 ]] || fail "not exactly 2 updates accepted"
+
+# 6. A link that damages the server's records (bad MACs at three places): recovered, counted once.
+start_server flaky --codec sparq:0.1 --rounds 2 --cohort 1 --retry-after 100 --retry-window 200 --drain 500
+python3 "$here/flaky_link.py" --listen-port-file "$work/flaky-link.port" --server "$port" --log "$work/flaky-link.log" \
+  --flip 1:10 --flip 2:12 --flip 3:5 &
+link_pid=$!
+for _ in $(seq 100); do
+  [[ -s "$work/flaky-link.port" ]] && break
+  sleep 0.1
+done
+[[ -s "$work/flaky-link.port" ]] || fail "flaky_link.py did not start"
+server_port=$port
+read -r port <"$work/flaky-link.port"
+status=$(REDIAL=1 device "$work/device.bin" "$work/flaky.out")
+port=$server_port
+cat "$work/flaky.out"
+[[ $status -eq 0 ]] || fail "the device behind a damaging link exited with status $status"
+[[ $(grep -c "FLIPPED" "$work/flaky-link.log") -eq 3 ]] || fail "the relay did not damage three records"
+[[ $(grep -c "^device: FAIL: reading a frame header: mbedTLS error -0x00007180" "$work/flaky.out") -eq 2 ]] ||
+  fail "the device did not see two bad MACs (MBEDTLS_ERR_SSL_INVALID_MAC) mid-session"
+grep -q "^device: FAIL: reconnecting: handshake: mbedTLS error" "$work/flaky.out" ||
+  fail "the damaged handshake did not fail"
+grep -q "^device: ack: round 1, duplicate" "$work/flaky.out" ||
+  fail "the update committed before the damaged Ack was not acked as a duplicate"
+grep -q "^device: 2 of 2 rounds completed, 2 reconnects" "$work/flaky.out" || fail "not 2 rounds with 2 reconnects"
+expect_server_exit
+kill "$link_pid" 2>/dev/null || true
+wait "$link_pid" 2>/dev/null || true
+[[ $(grep -c "event=update_accepted" "$server_log") -eq 2 ]] || fail "not exactly 2 updates accepted"
+[[ $(grep -c "event=update_duplicate" "$server_log") -eq 1 ]] || fail "not exactly 1 duplicate"
+[[ $(grep -c "event=round_committed" "$server_log") -eq 2 ]] || fail "the flaky server did not commit two rounds"
 echo "device_client_test: ok"
