@@ -139,8 +139,10 @@ def elf_groups(size_tool, elf):
 DEVICE_COMPONENTS = [
     ("client: the round, link, credentials (device_client.cpp, board.cpp, credentials.cpp)",
      lambda lib, m: lib == "program" and m in ("device_client.cpp", "board.cpp", "credentials.cpp")),
-    ("protocol shared with the hosted clients (sdk/src/wire: frame.cpp, client_tables.cpp)",
-     lambda lib, m: lib == "program" and m in ("frame.cpp", "client_tables.cpp")),
+    ("protocol shared with the hosted clients (sdk/src/wire: frame.cpp, client_tables.cpp, "
+     "client_protocol.cpp, checks.cpp)",
+     lambda lib, m: lib == "program" and m in ("frame.cpp", "client_tables.cpp", "client_protocol.cpp",
+                                               "checks.cpp")),
     ("TLS 1.3 client: mbedTLS 3.6 (edgefl_mbedtls_device_config.h)", lambda lib, m: lib == "libedgefl_cm_mbedtls.a"),
     ("codecs, error feedback, downlink, round steps (edgefl_core)", lambda lib, m: lib == "libedgefl_core.a"),
     ("trainer (edgefl_train)", lambda lib, m: lib == "libedgefl_train.a"),
