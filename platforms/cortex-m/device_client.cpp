@@ -18,7 +18,9 @@
 // messages read and checked field by field, and the sequence rules (wire/client_protocol.h).
 //
 // Output (semihosting): one line per phase, the memory plan, and a footprint line. Exit status 0
-// when every round was acknowledged as accepted, else a status naming the failed step (kExit*).
+// when kRounds updates were counted (acked Accepted or Duplicate; a round that ends without the
+// device's update, because the server moved on, is followed by the next, up to kMaxRoundsEnded
+// times), else a status naming the failed step (kExit*).
 // device_client_test.sh runs it against a real server.
 #include <stddef.h>
 #include <stdint.h>
@@ -153,7 +155,9 @@ constexpr uint32_t kKeepSessionMaxPauseMs = 5000;  // longer RetryLater pauses e
 constexpr uint32_t kMaxBusyPauseMs = 30000;        // the longest ServerBusy pause during a reconnect
 constexpr uint32_t kReconnectDelayMs = 1500;
 constexpr uint32_t kMaxWaitForTaskMs = 300000;
-constexpr uint64_t kMaxTrainingSteps = 4096;  // per round: a bound on what a server can ask
+constexpr uint64_t kMaxTrainingSteps = 4096;
+constexpr int kMaxRoundsEnded = 8;  // rounds that end without the device, per run, before it stops  // per
+                                    // round: a bound on what a server can ask
 
 // Painted arenas: the highest byte that is no longer paint is the high-water mark.
 constexpr uint8_t kPaint = 0xA5;
@@ -372,7 +376,8 @@ struct Reply {
 };
 
 // Reads the server's message within kExchangeDeadlineMs into g_reply: verified under the SDK's
-// Verifier limits and every field rule of its type (the hosted decode() runs the same code).
+// Verifier limits and the field rules of its type (the hosted decode() runs the same code; of a
+// TaskOffer, the tensor table and secure-aggregation settings are not read here: see accept_offer).
 int receive(Reply* reply) {
   struct Deadline {  // the whole frame within kExchangeDeadlineMs
     Deadline() { g_deadline_ticks = board::ticks() + board::ms_to_ticks(kExchangeDeadlineMs); }
@@ -765,15 +770,13 @@ int plan_round(const Offer& offer, RoundPlan* plan) {
   return kExitOk;
 }
 
-// After a reconnect: the Hello's answer offered another round than `offer`'s, and the update of
-// `offer`'s round, if any, cannot be counted any more (the shared decision of
-// wire/client_protocol.h; commit_sent: a Commit of it went out). A RetryLater says nothing: the
-// device goes on, and the server's answers tell.
-bool moved_on(const Offer& offer, bool commit_sent) {
-  if (!g_offer_seen.valid) return false;
-  return tables::pending_after_offer(
-             offer.round_id, {offer.nonce, offer.nonce_length}, commit_sent, g_offer_seen.round_id,
-             {g_offer_seen.nonce, g_offer_seen.nonce_length}) == tables::PendingUpload::kDiscard;
+// After a reconnect: what the Hello's answer means for the round of `offer` and its update
+// (commit_sent: a Commit of it went out), by the shared decision of wire/client_protocol.h. A
+// RetryLater or an Error says nothing about it: kSameRound, and the server's next answers tell.
+tables::PendingUpload after_reconnect(const Offer& offer, bool commit_sent) {
+  if (!g_offer_seen.valid) return tables::PendingUpload::kSameRound;
+  return tables::pending_after_offer(offer.round_id, {offer.nonce, offer.nonce_length}, commit_sent,
+                                     g_offer_seen.round_id, {g_offer_seen.nonce, g_offer_seen.nonce_length});
 }
 
 // The model of the offer's version in model_floats(), checked against the offer's digests.
@@ -820,7 +823,8 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
     if (status == kExitLink) {  // a new session, then the same request: the download resumes at `got`
       status = reconnect();
       if (status != kExitOk) return status;
-      if (moved_on(offer, false)) return round_ended(offer.round_id, "another round opened while away");
+      if (after_reconnect(offer, false) == tables::PendingUpload::kDiscard)
+        return round_ended(offer.round_id, "another round opened while away");
       continue;
     }
     if (status != kExitOk) return status;
@@ -838,7 +842,8 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
     if (got < offer.model_bytes && test_drop(kDropMidDownload, "mid-download")) {
       status = reconnect();
       if (status != kExitOk) return status;
-      if (moved_on(offer, false)) return round_ended(offer.round_id, "another round opened while away");
+      if (after_reconnect(offer, false) == tables::PendingUpload::kDiscard)
+        return round_ended(offer.round_id, "another round opened while away");
       ++resumed;
     }
   }
@@ -965,8 +970,10 @@ int compute_update(int round, const Offer& offer, const RoundPlan& plan, Update*
 // holds: 0, or where an earlier session stopped, or all of it), the chunks from there, Commit,
 // Ack. kExitLink when the link fails: the caller reconnects and tries again with the same upload
 // id, so nothing is sent twice that the server holds and an update is counted once (a second
-// Commit of a counted update is acked Duplicate).
-int try_upload(const Offer& offer, Update& update, const uint8_t* upload_id, bool* accepted) {
+// Commit of a counted update is acked Duplicate). ask_the_ledger: the round has ended; only an
+// update the server holds in full (counted before) is committed again, for its Duplicate ack.
+int try_upload(const Offer& offer, Update& update, const uint8_t* upload_id, bool ask_the_ledger,
+               bool* accepted) {
   const uint64_t round_id = offer.round_id;
   const tables::UploadStartView start{
       round_id, {offer.nonce, offer.nonce_length}, {upload_id, edgefl::wire::kUploadIdBytes}, update.length};
@@ -979,7 +986,7 @@ int try_upload(const Offer& offer, Update& update, const uint8_t* upload_id, boo
   if (status != kExitOk) return status;
   if (reply.type == MessageType::kError) {
     return reply.error.code == edgefl::wire::ErrorCode::kUnknownRound
-               ? round_ended(round_id, "the server's ledger does not hold the update")
+               ? round_ended(round_id, "the server neither takes nor holds the update")
                : fail(kExitProtocol, "the server refused UploadStart");
   }
   if (reply.type != MessageType::kUploadStatus)
@@ -989,6 +996,9 @@ int try_upload(const Offer& offer, Update& update, const uint8_t* upload_id, boo
                                           {upload_id, edgefl::wire::kUploadIdBytes}, update.length, &detail);
   if (s != Status::kOk) return fail_detail("an upload status that does not match this upload", s, detail);
   const uint64_t held = reply.upload_status.offset;  // <= update.length: the shared rules
+  if (ask_the_ledger && held != update.length) {
+    return round_ended(round_id, "the server's ledger does not hold the update");
+  }
   if (held > 0) {
     (Line() << "device: upload: the server holds " << static_cast<unsigned long>(held) << " of "
             << static_cast<unsigned long>(update.length) << " bytes; resuming from there")
@@ -1011,6 +1021,8 @@ int try_upload(const Offer& offer, Update& update, const uint8_t* upload_id, boo
     offset += length;
     if (offset < update.length && test_drop(kDropMidUpload, "mid-upload")) return kExitLink;
   }
+  // Set before the send: a Commit that fails half-way may still have reached the server.
+  update.commit_sent = true;
   status = send_built(MessageType::kCommit, [&](flatbuffers::FlatBufferBuilder& b) {
     static const char kLossName[] = "train_loss";
     const tables::MetricView loss{{kLossName, sizeof kLossName - 1},
@@ -1028,7 +1040,6 @@ int try_upload(const Offer& offer, Update& update, const uint8_t* upload_id, boo
     return tables::build_commit(b, commit);
   });
   if (status != kExitOk) return status;
-  update.commit_sent = true;
   if (test_drop(kDropBeforeAck, "between Commit and Ack")) return kExitLink;
   status = receive(&reply);
   if (status != kExitOk) return status;
@@ -1070,16 +1081,17 @@ int upload_update(int round, const Offer& offer, Update& update) {
   if (test_drop(kDropAway, "before the upload, and staying away")) {
     wait_ms(kAwayMs);
   } else {
-    status = try_upload(offer, update, upload_id, &accepted);
+    status = try_upload(offer, update, upload_id, false, &accepted);
   }
   while (status == kExitLink) {
     status = reconnect();  // kExitOk, or a final failure
     if (status != kExitOk) break;
     // Another round is open: an update never committed is not counted; one whose Commit went out
     // is asked about (UploadStart for its round: the server answers from its ledger).
-    if (moved_on(offer, update.commit_sent))
+    const tables::PendingUpload meaning = after_reconnect(offer, update.commit_sent);
+    if (meaning == tables::PendingUpload::kDiscard)
       return round_ended(offer.round_id, "another round opened while away");
-    status = try_upload(offer, update, upload_id, &accepted);
+    status = try_upload(offer, update, upload_id, meaning == tables::PendingUpload::kAskTheLedger, &accepted);
   }
   if (status != kExitOk) return status;
   end(phase, round);
@@ -1103,7 +1115,12 @@ int run_round(int round) {
   if (status == kExitOk) status = obtain_model(round, offer, plan);
   Update update;
   if (status == kExitOk) status = compute_update(round, offer, plan, &update);
-  if (status == kExitOk) status = upload_update(round, offer, update);
+  if (status == kExitOk) {
+    status = upload_update(round, offer, update);
+    // The residual assumed the encoded update would reach the model (residual := x - C(x)); it
+    // did not, so what it holds no longer means anything: it starts again from zero.
+    if (status == kExitRoundEnded && g_state.feedback_ready) g_state.feedback.reset();
+  }
   return status;
 }
 
@@ -1204,8 +1221,9 @@ int main() {
       status = run_round(round);
     }
     if (status == kExitRoundEnded) {  // the server moved on: the same round number again, with it
-      status =
-          ++ended <= kRounds ? kExitOk : fail(kExitNotAccepted, "too many rounds ended without this device");
+      status = ++ended <= kMaxRoundsEnded
+                   ? kExitOk
+                   : fail(kExitNotAccepted, "too many rounds ended without this device");
       continue;
     }
     if (status == kExitOk) {

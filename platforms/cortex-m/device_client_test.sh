@@ -16,7 +16,7 @@
 #   6. the provisioned device through a relay that damages three of the server's TLS records
 #      (flaky_link.py): the Ack of round 1, the ModelChunk of round 2 on the next session, and the
 #      server's Certificate in the handshake after it. Each is a bad MAC on the device: it
-#      reconnects (a damaged handshake is one failed attempt), asks the server's ledger about its
+#      reconnects (a damaged handshake costs one or two failed attempts), asks the server's ledger about its
 #      committed update (acked Duplicate), downloads again, and completes both rounds.
 #
 #   device_client_test.sh QEMU_SYSTEM_ARM DEVICE_ELF DROPS_ELF AWAY_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR
@@ -199,7 +199,7 @@ start_server away --codec sparq:0.1 --rounds 0 --cohort 1 --deadline 5 --retry-a
 status=$(REDIAL=1 device "$work/device.bin" "$work/away.out" "$away_elf")
 cat "$work/away.out"
 [[ $status -eq 0 ]] || fail "the device that stayed away exited with status $status"
-grep -q "^device: round 1 ended without this device's update (another round opened while away): not counted" \
+grep -Eq "^device: round [0-9]+ ended without this device's update \(another round opened while away\): not counted" \
   "$work/away.out" || fail "the device did not drop its update of the ended round"
 [[ $(grep -c "^device: ack: round [2-9], accepted" "$work/away.out") -eq 2 ]] ||
   fail "the server did not accept two updates of later rounds"
@@ -207,7 +207,10 @@ grep -Eq "^device: 2 of 2 rounds completed, 1 reconnects, [12] rounds ended with
   fail "not 2 rounds completed after one or two ended without the device"
 kill "$server_pid" 2>/dev/null || true
 wait "$server_pid" 2>/dev/null || true
-grep -q "event=round_abandoned.*round=1 " "$server_log" || fail "the away server did not abandon round 1"
+abandoned=$(sed -nE "s/^device: round ([0-9]+) ended without this device's update \(another round opened while away\).*/\1/p" \
+  "$work/away.out" | head -n 1)
+grep -q "event=round_abandoned round=$abandoned " "$server_log" ||
+  fail "the server did not abandon round $abandoned, whose update the device dropped"
 [[ $(grep -c "event=round_committed" "$server_log") -eq 2 ]] || fail "the away server did not commit two rounds"
 [[ $(grep -c "event=update_accepted" "$server_log") -eq 2 ]] || fail "not exactly 2 updates accepted"
 
@@ -230,8 +233,22 @@ cat "$work/flaky.out"
 [[ $(grep -c "FLIPPED" "$work/flaky-link.log") -eq 3 ]] || fail "the relay did not damage three records"
 [[ $(grep -c "^device: FAIL: reading a frame header: mbedTLS error -0x00007180" "$work/flaky.out") -eq 2 ]] ||
   fail "the device did not see two bad MACs (MBEDTLS_ERR_SSL_INVALID_MAC) mid-session"
-grep -q "^device: FAIL: reconnecting: handshake: mbedTLS error" "$work/flaky.out" ||
-  fail "the damaged handshake did not fail"
+# The damaged handshake fails, and so may the next attempt: the device sends no alert (this
+# mbedTLS build has no MBEDTLS_SSL_ALL_ALERT_MESSAGES), so the server keeps the broken session
+# until its handshake timeout and the next ClientHello can land in it. Two attempts at most.
+failed_handshakes=$(grep -c "^device: FAIL: reconnecting: handshake: mbedTLS error" "$work/flaky.out" || true)
+[[ $failed_handshakes -ge 1 && $failed_handshakes -le 2 ]] ||
+  fail "the damaged handshake cost $failed_handshakes failed attempts, expected 1 or 2"
+# Each damage hit what it was meant to: the Ack of round 1, then a ModelChunk of round 2 (after
+# round 2's offer, before its model).
+awk '/^device: ack: round 1, accepted/ { accepted1 = 1 }
+     /^device: FAIL: reading a frame header: mbedTLS error -0x00007180/ { n++; if (n == 1) { ok1 = seen_update1 }
+                                                                         if (n == 2) { ok2 = seen_offer2 && !seen_model2 } }
+     /^device: round 1 update:/ { seen_update1 = 1 }
+     /^device: round 2 offer:/ { seen_offer2 = 1 }
+     /^device: round 2 model v2/ { seen_model2 = 1 }
+     END { exit !(ok1 && ok2 && !accepted1) }' "$work/flaky.out" ||
+  fail "the bad MACs did not fall on the Ack of round 1 and on the download of round 2"
 grep -q "^device: ack: round 1, duplicate" "$work/flaky.out" ||
   fail "the update committed before the damaged Ack was not acked as a duplicate"
 grep -q "^device: 2 of 2 rounds completed, 2 reconnects" "$work/flaky.out" || fail "not 2 rounds with 2 reconnects"

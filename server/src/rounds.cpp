@@ -1560,6 +1560,18 @@ Reply RoundManager::upload_start(const std::string& device, const wire::UploadSt
     return error_reply(wire::ErrorCode::kNonceMismatch,
                        "the round nonce does not match round " + std::to_string(round.record.round_id));
   }
+  // The ledger first: an update accepted before is reported complete (its Commit is then acked
+  // Duplicate) whatever state the round is in now, closing included.
+  std::optional<UpdateRecord> existing;
+  std::string error;
+  if (storage_->find_update(round.record.round_id, device, &existing, &error) != Status::kOk) {
+    fatal("find_update", error);
+    return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+  }
+  if (existing) {  // accepted before: nothing to upload
+    wire::UploadStatus status{round.record.round_id, start.upload_id, start.total_bytes, start.total_bytes};
+    return Reply{wire::Message{status}, false};
+  }
   if (round.closing) {
     return error_reply(wire::ErrorCode::kUnknownRound,
                        "round " + std::to_string(round.record.round_id) + " is closing");
@@ -1583,16 +1595,6 @@ Reply RoundManager::upload_start(const std::string& device, const wire::UploadSt
     return error_reply(wire::ErrorCode::kTooLarge, "update of " + std::to_string(start.total_bytes) +
                                                        " bytes exceeds the limit of " +
                                                        std::to_string(max_upload_bytes_));
-  }
-  std::optional<UpdateRecord> existing;
-  std::string error;
-  if (storage_->find_update(round.record.round_id, device, &existing, &error) != Status::kOk) {
-    fatal("find_update", error);
-    return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
-  }
-  if (existing) {  // accepted before: nothing to upload
-    wire::UploadStatus status{round.record.round_id, start.upload_id, start.total_bytes, start.total_bytes};
-    return Reply{wire::Message{status}, false};
   }
   Upload& upload = round.uploads[device];
   if (upload.upload_id != start.upload_id || upload.total != start.total_bytes) {

@@ -2003,7 +2003,25 @@ TEST_SUITE("wire.client_protocol") {
     ack.reason = w::RejectReason::kNonFinite;  // a reason without a rejection
     check_both_refuse(ack, V::kInconsistent, "Ack.reason");
 
+    chunk = samples::model_chunk();
+    chunk.round_id = 0;
+    check_both_refuse(chunk, V::kOutOfRange, "ModelChunk.round_id");
+    chunk = samples::model_chunk();
+    chunk.total_bytes = 0;
+    check_both_refuse(chunk, V::kOutOfRange, "ModelChunk.total_bytes");
+    retry = samples::retry_later();
+    retry.reason = static_cast<w::RetryReason>(9);
+    check_both_refuse(retry, V::kOutOfRange, "RetryLater.reason");
+    ack = samples::ack();
+    ack.disposition = static_cast<w::UpdateDisposition>(0);
+    check_both_refuse(ack, V::kOutOfRange, "Ack.disposition");
+    ack.disposition = static_cast<w::UpdateDisposition>(6);
+    check_both_refuse(ack, V::kOutOfRange, "Ack.disposition");
+
     w::Error error = samples::error();
+    error.code = static_cast<w::ErrorCode>(0);
+    check_both_refuse(error, V::kOutOfRange, "Error.code");
+    error = samples::error();
     error.message = "forged\x1b[2Jline";
     check_both_refuse(error, V::kBadText, "Error.message");
     error.message = "\xC0\xAF";  // overlong UTF-8
@@ -2120,6 +2138,27 @@ TEST_SUITE("wire.client_protocol") {
     CHECK(w::internal::counted(ack));
     ack.disposition = w::UpdateDisposition::kRejected;
     CHECK_FALSE(w::internal::counted(ack));
+  }
+
+  TEST_CASE("an unacknowledged update and a new offer: same round, ask the ledger, or drop it") {
+    using P = w::internal::PendingUpload;
+    const std::vector<uint8_t> nonce = samples::pattern(32, 0x11);
+    std::vector<uint8_t> other = nonce;
+    other[31] ^= 1;
+    const std::vector<uint8_t> shorter(nonce.begin(), nonce.begin() + 16);
+    const auto meaning = [&](uint64_t round, const std::vector<uint8_t>& offered, bool commit_sent) {
+      return w::internal::pending_after_offer(42, {nonce.data(), nonce.size()}, commit_sent, round,
+                                              {offered.data(), offered.size()});
+    };
+    CHECK(meaning(42, nonce, false) == P::kSameRound);
+    CHECK(meaning(42, nonce, true) == P::kSameRound);
+    CHECK(meaning(43, nonce, false) == P::kDiscard);
+    CHECK(meaning(43, nonce, true) == P::kAskTheLedger);
+    // The same round id with another nonce is another round (a server that restarted its ids).
+    CHECK(meaning(42, other, false) == P::kDiscard);
+    CHECK(meaning(42, other, true) == P::kAskTheLedger);
+    CHECK(meaning(42, shorter, false) == P::kDiscard);
+    CHECK(meaning(41, nonce, true) == P::kAskTheLedger);
   }
 
   TEST_CASE("chunk lengths stay within the offer and the protocol; RetryLater pauses within the window") {

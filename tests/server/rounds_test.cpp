@@ -579,7 +579,11 @@ TEST_SUITE("server.rounds.close") {
         });
         const std::vector<float> v1 = s.model();
         const std::vector<Update> ups = {honest("a", 1, 10), honest("b", 2, 20), honest("c", 3, 30)};
-        run_round(s, ups);
+        std::vector<wire::TaskOffer> offers;
+        for (const Update& u : ups) {
+          offers.push_back(s.offer(u.device));
+          CHECK(disposition(s.upload(offers.back(), u)) == wire::UpdateDisposition::kAccepted);
+        }
         CHECK(s.rounds->model_version() == 1);  // the close failed: nothing changed
         CHECK(s.model() == v1);
         // While closing: check-ins are told to come back, late commits are stragglers.
@@ -587,6 +591,11 @@ TEST_SUITE("server.rounds.close") {
         const Reply busy = s.rounds->hello("e", hello, s.now);
         REQUIRE(std::holds_alternative<wire::RetryLater>(busy.message));
         CHECK(std::get<wire::RetryLater>(busy.message).reason == wire::RetryReason::kServerBusy);
+        // A device whose ack was lost asks again while the round closes: the ledger answers (all
+        // of it held, the Commit acked Duplicate), not "closing" (which would tell it "not counted").
+        const wire::Message again = s.upload(offers[0], ups[0]);
+        REQUIRE(std::holds_alternative<wire::Ack>(again));
+        CHECK(std::get<wire::Ack>(again).disposition == wire::UpdateDisposition::kDuplicate);
         for (int i = 0; i < 200 && s.rounds->model_version() == 1; ++i) {
           s.now += 1000;
           s.rounds->tick(s.now);

@@ -249,6 +249,9 @@ class Client {
   Status connect_with_backoff(RoundResult* result, std::string* error);
   Status back_off(uint32_t attempt, RoundResult* result);
   void note(LogLevel level, const std::string& message) const;
+  // An encoded update will never reach the model (discarded, straggler, late, rejected): the
+  // error-feedback residual, which assumed it would (residual := x - C(x)), starts again from 0.
+  void forget_residual();
   Status sleep_ms(uint64_t ms);
 
   ClientOptions options_;

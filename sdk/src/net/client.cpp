@@ -149,6 +149,10 @@ void Client::cancel() {
   wait_cv_.notify_all();
 }
 
+void Client::forget_residual() {
+  if (feedback_.size() != 0) feedback_.reset();
+}
+
 void Client::note(LogLevel level, const std::string& message) const {
   if (options_.log) options_.log(level, message);
 }
@@ -807,6 +811,7 @@ Client::Attempt::Step Client::Attempt::commit_update() {
     p.secure->stage = Pending::Secure::Stage::kUnmask;
     return Step::kNext;
   }
+  if (!counted) c.forget_residual();
   c.pending_.reset();
   return done(Status::kOk);
 }
@@ -831,10 +836,7 @@ Client::Attempt::Step Client::Attempt::ask_after_round_ended() {
     return fail(mismatch("the server's answer about an ended round's upload does not match it", detail),
                 Status::kProtocolError);
   }
-  if (status_message->offset != p.bytes.size()) {
-    return fail("the server's answer about an ended round's upload does not hold all of it",
-                Status::kProtocolError);
-  }
+  if (status_message->offset != p.bytes.size()) return Step::kNext;  // not in the ledger: not counted
   report_pending(p);
   return commit_update();
 }
@@ -1103,6 +1105,7 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
              "round " + std::to_string(pending_->round_id) + " ended before its update was uploaded" +
                  (late ? " (past its deadline)" : " (closed while this device trained)") +
                  ": the update is discarded; round " + std::to_string(offer.round_id) + " is open");
+        forget_residual();
         pending_.reset();
         a.done(Status::kOk);
         return a.finish();

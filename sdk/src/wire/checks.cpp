@@ -1,5 +1,6 @@
-// The field rules of the wire protocol (wire/checks.h). Freestanding: no allocation, no exceptions,
-// no C++ library beyond the language; the device client links this file as the hosted clients do.
+// The field rules of the wire protocol (wire/checks.h). Freestanding: no allocation, no exceptions
+// (edgefl/wire.h's structs are declared but never built here); the device client links this file
+// as the hosted clients do.
 #include "wire/checks.h"
 
 #include <math.h>

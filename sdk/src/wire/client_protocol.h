@@ -141,7 +141,8 @@ Status read_error(const fb::Error& t, ErrorView* out, DecodeDetail* detail);
 // match (Violation::kInconsistent): a valid message that is not the answer to what was asked.
 
 // A ModelChunk continues the download the client asked for: the round, version and offset of
-// `asked`, the offer's total `model_bytes` (data within it: check_model_chunk holds).
+// `asked`, no more data than asked.max_length, and the offer's total `model_bytes` (data within
+// it: check_model_chunk holds).
 Status expect_model_chunk(const ModelChunkView& chunk, const ModelRequest& asked, uint64_t model_bytes,
                           DecodeDetail* detail);
 // An UploadStatus is about this upload: its round, id and total; the offset within the total.

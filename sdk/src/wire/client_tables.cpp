@@ -72,7 +72,10 @@ Offset<fb::UploadChunk> build_upload_chunk(FlatBufferBuilder& b, const UploadChu
 }
 
 Offset<fb::Commit> build_commit(FlatBufferBuilder& b, const CommitView& m) {
-  if (m.metric_offsets.size() < m.metrics.size()) return Offset<fb::Commit>();
+  if (m.metric_offsets.size() < m.metrics.size()) {  // a caller's error: no scratch for the metrics
+    FLATBUFFERS_ASSERT(false);
+    return Offset<fb::Commit>();
+  }
   const auto nonce = bytes(b, m.round_nonce);
   const auto upload_id = bytes(b, m.upload_id);
   for (size_t i = 0; i < m.metrics.size(); ++i) {
