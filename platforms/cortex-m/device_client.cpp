@@ -155,9 +155,8 @@ constexpr uint32_t kKeepSessionMaxPauseMs = 5000;  // longer RetryLater pauses e
 constexpr uint32_t kMaxBusyPauseMs = 30000;        // the longest ServerBusy pause during a reconnect
 constexpr uint32_t kReconnectDelayMs = 1500;
 constexpr uint32_t kMaxWaitForTaskMs = 300000;
-constexpr uint64_t kMaxTrainingSteps = 4096;
-constexpr int kMaxRoundsEnded = 8;  // rounds that end without the device, per run, before it stops  // per
-                                    // round: a bound on what a server can ask
+constexpr uint64_t kMaxTrainingSteps = 4096;  // per round: a bound on what a server can ask
+constexpr int kMaxRoundsEnded = 8;            // rounds that end without the device, per run, before it stops
 
 // Painted arenas: the highest byte that is no longer paint is the high-water mark.
 constexpr uint8_t kPaint = 0xA5;
@@ -779,6 +778,16 @@ tables::PendingUpload after_reconnect(const Offer& offer, bool commit_sent) {
                                      g_offer_seen.round_id, {g_offer_seen.nonce, g_offer_seen.nonce_length});
 }
 
+// A new session in the middle of a download; kExitRoundEnded when the server offers another round
+// meanwhile (nothing of this round's can count any more).
+int reconnect_during_download(const Offer& offer) {
+  const int status = reconnect();
+  if (status != kExitOk) return status;
+  return after_reconnect(offer, false) == tables::PendingUpload::kDiscard
+             ? round_ended(offer.round_id, "another round opened while away")
+             : kExitOk;
+}
+
 // The model of the offer's version in model_floats(), checked against the offer's digests.
 int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
   const size_t n = offer.n;
@@ -821,10 +830,8 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
     Reply reply;
     if (status == kExitOk) status = receive(&reply);
     if (status == kExitLink) {  // a new session, then the same request: the download resumes at `got`
-      status = reconnect();
+      status = reconnect_during_download(offer);
       if (status != kExitOk) return status;
-      if (after_reconnect(offer, false) == tables::PendingUpload::kDiscard)
-        return round_ended(offer.round_id, "another round opened while away");
       continue;
     }
     if (status != kExitOk) return status;
@@ -840,10 +847,8 @@ int obtain_model(int round, const Offer& offer, const RoundPlan& plan) {
     memcpy(stream + got, reply.chunk.data.data(), reply.chunk.data.size());
     got += reply.chunk.data.size();
     if (got < offer.model_bytes && test_drop(kDropMidDownload, "mid-download")) {
-      status = reconnect();
+      status = reconnect_during_download(offer);
       if (status != kExitOk) return status;
-      if (after_reconnect(offer, false) == tables::PendingUpload::kDiscard)
-        return round_ended(offer.round_id, "another round opened while away");
       ++resumed;
     }
   }

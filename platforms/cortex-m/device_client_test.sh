@@ -54,6 +54,15 @@ fail() {
   tail -n 30 "$server_log" >&2 || true
   exit 1
 }
+# await_port_file FILE PID WHAT: FILE written by process PID within 20 s, or fail.
+await_port_file() {
+  for _ in $(seq 200); do
+    [[ -s "$1" ]] && return 0
+    kill -0 "$2" 2>/dev/null || fail "$3 exited before listening"
+    sleep 0.1
+  done
+  fail "no port file from $3 after 20 s"
+}
 # start_server NAME ARGS...: edgefl-server for the development PKI on a free loopback port, state
 # in $work/NAME, log in $work/NAME.log; sets server_pid, server_log and port.
 start_server() {
@@ -63,12 +72,7 @@ start_server() {
   "$server" --state-dir "$work/$name" --ca "$pki/ca.crt" --cert "$pki/server.crt" --key "$pki/server.key" \
     --listen 127.0.0.1:0 --port-file "$work/$name.ports" --model "$model" "$@" >"$server_log" 2>&1 &
   server_pid=$!
-  for _ in $(seq 200); do
-    [[ -s "$work/$name.ports" ]] && break
-    kill -0 "$server_pid" 2>/dev/null || fail "edgefl-server ($name) exited before listening"
-    sleep 0.1
-  done
-  [[ -s "$work/$name.ports" ]] || fail "no port file after 20 s ($name)"
+  await_port_file "$work/$name.ports" "$server_pid" "edgefl-server ($name)"
   read -r port _ <"$work/$name.ports"
 }
 # The server, after its last round, drains and exits by itself: within 20 s, with status 0.
@@ -219,11 +223,7 @@ start_server flaky --codec sparq:0.1 --rounds 2 --cohort 1 --retry-after 100 --r
 python3 "$here/flaky_link.py" --listen-port-file "$work/flaky-link.port" --server "$port" --log "$work/flaky-link.log" \
   --flip 1:10 --flip 2:12 --flip 3:5 &
 link_pid=$!
-for _ in $(seq 100); do
-  [[ -s "$work/flaky-link.port" ]] && break
-  sleep 0.1
-done
-[[ -s "$work/flaky-link.port" ]] || fail "flaky_link.py did not start"
+await_port_file "$work/flaky-link.port" "$link_pid" "flaky_link.py"
 server_port=$port
 read -r port <"$work/flaky-link.port"
 status=$(REDIAL=1 device "$work/device.bin" "$work/flaky.out")

@@ -85,6 +85,10 @@ bool all_zero(const std::array<uint8_t, N>& a) {
   return all_zero(bytes_of(a));
 }
 
+// The rules of a TaskOffer's tensor table and secure-aggregation settings: check_message() of a
+// TaskOffer without the fields the shared reader checks (check_offer, wire/client_protocol.h).
+Status check_offer_tables(const TaskOffer& m, DecodeDetail* detail);
+
 // The rules of each message (validate() without the variant). *detail is written on failure only.
 Status check_message(const Hello& m, DecodeDetail* detail);
 Status check_message(const TaskOffer& m, DecodeDetail* detail);

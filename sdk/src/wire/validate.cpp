@@ -145,11 +145,15 @@ Status check_tensors(const std::vector<TensorDesc>& tensors, uint32_t parameter_
   return Status::kOk;
 }
 
-Status check_message(const TaskOffer& m, DecodeDetail* detail) {
-  EDGEFL_RETURN_IF_ERROR(check_offer(view_of(m), detail));
+Status check_offer_tables(const TaskOffer& m, DecodeDetail* detail) {
   EDGEFL_RETURN_IF_ERROR(check_tensors(m.tensors, m.parameter_count, detail));
   if (!m.secure_aggregation) return Status::kOk;
   return check_secagg_config(*m.secure_aggregation, m.parameter_count, detail);
+}
+
+Status check_message(const TaskOffer& m, DecodeDetail* detail) {
+  EDGEFL_RETURN_IF_ERROR(check_offer(view_of(m), detail));
+  return check_offer_tables(m, detail);
 }
 
 Status check_message(const RetryLater& m, DecodeDetail* detail) {
