@@ -2030,10 +2030,15 @@ Reply RoundManager::secagg_shares(const std::string& device, const wire::SecAggS
 Reply RoundManager::secagg_poll(const std::string& device, const wire::SecAggPoll& m, int64_t now_ms) {
   if (std::optional<Reply> refused = secagg_check(m.round_id, m.round_nonce)) return std::move(*refused);
   secure_tick(now_ms);  // a phase whose deadline passed ends before the answer
-  if (!secure_ || !open_ || open_->closing) {
-    // The round ended with this tick: the device has nothing more to do in it.
-    wire::SecAggStatus done{m.round_id, wire::SecAggPhase::kDone, 0};
-    return Reply{wire::Message{done}, false};
+  if (!secure_ || !open_ || open_->closing || open_->record.round_id != m.round_id) {
+    // The round ended with this tick (the next one may be open already, without this device):
+    // a device waiting to unmask has nothing more to do in it; one waiting for keys or shares
+    // hears that the round is gone, as it would from its next poll.
+    if (m.phase == wire::SecAggPhase::kUnmask) {
+      wire::SecAggStatus done{m.round_id, wire::SecAggPhase::kDone, 0};
+      return Reply{wire::Message{done}, false};
+    }
+    return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(m.round_id) + " ended");
   }
   return Reply{secure_->poll(device, m, now_ms), false};
 }

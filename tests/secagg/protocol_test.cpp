@@ -295,6 +295,15 @@ TEST_SUITE("secagg.protocol") {
     CHECK(late.status == Status::kTooFewSurvivors);
     const Outcome early = run_round(p, inputs, drop_fraction(10, Phase::kAdvertise, 0.9, 2));
     CHECK(early.status == Status::kTooFewSurvivors);
+    // Most leave after sharing: the survivors' seeds (and the leavers' mask keys) have their shares
+    // with fewer than t survivors. The masked phase's end says so, before any device is asked to
+    // unmask (an honest one would refuse: run_round requires every answer).
+    for (const double fraction : {0.6, 0.8}) {
+      CAPTURE(fraction);
+      const Outcome masked = run_round(p, inputs, drop_fraction(10, Phase::kMask, fraction, 3));
+      CHECK(masked.status == Status::kTooFewSurvivors);
+      CHECK(masked.sum.empty());  // ended by end_masked(), not by finish()
+    }
   }
 
   TEST_CASE("what the server receives is uniform: masked zeros, byte and value histograms") {

@@ -915,20 +915,25 @@ Client::Attempt::Step Client::Attempt::secure_exchange(const wire::Message& out,
   Status s = exchange(out);
   for (;;) {
     if (s != Status::kOk) return connection_lost(s);
-    if (const auto* e = std::get_if<wire::Error>(&reply);
-        e != nullptr && !is_transient_refusal(e->code) && e->code != wire::ErrorCode::kUnauthorized) {
+    const auto* e = std::get_if<wire::Error>(&reply);
+    const auto* status_message = std::get_if<wire::SecAggStatus>(&reply);
+    // Waiting for keys or shares, "done" means the round ended before this device's next step.
+    const bool ended = status_message != nullptr && status_message->phase == wire::SecAggPhase::kDone &&
+                       phase != wire::SecAggPhase::kUnmask;
+    if (ended ||
+        (e != nullptr && !is_transient_refusal(e->code) && e->code != wire::ErrorCode::kUnauthorized)) {
       // The server refused this device's step (a message out of its phase, a second and different
-      // one): it drops out of this round, which goes on without it.
-      c.note(LogLevel::kWarn, "secure aggregation round " + std::to_string(p.round_id) +
-                                  ": the server refused a step ('" + e->message +
-                                  "'): this device drops out");
+      // one), or the round ended: it drops out of this round, which goes on without it.
+      c.note(LogLevel::kWarn, "secure aggregation round " + std::to_string(p.round_id) + ": " +
+                                  (ended ? std::string("the round ended")
+                                         : "the server refused a step ('" + e->message + "')") +
+                                  ": this device drops out");
       c.secure_round_over_ = p.round_id;
       if (p.secure->stage < Pending::Secure::Stage::kUnmask) result->outcome = RoundOutcome::kStraggler;
       c.pending_.reset();
       c.connection_->close();
       return done(Status::kOk);
     }
-    const auto* status_message = std::get_if<wire::SecAggStatus>(&reply);
     if (status_message == nullptr || status_message->phase == wire::SecAggPhase::kDone) return Step::kNext;
     if (Clock::now() >= p.deadline) {
       return fail("secure aggregation round " + std::to_string(p.round_id) +

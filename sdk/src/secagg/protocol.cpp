@@ -493,6 +493,19 @@ Status SecAggServer::end_masked() {
     phase_ = Phase::kDone;
     return Status::kTooFewSurvivors;
   }
+  // A device's secret is in the sum when it masked (its seed) or when it shared and a neighbour
+  // masked (its mask key, in that neighbour's pairwise masks); its shares sit with its
+  // neighbours, and only the survivors among them will be asked for one.
+  for (uint32_t u = 0; u < params_.graph.clients; ++u) {
+    if (!has(u, kShared)) continue;
+    uint32_t holders = 0;
+    for (uint32_t v : graph_.neighbours(u)) holders += has(v, kMasked) ? 1 : 0;
+    if (holders == 0 && !has(u, kMasked)) continue;  // dropped, and none of its masks is in the sum
+    if (holders < params_.graph.threshold) {
+      phase_ = Phase::kDone;
+      return Status::kTooFewSurvivors;
+    }
+  }
   phase_ = Phase::kUnmask;
   return Status::kOk;
 }

@@ -189,6 +189,10 @@ class SecAggServer {
   // device). Fails: kProtocolError (phase, a device that did not share or already sent),
   // kDimensionMismatch, kInvalidMessage (a word >= 2^m).
   [[nodiscard]] Status add_masked(uint32_t device, Span<const uint32_t> words);
+  // Ends R2. kTooFewSurvivors (the round is over) when no vector came, or when some secret in
+  // the sum could not be recovered: a survivor's self-mask seed, or the mask key of a device
+  // that shared but dropped, has its shares with fewer than t survivors (the only devices asked
+  // to reveal, and an honest survivor with fewer than t surviving neighbours answers nothing).
   [[nodiscard]] Status end_masked();
   UnmaskRequest unmask_request_for(uint32_t device) const;
 
