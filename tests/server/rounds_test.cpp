@@ -23,6 +23,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -32,9 +33,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "edgefl/codec.h"
 #include "edgefl/model.h"
 #include "log.h"
@@ -1927,6 +1931,11 @@ struct SecureDevice {
   std::vector<float> update;
   std::vector<uint8_t> encoding;  // `update` encoded with the round's codec
   std::vector<int32_t> codes;     // its integer codes as masked
+  // When set, share() and mask() return nothing where the protocol itself refuses the step (too
+  // few neighbours' keys or shares: kTooFewSurvivors), and the device drops out, as edgefl::Client
+  // does; otherwise that is a test failure.
+  bool may_drop = false;
+  Status dropped_with = Status::kOk;
 
   void start(const wire::TaskOffer& o) {
     offer = o;
@@ -1953,7 +1962,12 @@ struct SecureDevice {
     const std::vector<secagg::AdvertisedKeys> neighbours = secagg::from_wire_all(k.keys);
     std::vector<secagg::SealedShares> sealed;
     secagg::Key32 commitment;
-    REQUIRE(client.share({neighbours.data(), neighbours.size()}, &sealed, &commitment) == Status::kOk);
+    const Status st = client.share({neighbours.data(), neighbours.size()}, &sealed, &commitment);
+    if (may_drop && st == Status::kTooFewSurvivors) {
+      dropped_with = st;
+      return {};
+    }
+    REQUIRE(st == Status::kOk);
     wire::SecAggShares m;
     m.round_id = offer.round_id;
     m.round_nonce = offer.round_nonce;
@@ -1980,8 +1994,13 @@ struct SecureDevice {
     std::vector<uint32_t> words(c.words), masked(c.words);
     for (size_t i = 0; i < codes.size(); ++i) words[i] = secagg::to_word(codes[i], c.modulus_bits);
     const std::vector<secagg::SealedShares> received = secagg::from_wire_all(inbox.shares);
-    REQUIRE(client.mask({received.data(), received.size()}, {words.data(), words.size()},
-                        {masked.data(), masked.size()}) == Status::kOk);
+    const Status st = client.mask({received.data(), received.size()}, {words.data(), words.size()},
+                                  {masked.data(), masked.size()});
+    if (may_drop && st == Status::kTooFewSurvivors) {
+      dropped_with = st;
+      return {};
+    }
+    REQUIRE(st == Status::kOk);
     std::vector<uint8_t> packed(secagg::packed_words_bytes(c.words, c.modulus_bits));
     REQUIRE(secagg::pack_words({masked.data(), masked.size()}, c.modulus_bits,
                                {packed.data(), packed.size()}) == Status::kOk);
@@ -2008,12 +2027,467 @@ T expect(const wire::Message& m) {
   return *got;
 }
 
+// The largest distance between `after` and `before` moved by the mean of the contributors'
+// updates as the server computes it: their summed integer codes, decoded, over their count.
+double off_secure_mean(const std::vector<float>& before, const std::vector<const SecureDevice*>& contributors,
+                       const std::vector<float>& after) {
+  REQUIRE(!contributors.empty());
+  const size_t n = before.size();
+  std::vector<int32_t> sum(contributors[0]->codes.size(), 0);
+  for (const SecureDevice* d : contributors) {
+    for (size_t j = 0; j < sum.size(); ++j) sum[j] += d->codes[j];
+  }
+  EncodedInfo like;
+  const std::vector<uint8_t>& first = contributors[0]->encoding;
+  REQUIRE(read_header({first.data(), first.size()}, &like) == Status::kOk);
+  std::vector<uint8_t> summed(kEncodedHeaderBytes + 4 * sum.size());
+  size_t size = 0;
+  REQUIRE(write_integer_codes(like, {sum.data(), sum.size()}, uint32_t(contributors.size()),
+                              {summed.data(), summed.size()}, &size) == Status::kOk);
+  std::vector<float> mean(n);
+  std::vector<uint8_t> workspace(decode_workspace_size(like));
+  REQUIRE(decode({summed.data(), size}, {mean.data(), n}, {workspace.data(), workspace.size()}) ==
+          Status::kOk);
+  const float scale = 1.0f / float(contributors.size());
+  double worst = 0;
+  for (size_t j = 0; j < n; ++j)
+    worst = std::max(worst, std::fabs(double(after[j]) - (double(before[j]) + double(mean[j] * scale))));
+  return worst;
+}
+
 void expect_error(const wire::Message& m, wire::ErrorCode code, const std::string& text) {
   const wire::Error* e = std::get_if<wire::Error>(&m);
   REQUIRE_MESSAGE(e != nullptr, "got " << wire::message_type_name(wire::message_type(m)));
   CHECK(e->code == code);
   CHECK_MESSAGE(e->message.find(text) != std::string::npos, e->message);
 }
+
+// One secure round walked at random from `seed` (the random-walk test in server.rounds.secure).
+// Honest devices take their next step in a random order; between steps come drop-outs, hostile
+// messages (an intruder, a wrong nonce, forged indices, replayed keys, misaddressed shares, wrong
+// answers, short masked vectors, second different messages), failing appends to the round's log
+// and ledger rows, restarts (some whose first replay fails), and time passing. The model of each
+// device is what the server's replies told it, as a device knows it.
+struct SecureWalk {
+  struct Walker {
+    SecureDevice dev;
+    enum class Next { kAdvertise, kShare, kMask, kUnmask, kDone, kGone } next = Next::kAdvertise;
+    std::optional<wire::SecAggShares> shares;  // computed once, sent again after a failure
+    std::vector<uint8_t> masked;               // likewise
+    std::optional<wire::SecAggUnmaskResponse> answer;
+    bool advertised = false, shared = false;  // the server took its keys, its shares
+    bool acked = false;                       // its masked vector was acknowledged: it is in the sum
+    uint32_t refused[3] = {};  // hostile refusals charged to it in this server life (keys, shares, answer)
+  };
+  // What a refusal must leave unchanged, and what a restart must rebuild.
+  struct State {
+    int phase = -1;
+    size_t assigned = 0, advertised = 0, shared = 0, masked = 0, answered = 0;
+    uint64_t version = 0;
+    bool operator==(const State& o) const {
+      return phase == o.phase && assigned == o.assigned && advertised == o.advertised && shared == o.shared &&
+             masked == o.masked && answered == o.answered && version == o.version;
+    }
+    friend std::ostream& operator<<(std::ostream& out, const State& st) {
+      return out << "{phase " << st.phase << ", assigned " << st.assigned << ", advertised " << st.advertised
+                 << ", shared " << st.shared << ", masked " << st.masked << ", answered " << st.answered
+                 << ", model version " << st.version << "}";
+    }
+  };
+
+  uint64_t rng;
+  Server s;
+  std::vector<Walker> w;
+  wire::TaskOffer offer;  // the round's (device 0's)
+  std::vector<float> before;
+  uint32_t dropped = 0;
+  bool committed = false;
+  std::string trace;  // the walk's steps, shown when a check fails
+
+  explicit SecureWalk(uint32_t seed)
+      : rng(seed * 0x9E3779B97F4A7C15ull), s(make_temp_dir(), options(seed)), w(s.options.cohort) {
+    s.in_memory = seed % 2 == 0;
+  }
+  static RoundOptions options(uint32_t seed) {
+    RoundOptions o;
+    o.cohort = 4 + seed % 4;
+    o.over_selection = 1.0;
+    o.min_quorum = 2;
+    o.deadline_ms = 4000;  // the keys phase; then 3 phases of phase_ms
+    o.uplink_codec = seed % 3 == 0 ? "cs:cells=0.5,rows=3,step=0.0002,top=0.2" : "q8:shared=0.0002,det";
+    o.secure_aggregation.enabled = true;
+    o.secure_aggregation.cell_bound = 40;
+    o.secure_aggregation.phase_ms = 2000;
+    return o;
+  }
+  uint64_t next() { return splitmix64_next(&rng); }
+  uint32_t below(uint32_t n) { return uint32_t(next() % n); }
+
+  State state() const {
+    State st;
+    st.version = s.rounds->model_version();
+    if (const SecureRound* r = s.rounds->secure_round()) {
+      st.phase = int(r->phase());
+      st.assigned = r->assigned();
+      st.advertised = r->advertised();
+      st.shared = r->shared();
+      st.masked = r->masked();
+      st.answered = r->answered();
+    }
+    return st;
+  }
+  RoundState round_state() {
+    std::optional<RoundRecord> r;
+    std::string error;
+    REQUIRE_MESSAGE(s.storage->get_round(offer.round_id, &r, &error) == Status::kOk, error);
+    REQUIRE(r.has_value());
+    return r->state;
+  }
+  bool open() { return round_state() == RoundState::kOpen; }
+  SecurePhase phase() const { return s.rounds->secure_round()->phase(); }
+  // Whether the one injected failure of `call` was used up by the last step.
+  bool fired(const char* call) const {
+    return s.faults->failing.count(call) != 0 && s.faults->failing.at(call) == 0;
+  }
+  void clear_faults() { s.faults->failing.clear(); }
+  // Ends the phases due now (with any armed fault held back), so that the tick a message runs
+  // after itself finds nothing to end: what changes then is the message's doing.
+  void settle() {
+    const std::map<std::string, int> armed = s.faults->failing;
+    clear_faults();
+    s.rounds->tick(s.now);
+    s.faults->failing = armed;
+  }
+
+  void run() {
+    INFO("walk trace:" << trace);
+    REQUIRE(s.open() == Status::kOk);
+    before = s.model();
+    const size_t n = before.size();
+    const uint32_t cohort = s.options.cohort;
+    for (uint32_t i = 0; i < cohort; ++i) {
+      w[i].dev.id = "dev-" + std::to_string(i);
+      w[i].dev.may_drop = true;
+      w[i].dev.start(s.offer(w[i].dev.id, 0, wire::kCapabilitySecureAggregation));
+      w[i].dev.update.resize(n);
+      for (size_t j = 0; j < n; ++j)
+        w[i].dev.update[j] = 0.003f * float(std::sin(0.07 * double(j) + 1.3 * double(i) + double(rng % 7)));
+    }
+    offer = w[0].dev.offer;
+    const uint32_t max_drops = std::max(1u, cohort / 3);
+    for (int step = 0; step < 400 && open(); ++step) {
+      const uint32_t roll = below(100);
+      if (roll < 55) {
+        honest(below(cohort));
+      } else if (roll < 72) {
+        hostile();
+      } else if (roll < 80) {
+        s.faults->failing[below(3) == 0 ? "record_update" : "append_round_event"] = 1;
+        trace += "\n  fault armed";
+      } else if (roll < 84) {
+        restart();
+      } else if (roll < 86) {
+        Walker& d = w[below(cohort)];
+        if (dropped < max_drops && d.next != Walker::Next::kDone && d.next != Walker::Next::kGone) {
+          d.next = Walker::Next::kGone;
+          ++dropped;
+          trace += "\n  " + d.dev.id + " drops out";
+        }
+      } else {
+        s.now += 20 + below(300);
+        s.rounds->tick(s.now);
+        trace += "\n  now +" + std::to_string(s.now - kT0) + " ms: phase " + std::to_string(state().phase);
+      }
+    }
+    // Then no more faults: the devices left keep acting while time runs out; the round must end.
+    clear_faults();
+    for (int pass = 0; pass < 40 && open(); ++pass) {
+      for (uint32_t i = 0; i < cohort; ++i) honest(i);
+      s.now += 400;
+      s.rounds->tick(s.now);
+    }
+    REQUIRE_MESSAGE(!open(), "the round is still open after every deadline passed");
+    committed = round_state() == RoundState::kCommitted;
+    std::vector<const SecureDevice*> contributors;
+    bool all_finished = true;
+    for (const Walker& d : w) {
+      if (d.acked) contributors.push_back(&d.dev);
+      all_finished = all_finished && d.next == Walker::Next::kDone;
+    }
+    if (all_finished) CHECK_MESSAGE(committed, "every device did its part, yet the round was abandoned");
+    if (committed) {
+      REQUIRE(contributors.size() >= 2);
+      CHECK(off_secure_mean(before, contributors, s.model()) < 1e-6);
+    }
+  }
+
+  // The next step of device i, as edgefl::Client would take it.
+  void honest(uint32_t i) {
+    Walker& d = w[i];
+    using Next = Walker::Next;
+    if (d.next == Next::kDone || d.next == Next::kGone || !open()) return;
+    settle();
+    if (!open()) return;
+    State was;  // before the step's message (a poll before it may end a phase)
+    wire::Message m;
+    const char* what = "";
+    // The device's own protocol refused the step: it drops out, as edgefl::Client does.
+    const auto refused_by_protocol = [&] {
+      if (d.dev.dropped_with == Status::kOk) return false;
+      trace += "\n  " + d.dev.id + " cannot " + what + ": " + status_name(d.dev.dropped_with);
+      d.next = Next::kGone;
+      return true;
+    };
+    switch (d.next) {
+      case Next::kAdvertise:
+        what = "advertise";
+        was = state();
+        m = s.rounds->secagg_advertise(d.dev.id, d.dev.advertise(), s.now).message;
+        if (std::holds_alternative<wire::SecAggStatus>(m)) {
+          d.advertised = true;
+          d.next = Next::kShare;
+        }
+        break;
+      case Next::kShare:
+        what = "share";
+        if (!d.shares) {
+          m = s.rounds->secagg_poll(d.dev.id, d.dev.poll(wire::SecAggPhase::kKeys), s.now).message;
+          if (const auto* keys = std::get_if<wire::SecAggKeys>(&m)) {
+            d.shares = d.dev.share(*keys);
+            if (refused_by_protocol()) return;  // too few neighbours advertised
+          } else {
+            break;
+          }
+        }
+        was = state();
+        m = s.rounds->secagg_shares(d.dev.id, *d.shares, s.now).message;
+        if (std::holds_alternative<wire::SecAggStatus>(m)) {
+          d.shared = true;
+          d.next = Next::kMask;
+        }
+        break;
+      case Next::kMask:
+        what = "mask";
+        if (d.masked.empty()) {
+          m = s.rounds->secagg_poll(d.dev.id, d.dev.poll(wire::SecAggPhase::kShares), s.now).message;
+          if (const auto* inbox = std::get_if<wire::SecAggInbox>(&m)) {
+            d.masked = d.dev.mask(*inbox);
+            if (refused_by_protocol()) return;  // too few neighbours shared
+          } else {
+            break;
+          }
+        }
+        was = state();
+        m = s.upload_bytes(d.dev.offer, d.dev.id, d.masked, 1);
+        if (const auto* a = std::get_if<wire::Ack>(&m)) {
+          REQUIRE_MESSAGE((a->disposition == wire::UpdateDisposition::kAccepted ||
+                           a->disposition == wire::UpdateDisposition::kDuplicate),
+                          d.dev.id << ": its masked vector was not acknowledged");
+          d.acked = true;
+          d.next = Next::kUnmask;
+        }
+        break;
+      case Next::kUnmask:
+        what = "unmask";
+        if (!d.answer) {
+          m = s.rounds->secagg_poll(d.dev.id, d.dev.poll(wire::SecAggPhase::kUnmask), s.now).message;
+          if (const auto* request = std::get_if<wire::SecAggUnmaskRequest>(&m)) {
+            d.answer = d.dev.unmask(*request);
+          } else {
+            if (const auto* st = std::get_if<wire::SecAggStatus>(&m);
+                st && st->phase == wire::SecAggPhase::kDone)
+              d.next = Next::kDone;
+            break;
+          }
+        }
+        was = state();
+        m = s.rounds->secagg_unmask(d.dev.id, *d.answer, s.now).message;
+        if (std::holds_alternative<wire::SecAggStatus>(m)) d.next = Next::kDone;
+        break;
+      default: return;
+    }
+    trace += "\n  " + d.dev.id + " " + what + ": " + wire::message_type_name(wire::message_type(m));
+    if (const auto* e = std::get_if<wire::Error>(&m)) {
+      trace += " " + std::to_string(int(e->code)) + " " + e->message;
+      REQUIRE_MESSAGE(!e->message.empty(), "an error without words");
+      REQUIRE_MESSAGE(e->code != wire::ErrorCode::kRateLimited,
+                      d.dev.id << " was rate-limited for its own message");
+      const bool fault = fired("append_round_event") || fired("record_update");
+      if (e->code == wire::ErrorCode::kInternal) {
+        REQUIRE_MESSAGE(fault, "kInternal without a storage failure: " << e->message);
+        CHECK(state() == was);  // nothing changed; the device tries again
+        clear_faults();
+        return;
+      }
+      // Otherwise the device's phase is over (or the round failed): it has no more part in it.
+      const bool over =
+          e->code == wire::ErrorCode::kUnknownRound || e->code == wire::ErrorCode::kUnexpectedMessage;
+      REQUIRE_MESSAGE(over, d.dev.id << ": " << e->message);
+      d.next = d.acked ? Next::kDone : Next::kGone;
+    }
+    if (fired("append_round_event") || fired("record_update")) clear_faults();
+  }
+
+  // One hostile message; it must be refused with its specific error and change nothing.
+  void hostile() {
+    settle();
+    if (!open()) return;
+    using Next = Walker::Next;
+    Walker& d = w[below(uint32_t(w.size()))];
+    Walker& other = w[below(uint32_t(w.size()))];
+    const uint32_t index = d.dev.offer.secure_aggregation->device_index;
+    const State was = state();
+    wire::Message m;
+    std::vector<wire::ErrorCode> expected;
+    int slot = -1;  // the refusal counter it is charged to, if any
+    std::string what;
+    switch (below(8)) {
+      case 0: {  // an intruder: no index in the round
+        what = "an intruder's keys";
+        m = s.rounds->secagg_advertise("mallory", d.dev.advertise(), s.now).message;
+        expected = {wire::ErrorCode::kUnauthorized};
+        break;
+      }
+      case 1: {  // a nonce from another round
+        what = "a wrong nonce";
+        wire::SecAggPoll p = d.dev.poll(wire::SecAggPhase::kKeys);
+        p.round_nonce[0] ^= 1;
+        m = s.rounds->secagg_poll(d.dev.id, p, s.now).message;
+        expected = {wire::ErrorCode::kNonceMismatch};
+        break;
+      }
+      case 2: {  // keys that name another index, or a second, different set of keys
+        if (d.refused[0] >= SecureRound::kMaxAttempts - 1) return;
+        wire::SecAggAdvertise a = d.dev.advertise();
+        if (!d.advertised) {
+          what = "keys naming another index";
+          a.keys.device = (index + 1) % uint32_t(w.size());
+          expected = {wire::ErrorCode::kBadMessage};
+        } else {
+          what = "a second set of keys";
+          a.keys.mask_public[5] ^= 0x20;
+          expected = {wire::ErrorCode::kUnexpectedMessage};
+        }
+        m = s.rounds->secagg_advertise(d.dev.id, a, s.now).message;
+        slot = 0;
+        break;
+      }
+      case 3: {  // another device's keys, replayed as its own
+        if (d.refused[0] >= SecureRound::kMaxAttempts - 1 || &d == &other || d.advertised ||
+            !other.advertised)
+          return;
+        what = "replayed keys of " + other.dev.id;
+        wire::SecAggAdvertise a = other.dev.advertise();
+        a.keys.device = index;
+        a.round_nonce = d.dev.offer.round_nonce;
+        m = s.rounds->secagg_advertise(d.dev.id, a, s.now).message;
+        expected = {phase() == SecurePhase::kKeys ? wire::ErrorCode::kBadMessage
+                                                  : wire::ErrorCode::kUnknownRound};
+        slot = 0;
+        break;
+      }
+      case 4: {  // shares in another's name, or misaddressed, or a second, different set
+        if (!d.shares || d.shares->shares.size() < 2 || d.refused[1] >= SecureRound::kMaxAttempts - 1) return;
+        wire::SecAggShares sh = *d.shares;
+        if (below(2) == 0) {
+          what = "shares sent in another's name";
+          sh.shares[0].from = (index + 1) % uint32_t(w.size());
+          expected = {wire::ErrorCode::kBadMessage};
+        } else {
+          what = "misaddressed shares";
+          sh.shares[0].to = sh.shares[1].to;
+          sh.shares.pop_back();
+          if (d.shared)
+            expected = {wire::ErrorCode::kUnexpectedMessage};  // sent already
+          else
+            expected = {phase() == SecurePhase::kShares ? wire::ErrorCode::kBadMessage
+                                                        : wire::ErrorCode::kUnexpectedMessage};
+        }
+        m = s.rounds->secagg_shares(d.dev.id, sh, s.now).message;
+        slot = 1;
+        break;
+      }
+      case 5: {  // answers of the wrong kind
+        if (!d.answer || d.answer->shares.empty() || d.next != Next::kUnmask ||
+            d.refused[2] >= SecureRound::kMaxAttempts - 1)
+          return;
+        what = "answers of the wrong kind";
+        wire::SecAggUnmaskResponse a = *d.answer;
+        for (wire::SecAggRevealedShare& r : a.shares) r.kind ^= 1;
+        m = s.rounds->secagg_unmask(d.dev.id, a, s.now).message;
+        expected = {phase() == SecurePhase::kUnmask ? wire::ErrorCode::kBadMessage
+                                                    : wire::ErrorCode::kUnexpectedMessage};
+        slot = 2;
+        break;
+      }
+      case 6: {  // a masked vector a byte short
+        if (d.masked.empty() || d.acked) return;
+        what = "a short masked vector";
+        const std::vector<uint8_t> cut(d.masked.begin(), d.masked.end() - 1);
+        m = s.upload_bytes(d.dev.offer, d.dev.id, cut, 1);
+        if (const auto* a = std::get_if<wire::Ack>(&m)) {
+          CHECK(a->disposition == wire::UpdateDisposition::kRejected);
+          CHECK(a->reason == wire::RejectReason::kInvalidEncoding);
+          CHECK(phase() == SecurePhase::kMasked);
+        } else {
+          expected = {wire::ErrorCode::kUnexpectedMessage};  // not the masked phase
+        }
+        break;
+      }
+      default: {  // an answer before the unmask phase, or from a device that masked nothing
+        if (!d.advertised || d.acked || d.refused[2] >= SecureRound::kMaxAttempts - 1) return;
+        what = "an answer out of turn";
+        wire::SecAggUnmaskResponse a;
+        a.round_id = d.dev.offer.round_id;
+        a.round_nonce = d.dev.offer.round_nonce;
+        m = s.rounds->secagg_unmask(d.dev.id, a, s.now).message;
+        expected = {phase() == SecurePhase::kUnmask ? wire::ErrorCode::kBadMessage
+                                                    : wire::ErrorCode::kUnexpectedMessage};
+        slot = 2;
+        break;
+      }
+    }
+    trace += "\n  hostile, " + d.dev.id + ": " + what + ": " + wire::message_type_name(wire::message_type(m));
+    const bool fault = fired("append_round_event") || fired("record_update");
+    if (fault) clear_faults();
+    if (const auto* e = std::get_if<wire::Error>(&m)) {
+      trace += " " + std::to_string(int(e->code)) + " " + e->message;
+      CHECK_MESSAGE(!e->message.empty(), what);
+      // A message the log had to take (to be replayed, refused again) may meet the failing log.
+      const bool as_expected = std::find(expected.begin(), expected.end(), e->code) != expected.end() ||
+                               (fault && e->code == wire::ErrorCode::kInternal);
+      CHECK_MESSAGE(as_expected, what << " answered " << int(e->code) << ": " << e->message);
+      if (slot >= 0 && e->code != wire::ErrorCode::kInternal) ++d.refused[slot];
+    } else {
+      CHECK_MESSAGE(expected.empty(), what << " was not refused");
+    }
+    CHECK_MESSAGE(state() == was, what << " changed the round's state");
+  }
+
+  // kill -9 and start again: the same state, rebuilt from the log and the ledger. One restart in
+  // three first meets a log that cannot be read: that start fails, and changes nothing.
+  void restart() {
+    clear_faults();
+    s.rounds->tick(s.now);
+    const State was = state();
+    const bool failing_read = below(3) == 0;
+    s.rounds.reset();
+    s.storage.reset();
+    if (failing_read) {
+      s.failing_at_open = {{"for_each_round_event", 1}};
+      const Status first = s.open();
+      if (s.faults->failing["for_each_round_event"] == 0) CHECK(first != Status::kOk);
+      s.rounds.reset();
+      s.storage.reset();
+      s.failing_at_open.clear();
+    }
+    REQUIRE(s.open() == Status::kOk);
+    s.rounds->tick(s.now);
+    for (Walker& d : w) std::fill(std::begin(d.refused), std::end(d.refused), 0);
+    trace += std::string("\n  restart") + (failing_read ? " (the first replay fails)" : "");
+    CHECK_MESSAGE(state() == was, "the restart rebuilt another state");
+  }
+};
 
 }  // namespace
 
@@ -2171,28 +2645,33 @@ TEST_SUITE("server.rounds.secure") {
       // The model moved by the mean of devices 0, 1 and 2: their summed codes, decoded, over 3
       // (for a Count Sketch, the heavy hitters of the summed sketch).
       const std::vector<float> v2 = s.model();
-      std::vector<int32_t> sum(d[0].codes.size(), 0);
-      for (size_t i = 0; i < 3; ++i) {
-        for (size_t j = 0; j < sum.size(); ++j) sum[j] += d[i].codes[j];
-      }
-      EncodedInfo like;
-      REQUIRE(read_header({d[0].encoding.data(), d[0].encoding.size()}, &like) == Status::kOk);
-      std::vector<uint8_t> summed(kEncodedHeaderBytes + 4 * sum.size());
-      size_t size = 0;
-      REQUIRE(write_integer_codes(like, {sum.data(), sum.size()}, 3, {summed.data(), summed.size()}, &size) ==
-              Status::kOk);
-      std::vector<float> mean(n);
-      std::vector<uint8_t> workspace(decode_workspace_size(like));
-      REQUIRE(decode({summed.data(), size}, {mean.data(), n}, {workspace.data(), workspace.size()}) ==
-              Status::kOk);
-      double worst = 0, moved = 0;
-      for (size_t j = 0; j < n; ++j) {
-        worst = std::max(worst, std::fabs(double(v2[j]) - (double(v1[j]) + double(mean[j] * (1.0f / 3)))));
-        moved = std::max(moved, std::fabs(double(v2[j]) - double(v1[j])));
-      }
+      double moved = 0;
+      for (size_t j = 0; j < n; ++j) moved = std::max(moved, std::fabs(double(v2[j]) - double(v1[j])));
       CHECK(moved > 1e-3);
-      CHECK(worst < 1e-6);
+      CHECK(off_secure_mean(v1, {&d[0], &d[1], &d[2]}, v2) < 1e-6);
     }
+  }
+  TEST_CASE(
+      "secure rounds walked at random (devices in any order, drop-outs, hostile messages, failing log "
+      "writes and ledger rows, restarts, deadlines): a refusal changes nothing, a restart rebuilds the "
+      "same state, every round ends, and a commit is the exact mean of the acknowledged masked vectors") {
+    // EDGEFL_SECAGG_WALKS walks (default 24) from seed EDGEFL_SECAGG_FIRST_WALK (default 1) on;
+    // a failure names its seed.
+    uint32_t walks = 24, first = 1;
+    if (const char* env = std::getenv("EDGEFL_SECAGG_WALKS"))
+      walks = uint32_t(std::strtoul(env, nullptr, 10));
+    if (const char* env = std::getenv("EDGEFL_SECAGG_FIRST_WALK"))
+      first = uint32_t(std::strtoul(env, nullptr, 10));
+    REQUIRE(walks > 0);
+    uint32_t committed_walks = 0, abandoned_walks = 0;
+    for (uint32_t seed = first; seed < first + walks; ++seed) {
+      INFO("seed " << seed);
+      SecureWalk walk(seed);
+      walk.run();
+      (walk.committed ? committed_walks : abandoned_walks) += 1;
+    }
+    MESSAGE(committed_walks << " walks committed, " << abandoned_walks << " abandoned");
+    CHECK(committed_walks > 0);
   }
   TEST_CASE("a restart that would change an open round's kind (secure or not) is refused, with the reason") {
     RoundOptions o;
