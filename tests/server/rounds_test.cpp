@@ -35,7 +35,9 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/rng.h"
@@ -380,6 +382,399 @@ void run_round(Server& s, const std::vector<Update>& updates) {
     CHECK(disposition(s.upload(offer, u)) == wire::UpdateDisposition::kAccepted);
   }
 }
+
+wire::Digest digest_of(const std::vector<uint8_t>& bytes) {
+  const tls::Sha256Digest d = tls::sha256({bytes.data(), bytes.size()});
+  wire::Digest out;
+  std::memcpy(out.data(), d.data(), out.size());
+  return out;
+}
+
+// Plain (not secure) rounds walked at random from `seed`, over several rounds: devices say Hello,
+// upload in chunks of any size, lose their connection and resume, commit and retry; between their
+// steps come a hostile device's messages, failing storage calls (appends, a commit that took
+// effect but reported failure, closes, model records, new rounds), restarts and time passing.
+struct PlainWalk {
+  struct Device {
+    std::string id;
+    enum class Next { kHello, kStart, kChunk, kCommit } next = Next::kHello;
+    wire::TaskOffer offer;
+    Update update;
+    std::vector<uint8_t> bytes;
+    wire::UploadId upload_id{};
+    uint64_t offset = 0;
+    uint32_t updates = 0;  // updates made so far (the salt of the next)
+
+    wire::UploadStart start() const {
+      wire::UploadStart m;
+      m.round_id = offer.round_id;
+      m.round_nonce = offer.round_nonce;
+      m.upload_id = upload_id;
+      m.total_bytes = bytes.size();
+      return m;
+    }
+    wire::Commit commit() const {
+      wire::Commit m;
+      m.round_id = offer.round_id;
+      m.round_nonce = offer.round_nonce;
+      m.upload_id = upload_id;
+      m.total_bytes = bytes.size();
+      m.sample_count = update.samples;
+      m.digest = digest_of(bytes);
+      return m;
+    }
+  };
+  // An update a device sent, by (round, device, digest).
+  struct Sent {
+    Update update;
+    bool acked = false;    // Accepted or Duplicate
+    bool refused = false;  // Straggler or Late: must be in no model
+  };
+
+  uint64_t rng;
+  Server s;
+  std::vector<Device> devices;
+  std::map<std::tuple<uint64_t, std::string, wire::Digest>, Sent> sent;
+  std::string trace;
+  uint32_t hostile_sent = 0;
+  uint64_t rounds_committed = 0, rounds_closed = 0;  // by check()
+
+  explicit PlainWalk(uint32_t seed) : rng(seed * 0xD1B54A32D192ED03ull), s(make_temp_dir(), options(seed)) {
+    s.in_memory = seed % 2 == 1;
+    devices.resize(3 + seed % 4);
+    for (size_t d = 0; d < devices.size(); ++d) devices[d].id = "dev-" + std::to_string(d);
+  }
+  static RoundOptions options(uint32_t seed) {
+    RoundOptions o;
+    o.cohort = 2 + seed % 3;
+    o.over_selection = 1.5;
+    o.min_quorum = 1;
+    o.deadline_ms = 5000;
+    return o;
+  }
+  uint32_t below(uint32_t n) { return uint32_t(splitmix64_next(&rng) % n); }
+  // Where the server stands: what a refusal must leave as it was, and a restart rebuild.
+  std::string where() {
+    std::string out = "version " + std::to_string(s.rounds->model_version());
+    std::optional<RoundRecord> open;
+    std::string error;
+    REQUIRE(s.storage->open_round(&open, &error) == Status::kOk);
+    if (open) {
+      uint64_t rows = 0;
+      REQUIRE(s.storage->count_updates(open->round_id, &rows, &error) == Status::kOk);
+      out += ", round " + std::to_string(open->round_id) + " open with " + std::to_string(rows) + " updates";
+    }
+    return out;
+  }
+  void note(const std::string& line) { trace += "\n  " + line; }
+
+  void run() {
+    INFO("walk trace:" << trace);
+    REQUIRE(s.open() == Status::kOk);
+    for (int step = 0; step < 300; ++step) {
+      const uint32_t roll = below(100);
+      if (roll < 68) {
+        act(devices[below(uint32_t(devices.size()))]);
+      } else if (roll < 70) {
+        Device& d = devices[below(uint32_t(devices.size()))];
+        if (d.next != Device::Next::kHello) {
+          d.next = Device::Next::kHello;  // the connection dropped: Hello on the next one
+          note(d.id + " loses its connection");
+        }
+      } else if (roll < 78) {
+        hostile();
+      } else if (roll < 85) {
+        static const char* const kCalls[] = {"append_round_event", "record_update", "close_round",
+                                             "record_model", "create_round"};
+        const uint32_t pick = below(6);
+        if (pick == 5) {
+          s.faults->record_update_in_doubt = 1;
+          note("armed: a commit that takes effect and reports failure");
+        } else {
+          s.faults->failing[kCalls[pick]] = 1;
+          note(std::string("armed: ") + kCalls[pick] + " fails once");
+        }
+      } else if (roll < 87) {
+        restart();
+      } else {
+        s.now += 20 + below(400);
+        s.rounds->tick(s.now);
+        note("now +" + std::to_string(s.now - kT0) + " ms: " + where());
+      }
+    }
+    // No more faults; time runs past the open round's deadline and its close retries.
+    s.faults->failing.clear();
+    s.faults->record_update_in_doubt = 0;
+    for (int i = 0; i < 20; ++i) {
+      s.now += 1000;
+      s.rounds->tick(s.now);
+    }
+    check();
+  }
+
+  // Every closed round: its model is the previous one plus the FedAvg of its ledger; every
+  // acknowledged update is in its round's ledger, once; no refused or hostile update is.
+  void check() {
+    std::string error;
+    uint64_t last = 0;
+    REQUIRE(s.storage->last_round_id(&last, &error) == Status::kOk);
+    uint64_t version = 1, committed = 0;
+    std::set<std::tuple<uint64_t, std::string, wire::Digest>> in_ledger;
+    for (uint64_t r = 1; r <= last; ++r) {
+      CAPTURE(r);
+      std::optional<RoundRecord> round;
+      REQUIRE(s.storage->get_round(r, &round, &error) == Status::kOk);
+      REQUIRE(round.has_value());
+      if (round->state == RoundState::kOpen) continue;  // the one opened last
+      std::vector<Update> counted;
+      std::set<std::string> seen;
+      REQUIRE(s.storage->for_each_update(
+                  r,
+                  [&](const UpdateRecord& u) {
+                    CHECK_MESSAGE(seen.insert(u.device_id).second, u.device_id << " twice in round " << r);
+                    auto it = sent.find({r, u.device_id, u.digest});
+                    REQUIRE_MESSAGE(it != sent.end(), "a ledger row no device sent: " << u.device_id);
+                    CHECK_MESSAGE(!it->second.refused, u.device_id << ": refused, yet in the ledger");
+                    CHECK(u.sample_count == it->second.update.samples);
+                    in_ledger.insert({r, u.device_id, u.digest});
+                    counted.push_back(it->second.update);
+                    return Status::kOk;
+                  },
+                  &error) == Status::kOk);
+      if (round->state == RoundState::kCommitted) {
+        ++committed;
+        REQUIRE(round->result_model_version == version + 1);
+        const std::vector<float> before = s.model_file(version), after = s.model_file(version + 1);
+        const std::vector<float> expected = fedavg(before, counted);
+        double worst = 0;
+        for (size_t j = 0; j < after.size(); ++j)
+          worst = std::max(worst, std::fabs(double(after[j] - expected[j])));
+        CHECK_MESSAGE(worst < 1e-6, "round " << r << ": the model is not the FedAvg of its ledger");
+        ++version;
+      }
+    }
+    CHECK(s.rounds->model_version() == version);
+    for (const auto& [key, what] : sent) {
+      if (what.acked) CHECK_MESSAGE(in_ledger.count(key) == 1, std::get<1>(key) << "'s acked update is lost");
+    }
+    rounds_committed = committed;
+    rounds_closed = last;
+  }
+
+  void act(Device& d) {
+    using Next = Device::Next;
+    const std::string before = where();
+    const int in_doubt = s.faults->record_update_in_doubt;
+    static const char* const kSteps[] = {"hello", "upload start", "chunk", "commit"};
+    const std::string step = kSteps[int(d.next)];
+    wire::Message m;
+    switch (d.next) {
+      case Next::kHello: {
+        wire::Hello hello;
+        hello.sdk_version = "test";
+        hello.model_version = s.rounds->model_version();
+        m = s.rounds->hello(d.id, hello, s.now).message;
+        if (const auto* offer = std::get_if<wire::TaskOffer>(&m)) {
+          const bool same_round = !d.bytes.empty() && offer->round_id == d.offer.round_id;
+          d.offer = *offer;
+          d.next = Next::kStart;
+          if (same_round) break;  // the update not yet acknowledged: upload it (where it stands)
+          d.update =
+              honest(d.id, uint32_t(std::hash<std::string>{}(d.id)) + 1000 * ++d.updates, 1 + below(9));
+          CodecSpec spec;
+          REQUIRE(parse_codec_spec("fp32", &spec) == Status::kOk);
+          std::vector<uint8_t> ws(workspace_size(spec, d.update.values.size()));
+          d.bytes.assign(encoded_bound(spec, d.update.values.size()), 0);
+          size_t written = 0;
+          REQUIRE(encode(spec, {d.update.values.data(), d.update.values.size()}, offer->codec_seed,
+                         {ws.data(), ws.size()}, {d.bytes.data(), d.bytes.size()}, &written) == Status::kOk);
+          d.bytes.resize(written);
+          for (uint8_t& b : d.upload_id) b = uint8_t(below(256));
+          d.upload_id[0] |= 1;
+        }
+        break;
+      }
+      case Next::kStart: {
+        m = s.rounds->upload_start(d.id, d.start(), s.now).message;
+        if (const auto* st = std::get_if<wire::UploadStatus>(&m)) {
+          REQUIRE(st->offset <= d.bytes.size());
+          d.offset = st->offset;
+          d.next = d.offset == d.bytes.size() ? Next::kCommit : Next::kChunk;
+        }
+        break;
+      }
+      case Next::kChunk: {
+        wire::UploadChunk chunk;
+        chunk.round_id = d.offer.round_id;
+        chunk.upload_id = d.upload_id;
+        chunk.offset = d.offset;
+        chunk.total_bytes = d.bytes.size();
+        const uint64_t room = std::min<uint64_t>(d.bytes.size() - d.offset, d.offer.max_chunk_bytes);
+        const uint64_t length = below(2) == 0 ? room : 1 + below(uint32_t(std::min<uint64_t>(room, 20000)));
+        chunk.data.assign(d.bytes.begin() + long(d.offset), d.bytes.begin() + long(d.offset + length));
+        std::optional<Reply> r = s.rounds->upload_chunk(d.id, chunk, s.now);
+        if (!r) {
+          d.offset += length;
+          if (d.offset == d.bytes.size()) d.next = Next::kCommit;
+          return;
+        }
+        m = r->message;
+        break;
+      }
+      case Next::kCommit: {
+        const wire::Commit commit = d.commit();
+        Sent& record = sent[{d.offer.round_id, d.id, commit.digest}];
+        record.update = d.update;
+        m = s.rounds->commit(d.id, commit, s.now).message;
+        if (const auto* ack = std::get_if<wire::Ack>(&m)) {
+          REQUIRE_MESSAGE(ack->disposition != wire::UpdateDisposition::kRejected,
+                          d.id << ": an honest update rejected");
+          if (ack->disposition == wire::UpdateDisposition::kAccepted ||
+              ack->disposition == wire::UpdateDisposition::kDuplicate) {
+            record.acked = true;
+          } else {
+            record.refused = true;  // a straggler or late
+          }
+          d.bytes.clear();
+          d.next = Next::kHello;
+        }
+        break;
+      }
+    }
+    note(d.id + " " + step + ": " + wire::message_type_name(wire::message_type(m)));
+    if (const auto* e = std::get_if<wire::Error>(&m)) {
+      trace += " " + std::to_string(int(e->code)) + " " + e->message;
+      REQUIRE_MESSAGE(!e->message.empty(), "an error without words");
+      // A storage failure changes nothing, but for a commit that took effect before its
+      // connection failed: the ledger has it, and the retried commit hears Duplicate.
+      if (e->code == wire::ErrorCode::kInternal && s.faults->record_update_in_doubt == in_doubt) {
+        CHECK_MESSAGE(where() == before, "a storage failure changed the server's state");
+      }
+      // An upload the server lost or refused starts again (UploadStart tells it where the
+      // server stands); a round that is gone, or a task the server does not know, sends the
+      // device back to Hello, as edgefl::Client does.
+      const bool again = e->code == wire::ErrorCode::kUnknownUpload ||
+                         e->code == wire::ErrorCode::kOffsetMismatch ||
+                         e->code == wire::ErrorCode::kDigestMismatch || e->code == wire::ErrorCode::kInternal;
+      d.next = again && d.next != Next::kHello ? Next::kStart : Next::kHello;
+    } else if (std::holds_alternative<wire::RetryLater>(m)) {
+      d.next = Next::kHello;
+    }
+  }
+
+  // A hostile device's message: it is refused and changes nothing.
+  void hostile() {
+    Device& d = devices[below(uint32_t(devices.size()))];
+    if (d.offer.round_id == 0) return;
+    const std::string before = where();
+    wire::Message m;
+    std::string what;
+    ++hostile_sent;
+    switch (below(5)) {
+      case 0: {  // a commit of bytes it never sent
+        what = "a commit of nothing uploaded";
+        wire::Commit c;
+        c.round_id = d.offer.round_id;
+        c.round_nonce = d.offer.round_nonce;
+        c.upload_id.fill(0x77);
+        c.total_bytes = 64;
+        c.sample_count = 1;
+        m = s.rounds->commit("mallory", c, s.now).message;
+        break;
+      }
+      case 1: {  // a commit whose digest is not its bytes'
+        if (d.next != Device::Next::kCommit) return;
+        what = "a commit with a wrong digest";
+        wire::Commit c = d.commit();
+        c.digest[3] ^= 0x10;
+        m = s.rounds->commit(d.id, c, s.now).message;
+        d.next = Device::Next::kStart;  // its upload may be gone now: it resumes
+        break;
+      }
+      case 2: {  // an upload as large as the protocol allows
+        what = "an oversize upload";
+        wire::UploadStart start;
+        start.round_id = d.offer.round_id;
+        start.round_nonce = d.offer.round_nonce;
+        start.upload_id.fill(0x55);
+        start.total_bytes = wire::kMaxUploadBytes;
+        m = s.rounds->upload_start("mallory", start, s.now).message;
+        break;
+      }
+      case 3: {  // a chunk at the wrong offset, in its own name
+        if (d.next != Device::Next::kChunk) return;
+        what = "a chunk at the wrong offset";
+        wire::UploadChunk chunk;
+        chunk.round_id = d.offer.round_id;
+        chunk.upload_id = d.upload_id;
+        chunk.offset = d.offset + 1;
+        chunk.total_bytes = d.bytes.size();
+        chunk.data.assign(4, 0);
+        std::optional<Reply> r = s.rounds->upload_chunk(d.id, chunk, s.now);
+        d.next = Device::Next::kStart;
+        if (!r) {  // dropped unanswered: a closed (or closing) round's chunks are
+          CHECK(where() == before);
+          return;
+        }
+        m = r->message;
+        break;
+      }
+      default: {  // another round's nonce
+        what = "a wrong nonce";
+        wire::UploadStart start;
+        start.round_id = d.offer.round_id;
+        start.round_nonce = d.offer.round_nonce;
+        start.round_nonce[0] ^= 1;
+        start.upload_id.fill(0x66);
+        start.total_bytes = 100;
+        m = s.rounds->upload_start(d.id, start, s.now).message;
+        break;
+      }
+    }
+    note("hostile: " + what + ": " + wire::message_type_name(wire::message_type(m)));
+    const auto* e = std::get_if<wire::Error>(&m);
+    const auto* ack = std::get_if<wire::Ack>(&m);
+    // Duplicate only where the device's update of this round is in the ledger already (a device
+    // has one update per round; that one stays).
+    std::optional<UpdateRecord> held;
+    std::string error;
+    REQUIRE(s.storage->find_update(d.offer.round_id, d.id, &held, &error) == Status::kOk);
+    const bool refused = e != nullptr || std::holds_alternative<wire::RetryLater>(m) ||
+                         (ack != nullptr && ack->disposition != wire::UpdateDisposition::kAccepted &&
+                          (ack->disposition != wire::UpdateDisposition::kDuplicate || held.has_value()));
+    CHECK_MESSAGE(refused, what << " was not refused");
+    if (e != nullptr) {
+      trace += " " + std::to_string(int(e->code)) + " " + e->message;
+      CHECK(!e->message.empty());
+    }
+    CHECK_MESSAGE(where() == before, what << " changed the server's state");
+  }
+
+  // kill -9 and start again: the same model and open round with the same ledger, or, when a
+  // close had begun (its storage write failed and waits for a retry), that round closed and the
+  // next one open (check() then verifies the close). Uploads in progress are gone; every device
+  // connects again.
+  void restart() {
+    s.faults->failing.clear();
+    s.faults->record_update_in_doubt = 0;
+    const std::string before = where();
+    std::optional<RoundRecord> open;
+    std::string error;
+    REQUIRE(s.storage->open_round(&open, &error) == Status::kOk);
+    s.reopen();
+    if (where() != before && !open) {  // no round was open (creating it failed): one is now
+      CHECK_MESSAGE(where().rfind(before + ", round ", 0) == 0,
+                    "the restart rebuilt another state: " << where());
+    } else if (where() != before) {
+      std::optional<RoundRecord> then;
+      REQUIRE(s.storage->get_round(open->round_id, &then, &error) == Status::kOk);
+      CHECK_MESSAGE(then->state != RoundState::kOpen, "the restart rebuilt another state: " << where());
+    }
+    s.rounds->tick(s.now);
+    for (Device& d : devices) d.next = Device::Next::kHello;  // every connection dropped
+    note("restart: " + before + " -> " + where());
+  }
+};
 
 }  // namespace
 
@@ -1435,6 +1830,33 @@ TEST_SUITE("server.rounds.logic") {
     fs::remove_all(dir);
   }
 
+  TEST_CASE(
+      "plain rounds walked at random (chunked uploads resumed after lost connections, retried commits, a "
+      "hostile device, failing storage calls, commits that took effect but reported failure, restarts, "
+      "deadlines): every acknowledged update is in its round's model once, each model is the FedAvg of its "
+      "ledger, and refusals change nothing") {
+    // EDGEFL_ROUND_WALKS walks (default 12) from seed EDGEFL_ROUND_FIRST_WALK (default 1) on.
+    uint32_t walks = 12, first = 1;
+    if (const char* env = std::getenv("EDGEFL_ROUND_WALKS")) walks = uint32_t(std::strtoul(env, nullptr, 10));
+    if (const char* env = std::getenv("EDGEFL_ROUND_FIRST_WALK"))
+      first = uint32_t(std::strtoul(env, nullptr, 10));
+    REQUIRE(walks > 0);
+    uint64_t rounds = 0, committed = 0, updates = 0, acked = 0, hostile = 0;
+    for (uint32_t seed = first; seed < first + walks; ++seed) {
+      INFO("seed " << seed);
+      PlainWalk walk(seed);
+      walk.run();
+      rounds += walk.rounds_closed;
+      committed += walk.rounds_committed;
+      hostile += walk.hostile_sent;
+      updates += walk.sent.size();
+      for (const auto& entry : walk.sent) acked += entry.second.acked ? 1 : 0;
+    }
+    MESSAGE(walks << " walks: " << committed << " of " << rounds
+                  << " rounds committed (all those opened but the last); " << updates << " commits sent, "
+                  << acked << " acknowledged; " << hostile << " hostile messages");
+    CHECK(committed > 0);
+  }
   TEST_CASE("duplicates, stragglers and late commits are answered as such and counted nowhere") {
     const std::string dir = make_temp_dir();
     RoundOptions o;
