@@ -591,6 +591,51 @@ Status RoundManager::rebuild_aggregate(OpenRound* round, std::string* error) {
   return Status::kOk;
 }
 
+Status RoundManager::reconcile_ledger(std::string* error) {
+  if (!open_ || !open_->ledger_in_doubt) return Status::kOk;
+  OpenRound& round = *open_;
+  if (secure_) {
+    // Masked vectors are taken in the masked phase only, and this runs before it ends.
+    if (secure_->phase() == SecurePhase::kMasked) {
+      EDGEFL_RETURN_IF_ERROR(storage_->for_each_update(
+          round.record.round_id,
+          [&](const UpdateRecord& u) -> Status {
+            if (round.contributed.count(u.device_id) != 0) return Status::kOk;
+            // Every row was checked before its write; one that fails now cannot be summed, and is
+            // not retried for ever.
+            std::vector<uint32_t> words;
+            Status st = secure_->check_masked(u.device_id, {u.payload.data(), u.payload.size()}, &words);
+            if (st == Status::kOk) st = secure_->add_masked(u.device_id, {words.data(), words.size()});
+            if (st != Status::kOk) {
+              fatal("secure aggregation masked input in doubt", status_name(st));
+              return Status::kOk;
+            }
+            round.contributed.insert(u.device_id);
+            round.upload_bytes += u.payload_bytes;
+            ++round.accepted;
+            log_warn("ledger_row_recovered").kv("round", round.record.round_id).kv("device", u.device_id);
+            return Status::kOk;
+          },
+          error));
+    }
+  } else {
+    uint64_t in_ledger = 0;
+    EDGEFL_RETURN_IF_ERROR(storage_->count_updates(round.record.round_id, &in_ledger, error));
+    if (in_ledger != round.accepted) {
+      const uint32_t before = round.accepted;
+      round.aggregate_stale = true;
+      EDGEFL_RETURN_IF_ERROR(rebuild_aggregate(&round, error));
+      round.aggregate_stale = false;
+      log_warn("aggregate_rebuilt")
+          .kv("round", round.record.round_id)
+          .kv("counted", uint64_t{before})
+          .kv("in_ledger", uint64_t{round.accepted});
+    }
+  }
+  round.ledger_in_doubt = false;
+  return Status::kOk;
+}
+
 void RoundManager::flush_partial_sum() {
   OpenRound& round = *open_;
   if (round.partial_sum_flushed || aggregate_.count() == 0 || !round.aggregate_is_own ||
@@ -1158,6 +1203,16 @@ void RoundManager::tick(int64_t now_ms) {
     secure_tick(now_ms);
     return;
   }
+  if (open_->ledger_in_doubt) {
+    if (reconcile_ledger(&error) != Status::kOk) {
+      fatal("reading the ledger after a write in doubt", error);  // the next tick tries again
+      return;
+    }
+    if (!shared_ && open_->accepted >= options_.cohort) {
+      (void)close_round(true, now_ms, &error);
+      return;
+    }
+  }
   if (shared_ && now_ms >= next_look_ms_) {
     // Updates acknowledged by the other aggregators count towards the cohort.
     next_look_ms_ = now_ms + options_.follow_interval_ms;
@@ -1658,6 +1713,15 @@ std::optional<Reply> RoundManager::commit_outside_open_round(const std::string& 
     fatal("find_update", error);
     return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
   }
+  if (existing && open_ && commit.round_id == open_->record.round_id && !open_->closing &&
+      open_->contributed.count(device) == 0) {
+    // This server's count misses the device's row (its write was in doubt): count it before
+    // telling the device it is counted.
+    if (reconcile_ledger(&error) != Status::kOk) {
+      fatal("reading the ledger after a write in doubt", error);
+      return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+    }
+  }
   if (existing) {
     metrics_->updates_duplicate.fetch_add(1);
     log_info("update_duplicate")
@@ -1770,7 +1834,8 @@ std::optional<Reply> RoundManager::record_upload(const std::string& device, cons
     }
   }
   if (written != Status::kOk) {
-    upload.bytes = std::move(record->payload);  // kept for a retried commit
+    upload.bytes = std::move(record->payload);   // kept for a retried commit
+    if (!shared_) round.ledger_in_doubt = true;  // it may have taken effect
     fatal("record_update", error);
     return error_reply(wire::ErrorCode::kInternal, "server storage failure: the update was not recorded",
                        true);
@@ -1862,6 +1927,10 @@ Status RoundManager::start_secure_round(const RoundRecord& record, std::string* 
 void RoundManager::secure_tick(int64_t now_ms) {
   if (!secure_ || !open_ || open_->closing) return;
   std::string error;
+  if (reconcile_ledger(&error) != Status::kOk) {                // before the masked phase may end
+    fatal("reading the ledger after a write in doubt", error);  // the next tick tries again
+    return;
+  }
   if (secure_->tick(now_ms, &error) != Status::kOk) {
     fatal("secure aggregation phase end", error);  // nothing changed: the next tick tries again
     return;

@@ -240,7 +240,11 @@ class RoundManager {
     uint64_t download_bytes = 0;
     uint32_t accepted = 0;
     bool aggregate_stale = false;  // a rebuild from the ledger failed part way: redo it
-    double norm_bound = 0;         // max L2 norm of one update in this round
+    // A ledger write failed, and may have taken effect (a store whose connection dropped during
+    // COMMIT): until reconcile_ledger() reads the ledger again, `accepted`, `contributed` and the
+    // sums (plain or masked) may miss a row the ledger holds. One server only.
+    bool ledger_in_doubt = false;
+    double norm_bound = 0;  // max L2 norm of one update in this round
     // Set once the round has decided to close: no update is taken any more, and the close is
     // retried (same result: the candidate model is computed once) until it is durable.
     bool closing = false;
@@ -281,6 +285,12 @@ class RoundManager {
   // Sets the aggregate, round->accepted, contributed and upload_bytes from the round's ledger
   // (the plain rounds' rule: every ledger update decoded and added, in acceptance order).
   Status rebuild_aggregate(OpenRound* round, std::string* error);
+  // After a ledger write in doubt (OpenRound::ledger_in_doubt), counts what the ledger holds and
+  // this process missed: a plain round's aggregate is rebuilt from the ledger; a secure round in
+  // its masked phase adds the masked vectors it lacks. Runs before any decision that counts the
+  // round's updates (an ack of Duplicate, the cohort, the deadline, the masked phase's end).
+  // kOk when nothing is in doubt any more; else the storage's status (still in doubt).
+  Status reconcile_ledger(std::string* error);
   // A ledger update decoded into scratch_ as commit() decoded it; its decode status, or
   // kCorruptPayload for one the checks would now refuse.
   Status decode_recorded(const UpdateRecord& u);

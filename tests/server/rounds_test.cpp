@@ -484,7 +484,7 @@ struct PlainWalk {
       } else if (roll < 78) {
         hostile();
       } else if (roll < 85) {
-        static const char* const kCalls[] = {"append_round_event", "record_update", "close_round",
+        static const char* const kCalls[] = {"for_each_update", "record_update", "close_round",
                                              "record_model", "create_round"};
         const uint32_t pick = below(6);
         if (pick == 5) {
@@ -541,6 +541,11 @@ struct PlainWalk {
                     return Status::kOk;
                   },
                   &error) == Status::kOk);
+      // One server decides on its ledger: a round is abandoned only below the quorum (an update
+      // whose ledger write was in doubt counts, as after a restart).
+      if (round->state == RoundState::kAbandoned)
+        CHECK_MESSAGE(counted.size() < s.options.min_quorum,
+                      "round " << r << " abandoned with " << counted.size() << " updates in its ledger");
       if (round->state == RoundState::kCommitted) {
         ++committed;
         REQUIRE(round->result_model_version == version + 1);
@@ -558,7 +563,9 @@ struct PlainWalk {
       if (what.acked) CHECK_MESSAGE(in_ledger.count(key) == 1, std::get<1>(key) << "'s acked update is lost");
     }
     rounds_committed = committed;
-    rounds_closed = last;
+    std::optional<RoundRecord> open;
+    REQUIRE(s.storage->open_round(&open, &error) == Status::kOk);
+    rounds_closed = last - (open ? 1 : 0);
   }
 
   void act(Device& d) {
@@ -579,8 +586,7 @@ struct PlainWalk {
           d.offer = *offer;
           d.next = Next::kStart;
           if (same_round) break;  // the update not yet acknowledged: upload it (where it stands)
-          d.update =
-              honest(d.id, uint32_t(std::hash<std::string>{}(d.id)) + 1000 * ++d.updates, 1 + below(9));
+          d.update = honest(d.id, uint32_t(&d - devices.data()) + 1000 * ++d.updates, 1 + below(9));
           CodecSpec spec;
           REQUIRE(parse_codec_spec("fp32", &spec) == Status::kOk);
           std::vector<uint8_t> ws(workspace_size(spec, d.update.values.size()));
@@ -668,7 +674,7 @@ struct PlainWalk {
     if (d.offer.round_id == 0) return;
     const std::string before = where();
     wire::Message m;
-    std::string what;
+    std::string what, sender = "mallory";
     ++hostile_sent;
     switch (below(5)) {
       case 0: {  // a commit of bytes it never sent
@@ -687,6 +693,7 @@ struct PlainWalk {
         what = "a commit with a wrong digest";
         wire::Commit c = d.commit();
         c.digest[3] ^= 0x10;
+        sender = d.id;
         m = s.rounds->commit(d.id, c, s.now).message;
         d.next = Device::Next::kStart;  // its upload may be gone now: it resumes
         break;
@@ -710,6 +717,7 @@ struct PlainWalk {
         chunk.offset = d.offset + 1;
         chunk.total_bytes = d.bytes.size();
         chunk.data.assign(4, 0);
+        sender = d.id;
         std::optional<Reply> r = s.rounds->upload_chunk(d.id, chunk, s.now);
         d.next = Device::Next::kStart;
         if (!r) {  // dropped unanswered: a closed (or closing) round's chunks are
@@ -727,6 +735,7 @@ struct PlainWalk {
         start.round_nonce[0] ^= 1;
         start.upload_id.fill(0x66);
         start.total_bytes = 100;
+        sender = d.id;
         m = s.rounds->upload_start(d.id, start, s.now).message;
         break;
       }
@@ -738,7 +747,7 @@ struct PlainWalk {
     // has one update per round; that one stays).
     std::optional<UpdateRecord> held;
     std::string error;
-    REQUIRE(s.storage->find_update(d.offer.round_id, d.id, &held, &error) == Status::kOk);
+    REQUIRE(s.storage->find_update(d.offer.round_id, sender, &held, &error) == Status::kOk);
     const bool refused = e != nullptr || std::holds_alternative<wire::RetryLater>(m) ||
                          (ack != nullptr && ack->disposition != wire::UpdateDisposition::kAccepted &&
                           (ack->disposition != wire::UpdateDisposition::kDuplicate || held.has_value()));
@@ -1070,12 +1079,15 @@ TEST_SUITE("server.rounds.close") {
         s.now += 1000;
         s.rounds->tick(s.now);
       }
-      REQUIRE(s.rounds->model_version() == 2);
-      // The model is the FedAvg of the ledger's three updates, the doubtful one counted once.
-      const std::vector<Update> ledger = {doubtful, others[0], others[1]};
-      CHECK(s.model() == fedavg(v1, ledger));
-      REQUIRE(s.rounds->history().size() == 1);
-      CHECK(s.rounds->history()[0].accepted == 3);
+      REQUIRE(s.rounds->model_version() >= 2);
+      // The model is the FedAvg of the round's ledger, the doubtful update counted once. A retry
+      // made the server read its ledger (the Duplicate is counted before it is answered): the
+      // round is full with b. Otherwise the server learns of it at the close, after b and c.
+      const std::vector<Update> ledger = device_retries ? std::vector<Update>{doubtful, others[0]}
+                                                        : std::vector<Update>{doubtful, others[0], others[1]};
+      CHECK(s.model_file(2) == fedavg(v1, ledger));
+      REQUIRE(!s.rounds->history().empty());
+      CHECK(s.rounds->history()[0].accepted == ledger.size());
       fs::remove_all(dir);
     }
   }
@@ -2571,14 +2583,19 @@ struct SecureWalk {
   bool fired(const char* call) const {
     return s.faults->failing.count(call) != 0 && s.faults->failing.at(call) == 0;
   }
-  void clear_faults() { s.faults->failing.clear(); }
+  void clear_faults() {
+    s.faults->failing.clear();
+    s.faults->record_update_in_doubt = 0;
+  }
   // Ends the phases due now (with any armed fault held back), so that the tick a message runs
   // after itself finds nothing to end: what changes then is the message's doing.
   void settle() {
     const std::map<std::string, int> armed = s.faults->failing;
+    const int in_doubt = s.faults->record_update_in_doubt;
     clear_faults();
     s.rounds->tick(s.now);
     s.faults->failing = armed;
+    s.faults->record_update_in_doubt = in_doubt;
   }
 
   void run() {
@@ -2604,7 +2621,12 @@ struct SecureWalk {
       } else if (roll < 72) {
         hostile();
       } else if (roll < 80) {
-        s.faults->failing[below(3) == 0 ? "record_update" : "append_round_event"] = 1;
+        const uint32_t pick = below(4);
+        if (pick == 0) {
+          s.faults->record_update_in_doubt = 1;  // a ledger row that is written, then reported failed
+        } else {
+          s.faults->failing[pick == 1 ? "record_update" : "append_round_event"] = 1;
+        }
         trace += "\n  fault armed";
       } else if (roll < 84) {
         restart();
@@ -2650,9 +2672,11 @@ struct SecureWalk {
     if (d.next == Next::kDone || d.next == Next::kGone || !open()) return;
     settle();
     if (!open()) return;
-    State was;  // before the step's message (a poll before it may end a phase)
+    State was = state();  // before the step's message (a poll before it may end a phase)
+    const int in_doubt = s.faults->record_update_in_doubt;
     wire::Message m;
     const char* what = "";
+    int step_phase = 0;  // the SecurePhase the step belongs to
     // The device's own protocol refused the step: it drops out, as edgefl::Client does.
     const auto refused_by_protocol = [&] {
       if (d.dev.dropped_with == Status::kOk) return false;
@@ -2672,6 +2696,7 @@ struct SecureWalk {
         break;
       case Next::kShare:
         what = "share";
+        step_phase = int(SecurePhase::kShares);
         if (!d.shares) {
           m = s.rounds->secagg_poll(d.dev.id, d.dev.poll(wire::SecAggPhase::kKeys), s.now).message;
           if (const auto* keys = std::get_if<wire::SecAggKeys>(&m)) {
@@ -2690,6 +2715,7 @@ struct SecureWalk {
         break;
       case Next::kMask:
         what = "mask";
+        step_phase = int(SecurePhase::kMasked);
         if (d.masked.empty()) {
           m = s.rounds->secagg_poll(d.dev.id, d.dev.poll(wire::SecAggPhase::kShares), s.now).message;
           if (const auto* inbox = std::get_if<wire::SecAggInbox>(&m)) {
@@ -2711,6 +2737,7 @@ struct SecureWalk {
         break;
       case Next::kUnmask:
         what = "unmask";
+        step_phase = int(SecurePhase::kUnmask);
         if (!d.answer) {
           m = s.rounds->secagg_poll(d.dev.id, d.dev.poll(wire::SecAggPhase::kUnmask), s.now).message;
           if (const auto* request = std::get_if<wire::SecAggUnmaskRequest>(&m)) {
@@ -2734,7 +2761,8 @@ struct SecureWalk {
       REQUIRE_MESSAGE(!e->message.empty(), "an error without words");
       REQUIRE_MESSAGE(e->code != wire::ErrorCode::kRateLimited,
                       d.dev.id << " was rate-limited for its own message");
-      const bool fault = fired("append_round_event") || fired("record_update");
+      const bool fault = fired("append_round_event") || fired("record_update") ||
+                         s.faults->record_update_in_doubt < in_doubt;
       if (e->code == wire::ErrorCode::kInternal) {
         REQUIRE_MESSAGE(fault, "kInternal without a storage failure: " << e->message);
         CHECK(state() == was);  // nothing changed; the device tries again
@@ -2745,9 +2773,12 @@ struct SecureWalk {
       const bool over =
           e->code == wire::ErrorCode::kUnknownRound || e->code == wire::ErrorCode::kUnexpectedMessage;
       REQUIRE_MESSAGE(over, d.dev.id << ": " << e->message);
+      CHECK_MESSAGE((!open() || state().phase > step_phase),
+                    d.dev.id << " refused while its step's phase is still on: " << e->message);
       d.next = d.acked ? Next::kDone : Next::kGone;
     }
-    if (fired("append_round_event") || fired("record_update")) clear_faults();
+    if (fired("append_round_event") || fired("record_update") || s.faults->record_update_in_doubt < in_doubt)
+      clear_faults();
   }
 
   // One hostile message; it must be refused with its specific error and change nothing.
@@ -2845,12 +2876,21 @@ struct SecureWalk {
       case 6: {  // a masked vector a byte short
         if (d.masked.empty() || d.acked) return;
         what = "a short masked vector";
+        // Its vector may be in the ledger already (a write in doubt it has not asked about yet):
+        // then it is counted, and any other vector is a Duplicate.
+        std::optional<UpdateRecord> held;
+        std::string error;
+        REQUIRE(s.storage->find_update(d.dev.offer.round_id, d.dev.id, &held, &error) == Status::kOk);
         const std::vector<uint8_t> cut(d.masked.begin(), d.masked.end() - 1);
         m = s.upload_bytes(d.dev.offer, d.dev.id, cut, 1);
         if (const auto* a = std::get_if<wire::Ack>(&m)) {
-          CHECK(a->disposition == wire::UpdateDisposition::kRejected);
-          CHECK(a->reason == wire::RejectReason::kInvalidEncoding);
-          CHECK(phase() == SecurePhase::kMasked);
+          if (held) {
+            CHECK(a->disposition == wire::UpdateDisposition::kDuplicate);
+          } else {
+            CHECK(a->disposition == wire::UpdateDisposition::kRejected);
+            CHECK(a->reason == wire::RejectReason::kInvalidEncoding);
+            CHECK(phase() == SecurePhase::kMasked);
+          }
         } else {
           expected = {wire::ErrorCode::kUnexpectedMessage};  // not the masked phase
         }
@@ -3094,6 +3134,61 @@ TEST_SUITE("server.rounds.secure") {
     }
     MESSAGE(committed_walks << " walks committed, " << abandoned_walks << " abandoned");
     CHECK(committed_walks > 0);
+  }
+  TEST_CASE("a poll whose own tick ends the round hears that its round ended, not the next round's answer") {
+    for (const bool at_unmask : {false, true}) {
+      CAPTURE(at_unmask);
+      RoundOptions o;
+      o.cohort = 4;
+      o.over_selection = 1.0;
+      o.min_quorum = 2;
+      o.deadline_ms = 5000;
+      o.uplink_codec = "q8:shared=0.0002,det";
+      o.secure_aggregation.enabled = true;
+      o.secure_aggregation.phase_ms = 1000;
+      Server s(make_temp_dir(), o);
+      s.in_memory = true;
+      REQUIRE(s.open() == Status::kOk);
+      std::vector<SecureDevice> d(4);
+      for (size_t i = 0; i < d.size(); ++i) {
+        d[i].id = "dev-" + std::to_string(i);
+        d[i].start(s.offer(d[i].id, 0, wire::kCapabilitySecureAggregation));
+        d[i].update.assign(s.model().size(), 0.001f * float(i + 1));
+      }
+      if (!at_unmask) {
+        // One device advertises; the keys deadline passes with no tick: the poll's own tick fails
+        // the round (fewer than t + 1 keys) and opens the next.
+        expect<wire::SecAggStatus>(s.rounds->secagg_advertise(d[0].id, d[0].advertise(), s.now).message);
+        s.now += 5001;
+        expect_error(s.rounds->secagg_poll(d[0].id, d[0].poll(wire::SecAggPhase::kKeys), s.now).message,
+                     wire::ErrorCode::kUnknownRound, "round 1 ended");
+      } else {
+        // Everyone masks, no one answers; the unmask deadline passes with no tick.
+        for (SecureDevice& x : d)
+          expect<wire::SecAggStatus>(s.rounds->secagg_advertise(x.id, x.advertise(), s.now).message);
+        for (SecureDevice& x : d) {
+          const wire::SecAggKeys keys = expect<wire::SecAggKeys>(
+              s.rounds->secagg_poll(x.id, x.poll(wire::SecAggPhase::kKeys), s.now).message);
+          expect<wire::SecAggStatus>(s.rounds->secagg_shares(x.id, x.share(keys), s.now).message);
+        }
+        for (SecureDevice& x : d) {
+          const wire::SecAggInbox inbox = expect<wire::SecAggInbox>(
+              s.rounds->secagg_poll(x.id, x.poll(wire::SecAggPhase::kShares), s.now).message);
+          CHECK(expect<wire::Ack>(s.upload_bytes(x.offer, x.id, x.mask(inbox), 1)).disposition ==
+                wire::UpdateDisposition::kAccepted);
+        }
+        REQUIRE(s.rounds->secure_round()->phase() == SecurePhase::kUnmask);
+        s.now += 1001;
+        CHECK(expect<wire::SecAggStatus>(
+                  s.rounds->secagg_poll(d[0].id, d[0].poll(wire::SecAggPhase::kUnmask), s.now).message)
+                  .phase == wire::SecAggPhase::kDone);
+      }
+      std::optional<RoundRecord> first;
+      std::string error;
+      REQUIRE(s.storage->get_round(1, &first, &error) == Status::kOk);
+      CHECK(first->state == RoundState::kAbandoned);
+      CHECK(s.rounds->secure_round()->assigned() == 0);  // round 2, which knows none of them
+    }
   }
   TEST_CASE("a restart that would change an open round's kind (secure or not) is refused, with the reason") {
     RoundOptions o;
