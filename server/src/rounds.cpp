@@ -621,7 +621,7 @@ Status RoundManager::reconcile_ledger(std::string* error) {
   } else {
     uint64_t in_ledger = 0;
     EDGEFL_RETURN_IF_ERROR(storage_->count_updates(round.record.round_id, &in_ledger, error));
-    if (in_ledger != round.accepted) {
+    if (in_ledger != round.accepted || round.aggregate_stale) {
       const uint32_t before = round.accepted;
       round.aggregate_stale = true;
       EDGEFL_RETURN_IF_ERROR(rebuild_aggregate(&round, error));
@@ -1206,9 +1206,7 @@ void RoundManager::tick(int64_t now_ms) {
   if (open_->ledger_in_doubt) {
     if (reconcile_ledger(&error) != Status::kOk) {
       fatal("reading the ledger after a write in doubt", error);  // the next tick tries again
-      return;
-    }
-    if (!shared_ && open_->accepted >= options_.cohort) {
+    } else if (open_->accepted >= options_.cohort) {
       (void)close_round(true, now_ms, &error);
       return;
     }
@@ -1226,8 +1224,20 @@ void RoundManager::tick(int64_t now_ms) {
     }
   }
   if (now_ms >= open_->record.deadline_unix_ms) {
+    bool commit = open_->accepted >= min_quorum_;
+    if (open_->ledger_in_doubt) {
+      // The ledger could not be read in full: decide on its count (the close rebuilds the sum
+      // from it). A store that cannot even count acknowledges nothing either: decide next tick.
+      uint64_t in_ledger = 0;
+      if (storage_->count_updates(open_->record.round_id, &in_ledger, &error) != Status::kOk) {
+        fatal("counting the ledger at the deadline", error);
+        return;
+      }
+      commit = in_ledger >= min_quorum_;
+      open_->aggregate_stale = true;
+    }
     // Several aggregators: the decision is taken again on the sealed ledger (try_close).
-    (void)close_round(open_->accepted >= min_quorum_, now_ms, &error);
+    (void)close_round(commit, now_ms, &error);
     return;
   }
   if (open_->offered.size() >= offers_per_round_) reclaim_expired_offers(now_ms);
@@ -1713,10 +1723,11 @@ std::optional<Reply> RoundManager::commit_outside_open_round(const std::string& 
     fatal("find_update", error);
     return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
   }
-  if (existing && open_ && commit.round_id == open_->record.round_id && !open_->closing &&
+  if (existing && !shared_ && open_ && commit.round_id == open_->record.round_id && !open_->closing &&
       open_->contributed.count(device) == 0) {
-    // This server's count misses the device's row (its write was in doubt): count it before
-    // telling the device it is counted.
+    // This server's count misses the device's row (its write was in doubt, and may have become
+    // visible only now): count it before telling the device it is counted.
+    open_->ledger_in_doubt = true;
     if (reconcile_ledger(&error) != Status::kOk) {
       fatal("reading the ledger after a write in doubt", error);
       return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
@@ -1844,6 +1855,14 @@ std::optional<Reply> RoundManager::record_upload(const std::string& device, cons
   metrics_->ledger_write_us_total.fetch_add(uint64_t(write_us.count()));
   if (inserted == InsertResult::kDuplicate) {
     round.uploads.erase(it);
+    if (!shared_ && round.contributed.count(device) == 0) {
+      // A row this server has not counted (an earlier write in doubt): count it first.
+      round.ledger_in_doubt = true;
+      if (reconcile_ledger(&error) != Status::kOk) {
+        fatal("reading the ledger after a write in doubt", error);
+        return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+      }
+    }
     metrics_->updates_duplicate.fetch_add(1);
     return ack(round.record.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
   }

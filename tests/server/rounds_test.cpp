@@ -1092,6 +1092,39 @@ TEST_SUITE("server.rounds.close") {
     }
   }
 
+  TEST_CASE(
+      "a write in doubt and a ledger that cannot be read back: the deadline still ends the round's intake, "
+      "decided on the ledger's count, and the close waits for the ledger") {
+    RoundOptions o;
+    o.cohort = 3;
+    o.min_quorum = 1;
+    o.deadline_ms = 5000;
+    Server s(make_temp_dir(), o);
+    s.in_memory = true;
+    REQUIRE(s.open() == Status::kOk);
+    const std::vector<float> v1 = s.model();
+    const Update a = honest("a", 4, 7), b = honest("b", 5, 2);
+    const wire::TaskOffer offer_a = s.offer("a"), offer_b = s.offer("b");
+    s.faults->record_update_in_doubt = 1;
+    REQUIRE(std::holds_alternative<wire::Error>(s.upload(offer_a, a)));  // in the ledger nonetheless
+    s.faults->failing["for_each_update"] = -1;                           // its rows cannot be read
+    s.now += 5001;
+    s.rounds->tick(s.now);
+    // Past the deadline nothing more is taken, though the server's own count is still 0.
+    const wire::Message late = s.upload(offer_b, b);
+    const auto* ack = std::get_if<wire::Ack>(&late);
+    CHECK_MESSAGE((ack == nullptr || ack->disposition != wire::UpdateDisposition::kAccepted),
+                  "an update taken after the deadline");
+    CHECK(s.rounds->model_version() == 1);
+    s.faults->failing.clear();
+    for (int i = 0; i < 20 && s.rounds->model_version() == 1; ++i) {
+      s.now += 1000;
+      s.rounds->tick(s.now);
+    }
+    REQUIRE(s.rounds->model_version() == 2);  // one update in the ledger meets the quorum of 1
+    CHECK(s.model() == fedavg(v1, {a}));
+  }
+
   // A crash between any two steps of a close: the process ends (the manager is dropped while the
   // close is failing at that step), a new one starts on the same state: exactly once.
   TEST_CASE("a crash between any two steps of a close: after the restart the model is applied once") {
