@@ -636,6 +636,15 @@ Status RoundManager::reconcile_ledger(std::string* error) {
   return Status::kOk;
 }
 
+std::optional<Reply> RoundManager::count_before_duplicate(const std::string& device) {
+  if (shared_ || !open_ || open_->contributed.count(device) != 0) return std::nullopt;
+  open_->ledger_in_doubt = true;  // the row may have become visible only now
+  std::string error;
+  if (reconcile_ledger(&error) == Status::kOk) return std::nullopt;
+  fatal("reading the ledger after a write in doubt", error);
+  return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+}
+
 void RoundManager::flush_partial_sum() {
   OpenRound& round = *open_;
   if (round.partial_sum_flushed || aggregate_.count() == 0 || !round.aggregate_is_own ||
@@ -1723,15 +1732,8 @@ std::optional<Reply> RoundManager::commit_outside_open_round(const std::string& 
     fatal("find_update", error);
     return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
   }
-  if (existing && !shared_ && open_ && commit.round_id == open_->record.round_id && !open_->closing &&
-      open_->contributed.count(device) == 0) {
-    // This server's count misses the device's row (its write was in doubt, and may have become
-    // visible only now): count it before telling the device it is counted.
-    open_->ledger_in_doubt = true;
-    if (reconcile_ledger(&error) != Status::kOk) {
-      fatal("reading the ledger after a write in doubt", error);
-      return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
-    }
+  if (existing && open_ && commit.round_id == open_->record.round_id && !open_->closing) {
+    if (std::optional<Reply> failed = count_before_duplicate(device)) return failed;
   }
   if (existing) {
     metrics_->updates_duplicate.fetch_add(1);
@@ -1855,14 +1857,7 @@ std::optional<Reply> RoundManager::record_upload(const std::string& device, cons
   metrics_->ledger_write_us_total.fetch_add(uint64_t(write_us.count()));
   if (inserted == InsertResult::kDuplicate) {
     round.uploads.erase(it);
-    if (!shared_ && round.contributed.count(device) == 0) {
-      // A row this server has not counted (an earlier write in doubt): count it first.
-      round.ledger_in_doubt = true;
-      if (reconcile_ledger(&error) != Status::kOk) {
-        fatal("reading the ledger after a write in doubt", error);
-        return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
-      }
-    }
+    if (std::optional<Reply> failed = count_before_duplicate(device)) return failed;
     metrics_->updates_duplicate.fetch_add(1);
     return ack(round.record.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
   }

@@ -291,6 +291,10 @@ class RoundManager {
   // round's updates (an ack of Duplicate, the cohort, the deadline, the masked phase's end).
   // kOk when nothing is in doubt any more; else the storage's status (still in doubt).
   Status reconcile_ledger(std::string* error);
+  // The open round's ledger holds `device`'s update: if this server has not counted it (a write
+  // in doubt), counts it before the device hears Duplicate. An Internal error reply when the
+  // ledger cannot be read (nothing is answered Duplicate then); nullopt otherwise.
+  std::optional<Reply> count_before_duplicate(const std::string& device);
   // A ledger update decoded into scratch_ as commit() decoded it; its decode status, or
   // kCorruptPayload for one the checks would now refuse.
   Status decode_recorded(const UpdateRecord& u);
