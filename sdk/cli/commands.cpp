@@ -86,8 +86,9 @@ const char kEncodeUsage[] =
 const char kCodecSpecHelp[] =
     "codec specs (edgefl/codec.h; in a list, separate specs with ';'):\n"
     "  spec       := [sparsifier '+'] values | sparsifier | sketch | alias\n"
-    "  sparsifier := topk:FRACTION | topk:k=COUNT [,approx] [,sample=FRACTION] [,idx=ef|rice|auto]\n"
-    "              | thresh:ABSVALUE [,idx=ef|rice|auto]\n"
+    "  sparsifier := topk:FRACTION | topk:k=COUNT [,approx] [,sample=FRACTION] "
+    "[,idx=ef|rice|blockrice|auto]\n"
+    "              | thresh:ABSVALUE [,idx=ef|rice|blockrice|auto]\n"
     "              | randk:FRACTION | randk:k=COUNT [,unscaled]\n"
     "  values     := fp32 | fp16 | bf16 [:ans]                 (bf16:ans: lossless)\n"
     "              | q1 | q2 | q4 | q8 [:block=N] [,det] [,sm] [,ans]    (sm: sign-magnitude; ans: rANS)\n"
@@ -572,9 +573,10 @@ std::string spec_of_encoding(const EncodedInfo& info) {
     return std::string(buf);
   };
   const std::string k = "k=" + std::to_string(info.nnz);
-  const std::string idx = info.index_coding == IndexCoding::kEliasFano ? ",idx=ef"
-                          : info.index_coding == IndexCoding::kRice    ? ",idx=rice"
-                                                                       : "";
+  const std::string idx = info.index_coding == IndexCoding::kEliasFano   ? ",idx=ef"
+                          : info.index_coding == IndexCoding::kRice      ? ",idx=rice"
+                          : info.index_coding == IndexCoding::kBlockRice ? ",idx=blockrice"
+                                                                         : "";
   std::string sparsifier;
   switch (info.sparsifier) {
     case SparsifierKind::kNone: break;

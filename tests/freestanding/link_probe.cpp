@@ -48,10 +48,21 @@ int run(const char* text) {
 }  // namespace
 
 int main() {
-  const char* const specs[] = {
-      "fp32",       "fp16",        "bf16", "q4",           "q8:shared=0.01",      "hq4",
-      "qsgd",       "tern",        "sign", "topk:0.05+q4", "topk:0.05,approx+q8", "topk:0.05,idx=rice",
-      "thresh:0.5", "randk:0.1+q8"};
+  const char* const specs[] = {"fp32",
+                               "fp16",
+                               "bf16",
+                               "q4",
+                               "q8:shared=0.01",
+                               "hq4",
+                               "qsgd",
+                               "tern",
+                               "sign",
+                               "topk:0.05+q4",
+                               "topk:0.05,approx+q8",
+                               "topk:0.05,idx=rice",
+                               "thresh:0.5",
+                               "randk:0.1+q8",
+                               "topk:0.05,idx=blockrice"};
   unsigned state = 12345;
   for (size_t i = 0; i < kN; ++i) {
     state = state * 1103515245u + 12345u;

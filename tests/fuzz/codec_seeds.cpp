@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
                          "sign",
                          "topk:0.05+q4",
                          "topk:0.05,idx=rice+q8",
+                         "topk:0.05,idx=blockrice+q8",
                          "sparq:0.05",
                          "thresh:0.004+fp16",
                          "randk:0.1+q8",

@@ -141,8 +141,9 @@ TEST_SUITE("cli") {
     for (std::vector<std::string> cmd : {std::vector<std::string>{"encode", "--help"}, {"bench", "--help"}}) {
       CAPTURE(cmd[0]);
       REQUIRE(run(cmd, &out) == 0);
-      for (const char* word : {"sparq:", "skc", "cs ", "topk:", "randk:", "thresh:", ",sm", ",ans", "shared=",
-                               ",clip", "hq1", "qsgd", "tern", "sign", "idx=ef|rice|auto", "unscaled"}) {
+      for (const char* word :
+           {"sparq:", "skc", "cs ", "topk:", "randk:", "thresh:", ",sm", ",ans", "shared=", ",clip", "hq1",
+            "qsgd", "tern", "sign", "idx=ef|rice|blockrice|auto", "unscaled"}) {
         CAPTURE(word);
         CHECK(contains(out, word));
       }

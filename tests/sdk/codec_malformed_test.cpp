@@ -42,6 +42,8 @@ const char* const kSpecs[] = {
     "sparq:0.1",
     "topk:0.1,idx=rice+q8",
     "thresh:0.5,idx=rice",
+    "topk:0.1,idx=blockrice+q8",
+    "thresh:0.5,idx=blockrice",
     "thresh:0.5",
     "randk:0.1+q8",
     "topk:0.1,approx+bf16",
@@ -256,8 +258,8 @@ TEST_SUITE("codec.malformed") {
   }
 
   TEST_CASE("an unknown format version is kUnsupportedVersion") {
-    for (const char* text : {"fp32", "topk:0.1+q4"}) {
-      for (uint8_t version : {0, 2, 255}) {
+    for (const char* text : {"fp32", "topk:0.1+q4", "topk:0.1,idx=blockrice+q4"}) {
+      for (uint8_t version : {0, 3, 255}) {
         INFO("spec: ", std::string(text), "  version: ", int(version));
         std::vector<uint8_t> bad = valid_encoding(text);
         bad[wire::kVersion] = version;
@@ -291,7 +293,7 @@ TEST_SUITE("codec.malformed") {
         {"q8", wire::kValueCoder, 200},
         {"q8", wire::kSparsifier, 5},
         {"q8", wire::kSparsifier, 255},
-        {"topk:0.1+q4", wire::kIndexCoding, 3},
+        {"topk:0.1+q4", wire::kIndexCoding, 4},
         {"topk:0.1+q4", wire::kIndexCoding, 255},  // kAuto is a spec value, never on the wire
         {"topk:0.1+q4", wire::kValueCoder, 77},
         {"topk:0.1+q4", wire::kSparsifier, 9},
@@ -312,13 +314,15 @@ TEST_SUITE("codec.malformed") {
       uint8_t value;
     };
     const Case cases[] = {
-        {"q8", wire::kValueCoder, 1},            // uniform bytes read as fp32
-        {"q4", wire::kValueCoder, 8},            // as hadamard
-        {"fp32", wire::kSparsifier, 1},          // dense read as top-k
-        {"topk:0.1+q4", wire::kSparsifier, 0},   // sparse read as dense
-        {"topk:0.1+q4", wire::kIndexCoding, 0},  // top-k without index coding
-        {"topk:0.1+q4", wire::kIndexCoding, 2},  // elias-fano bytes read as rice
-        {"q8", wire::kIndexCoding, 1},           // dense with an index coding
+        {"q8", wire::kValueCoder, 1},                          // uniform bytes read as fp32
+        {"q4", wire::kValueCoder, 8},                          // as hadamard
+        {"fp32", wire::kSparsifier, 1},                        // dense read as top-k
+        {"topk:0.1+q4", wire::kSparsifier, 0},                 // sparse read as dense
+        {"topk:0.1+q4", wire::kIndexCoding, 0},                // top-k without index coding
+        {"topk:0.1+q4", wire::kIndexCoding, 2},                // elias-fano bytes read as rice
+        {"q8", wire::kIndexCoding, 1},                         // dense with an index coding
+        {"topk:0.1,idx=blockrice+q4", wire::kIndexCoding, 1},  // block rice bytes read as elias-fano
+        {"topk:0.1,idx=blockrice+q4", wire::kIndexCoding, 2},  // ... and as rice
         {"randk:0.1+q8", wire::kIndexCoding, 1},
     };
     for (const Case& c : cases) {
@@ -426,7 +430,8 @@ TEST_SUITE("codec.malformed") {
       }
       // The size of a Rice region follows from its content only: inspect() cannot check it, decode
       // finds a trailing byte (kSizeMismatch) or a stream that ends early (kCorruptPayload).
-      const bool rice = bytes[wire::kIndexCoding] == static_cast<uint8_t>(edgefl::IndexCoding::kRice);
+      const bool rice = bytes[wire::kIndexCoding] == static_cast<uint8_t>(edgefl::IndexCoding::kRice) ||
+                        bytes[wire::kIndexCoding] == static_cast<uint8_t>(edgefl::IndexCoding::kBlockRice);
       {  // One index byte more (inserted at the end of the index region).
         std::vector<uint8_t> bad = bytes;
         bad.insert(bad.begin() + static_cast<long>(wire::kHeaderBytes + index_bytes), 0);
@@ -561,6 +566,95 @@ TEST_SUITE("codec.malformed") {
     region.push_back(0xFF);
     const Outcome o = run_all(edgefl_test::with_index_region(bytes, region), n);
     CHECK(o.decode_status == Status::kSizeMismatch);
+  }
+
+  TEST_CASE("format version 2 is block rice and nothing else") {
+    // Block rice under version 1 (a decoder before it would misread it), and version 2 on
+    // encodings that version 1 describes, are each one header too many for one encoding.
+    std::vector<uint8_t> v1 = valid_encoding("topk:0.1,idx=blockrice+q4");
+    REQUIRE(v1[wire::kVersion] == 2);
+    v1[wire::kVersion] = 1;
+    fix_checksum(v1);
+    expect_rejected(v1, Status::kBadParameters);
+    for (const char* text : {"fp32", "topk:0.1+q4", "topk:0.1,idx=rice+q4", "randk:0.1+q8"}) {
+      INFO("spec: ", std::string(text));
+      std::vector<uint8_t> v2 = valid_encoding(text);
+      REQUIRE(v2[wire::kVersion] == 1);
+      v2[wire::kVersion] = 2;
+      fix_checksum(v2);
+      expect_rejected(v2, Status::kBadParameters);
+    }
+  }
+
+  TEST_CASE("crafted block rice regions are refused with a specific error") {
+    const uint32_t n = 1000;
+    std::vector<uint32_t> good;
+    for (uint32_t i = 0; i < 40; ++i) good.push_back(i < 20 ? i : 100 + 20 * i);  // a run, then strides
+    const std::vector<uint8_t> bytes =
+        encode_ok("thresh:0.5,idx=blockrice", edgefl_test::indicator_vector(n, good), 1);
+    const std::vector<uint8_t> region = edgefl_test::block_rice_reference(good);
+    // The reference reproduces the valid encoding exactly.
+    REQUIRE(edgefl_test::with_index_region(bytes, region) == bytes);
+    auto rejected = [&](const std::vector<uint8_t>& bad_region, Status want) {
+      expect_rejected(edgefl_test::with_index_region(bytes, bad_region), want, n);
+    };
+    auto decode_status = [&](const std::vector<uint8_t>& bad_region) {
+      return run_all(edgefl_test::with_index_region(bytes, bad_region), n).decode_status;
+    };
+    SUBCASE("an index at or past n") {
+      for (uint32_t last : {1000u, 1010u, 4000u}) {
+        INFO("last index: ", last);
+        std::vector<uint32_t> idx = good;
+        idx.back() = last;
+        rejected(edgefl_test::block_rice_reference(idx), Status::kIndexOutOfRange);
+      }
+      // A quotient that would carry an index past 2^32 is stopped before the shift.
+      std::vector<uint32_t> idx = good;
+      idx.back() = 0xFFFFFFF0u;
+      rejected(edgefl_test::block_rice_reference(idx), Status::kIndexOutOfRange);
+    }
+    SUBCASE("fewer indices than nnz") {
+      const std::vector<uint32_t> fewer(good.begin(), good.end() - 1);
+      rejected(edgefl_test::block_rice_reference(fewer), Status::kCorruptPayload);
+    }
+    SUBCASE("a parameter out of range") {
+      // A parameter other than the least-bits one still decodes (within the size bound); past 31
+      // (reachable within the bound only for large n) is kernels_test's.
+      CHECK(decode_status(edgefl_test::block_rice_reference(good, {6, 6, 6})) == Status::kOk);
+      // One less than 0 for the first block: bits 1,0,1.
+      std::vector<uint8_t> below = region;
+      below[1] = static_cast<uint8_t>((below[1] & ~0x7u) | 0x5u);
+      CHECK(decode_status(below) == Status::kCorruptPayload);
+    }
+    SUBCASE("a malformed length prefix") {
+      std::vector<uint8_t> long_prefix = region;  // the same length, not minimal: 0x80 | a, 0x00
+      REQUIRE(region[0] < 0x80);
+      long_prefix[0] = static_cast<uint8_t>(region[0] | 0x80);
+      long_prefix.insert(long_prefix.begin() + 1, 0);
+      CHECK(decode_status(long_prefix) == Status::kCorruptPayload);
+      std::vector<uint8_t> all_of_it = region;  // part A takes the whole region: no part B
+      all_of_it[0] = static_cast<uint8_t>(region.size() - 1);
+      CHECK(decode_status(all_of_it) == Status::kCorruptPayload);
+      std::vector<uint8_t> too_long = region;
+      too_long[0] = 0x7F;
+      CHECK(decode_status(too_long) == Status::kCorruptPayload);
+      CHECK(decode_status(std::vector<uint8_t>(6, 0xFF)) == Status::kCorruptPayload);
+    }
+    SUBCASE("bits left over") {
+      std::vector<uint8_t> extra = region;  // a byte after part B
+      extra.push_back(0);
+      CHECK(decode_status(extra) == Status::kSizeMismatch);
+      // A one bit in part B's padding, and in part A's.
+      std::vector<uint8_t> b_pad = region;
+      REQUIRE((b_pad.back() & 0x80) == 0);
+      b_pad.back() |= 0x80;
+      CHECK(decode_status(b_pad) == Status::kSizeMismatch);
+      std::vector<uint8_t> a_pad = region;
+      const size_t a_last = region[0];  // prefix of one byte: part A is bytes 1 .. region[0]
+      REQUIRE((a_pad[a_last] & 0x80) == 0);
+      a_pad[a_last] |= 0x80;
+      CHECK(decode_status(a_pad) == Status::kSizeMismatch);
+    }
   }
 
   TEST_CASE("non-finite values inside a payload are kCorruptPayload") {

@@ -156,13 +156,15 @@ TEST_SUITE("codec.roundtrip") {
 
         EncodedInfo info;
         CHECK(edgefl::inspect({e.bytes.data(), e.bytes.size()}, &info) == Status::kOk);
-        CHECK(info.version == 1);
+        // Version 2 exactly for block Rice indices (format.h): every other encoding is version 1.
+        CHECK(info.version == (info.index_coding == IndexCoding::kBlockRice ? 2 : 1));
         CHECK(info.n == n);
         CHECK(info.sparsifier == spec.sparsifier);
         CHECK(info.values == spec.values);
         if (spec.index_coding == IndexCoding::kAuto && !is_dense(spec) &&
             spec.sparsifier != SparsifierKind::kRandomK) {
-          CHECK((info.index_coding == IndexCoding::kEliasFano || info.index_coding == IndexCoding::kRice));
+          CHECK(
+              (info.index_coding == IndexCoding::kEliasFano || info.index_coding == IndexCoding::kBlockRice));
         } else {
           CHECK(info.index_coding == expected_index_coding(spec));
         }
@@ -1102,9 +1104,10 @@ TEST_SUITE("codec.roundtrip") {
 
   }  // namespace
 
-  TEST_CASE("elias-fano and rice index codings round-trip any index set") {
+  TEST_CASE("elias-fano, rice and block rice index codings round-trip any index set") {
     for (const IndexCase& c : index_cases()) {
-      for (const char* text : {"thresh:0.5,idx=ef", "thresh:0.5,idx=rice", "thresh:0.5,idx=auto"}) {
+      for (const char* text :
+           {"thresh:0.5,idx=ef", "thresh:0.5,idx=rice", "thresh:0.5,idx=blockrice", "thresh:0.5,idx=auto"}) {
         INFO("spec: ", std::string(text), "  set: ", c.name, "  n: ", c.n, "  k: ", c.idx.size());
         const std::vector<float> x = edgefl_test::indicator_vector(c.n, c.idx);
         const std::vector<uint8_t> bytes = encode_ok(text, x, 1);
@@ -1123,8 +1126,9 @@ TEST_SUITE("codec.roundtrip") {
     }
   }
 
-  TEST_CASE("an empty index set round-trips under both codings") {
-    for (const char* text : {"thresh:0.5,idx=ef", "thresh:0.5,idx=rice", "thresh:0.5,idx=auto"}) {
+  TEST_CASE("an empty index set round-trips under every coding") {
+    for (const char* text :
+         {"thresh:0.5,idx=ef", "thresh:0.5,idx=rice", "thresh:0.5,idx=blockrice", "thresh:0.5,idx=auto"}) {
       for (size_t n : {size_t{0}, size_t{1}, size_t{1000}}) {
         INFO("spec: ", std::string(text), "  n: ", n);
         const std::vector<float> x(n, 0.25f);
@@ -1166,24 +1170,80 @@ TEST_SUITE("codec.roundtrip") {
     }
   }
 
-  TEST_CASE("rice beats elias-fano on clustered sets and auto picks the cheaper") {
+  TEST_CASE("block rice bytes follow the documented layout, version 2, within the bound") {
+    for (const IndexCase& c : index_cases()) {
+      INFO("set: ", c.name, "  n: ", c.n, "  k: ", c.idx.size());
+      const std::vector<uint8_t> bytes =
+          encode_ok("thresh:0.5,idx=blockrice", edgefl_test::indicator_vector(c.n, c.idx), 1);
+      const EncodedInfo info = inspect_ok(bytes);
+      REQUIRE(info.index_coding == IndexCoding::kBlockRice);
+      CHECK(bytes[4] == 2);
+      const std::vector<uint8_t> want = edgefl_test::block_rice_reference(c.idx);
+      REQUIRE(info.index_bytes == want.size());
+      CHECK(std::vector<uint8_t>(bytes.begin() + 52, bytes.begin() + 52 + static_cast<long>(want.size())) ==
+            want);
+      // The documented bound: k * (3 + log2(1 + n / k)) bits, 7 per block of 16, padding, prefix.
+      const double k = static_cast<double>(c.idx.size());
+      if (k > 0) {
+        CHECK(8.0 * info.index_bytes <=
+              k * (3 + log2(1 + static_cast<double>(c.n) / k)) + 7 * ceil(k / 16) + 16 + 40);
+      }
+    }
+  }
+
+  TEST_CASE("block rice stays within its bound on the sets that cost it most") {
+    // One index per block at the far end of a huge gap, and sets whose every block mixes runs of
+    // neighbours with one long jump (the parameter cannot suit both), at several densities.
+    for (size_t n : {size_t{1} << 10, size_t{1} << 20, size_t{EDGEFL_MAX_DIMENSION}}) {
+      for (size_t k : {size_t{1}, size_t{17}, size_t{1000}}) {
+        if (k > n / 4) continue;
+        std::vector<uint32_t> idx;
+        for (size_t j = 0; j < k; ++j) {
+          // 15 neighbours then one jump to the next stride of n / k.
+          const uint64_t stride = n / k;
+          idx.push_back(static_cast<uint32_t>(j * stride + (j % 16 == 15 ? stride - 1 : j % 16)));
+        }
+        std::sort(idx.begin(), idx.end());
+        idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
+        INFO("n: ", n, "  k: ", idx.size());
+        const std::vector<uint8_t> region = edgefl_test::block_rice_reference(idx);
+        const double k_kept = static_cast<double>(idx.size());
+        CHECK(8.0 * region.size() <=
+              k_kept * (3 + log2(1 + static_cast<double>(n) / k_kept)) + 7 * ceil(k_kept / 16) + 16 + 40);
+        if (n <= (size_t{1} << 20)) {
+          const std::vector<uint8_t> bytes =
+              encode_ok("thresh:0.5,idx=blockrice", edgefl_test::indicator_vector(n, idx), 1);
+          CHECK(inspect_ok(bytes).index_bytes == region.size());
+          CHECK(edgefl_test::nonzero_indices(decode_ok(bytes, n)) == idx);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("on clustered sets rice beats elias-fano, block rice beats rice, and auto picks the cheaper") {
     for (uint64_t seed : {5ull, 6ull, 7ull}) {
       INFO("seed: ", seed);
       const size_t n = 1000000;
       const std::vector<float> x = edgefl_test::indicator_vector(n, clustered_set(n, seed));
       const EncodedInfo ef = inspect_ok(encode_ok("thresh:0.5,idx=ef", x, 1));
       const EncodedInfo rice = inspect_ok(encode_ok("thresh:0.5,idx=rice", x, 1));
+      const EncodedInfo block = inspect_ok(encode_ok("thresh:0.5,idx=blockrice", x, 1));
       const EncodedInfo best = inspect_ok(encode_ok("thresh:0.5,idx=auto", x, 1));
       CHECK(rice.index_coding == IndexCoding::kRice);
       CHECK(rice.index_bytes < ef.index_bytes);
-      CHECK(best.index_bytes == std::min(ef.index_bytes, rice.index_bytes));
+      CHECK(block.index_bytes < rice.index_bytes);
+      CHECK(best.index_coding == IndexCoding::kBlockRice);
+      CHECK(best.index_bytes == std::min(ef.index_bytes, block.index_bytes));
     }
-    // On a uniformly random set auto never costs more than either.
-    const std::vector<float> x = edgefl_test::indicator_vector(100000, random_set(100000, 1000, 3));
-    const EncodedInfo ef = inspect_ok(encode_ok("thresh:0.5,idx=ef", x, 1));
-    const EncodedInfo rice = inspect_ok(encode_ok("thresh:0.5,idx=rice", x, 1));
-    const EncodedInfo best = inspect_ok(encode_ok("thresh:0.5,idx=auto", x, 1));
-    CHECK(best.index_bytes == std::min(ef.index_bytes, rice.index_bytes));
+    // On uniformly random sets auto never costs more than either.
+    for (size_t k : {size_t{10}, size_t{1000}, size_t{50000}}) {
+      INFO("k: ", k);
+      const std::vector<float> x = edgefl_test::indicator_vector(100000, random_set(100000, k, 3));
+      const EncodedInfo ef = inspect_ok(encode_ok("thresh:0.5,idx=ef", x, 1));
+      const EncodedInfo block = inspect_ok(encode_ok("thresh:0.5,idx=blockrice", x, 1));
+      const EncodedInfo best = inspect_ok(encode_ok("thresh:0.5,idx=auto", x, 1));
+      CHECK(best.index_bytes == std::min(ef.index_bytes, block.index_bytes));
+    }
   }
 
 }  // TEST_SUITE

@@ -546,6 +546,108 @@ TEST_SUITE("index coding") {
     CHECK(failing < 2 * trials - trials / 2);
   }
 
+  TEST_CASE("next_many() gives next()'s indices and failures: block Rice") {
+    namespace ic = edgefl::index_coding;
+    Lcg next_random{4242};
+    size_t well_formed = 0, failing = 0;
+    const size_t trials = 800;
+    for (size_t trial = 0; trial < trials; ++trial) {
+      CAPTURE(trial);
+      IndexStreamCase c;
+      c.n = 1 + next_random() % (trial % 3 == 0 ? 300000 : 3000);
+      c.k = 1 + next_random() % (trial % 5 == 0 ? c.n : (c.n + 9) / 10);
+      std::vector<uint32_t> chosen;
+      for (uint64_t i = 0; i < c.n && chosen.size() < c.k; ++i) {
+        // Clustered half the time: runs of neighbours, then jumps.
+        const bool take = trial % 2 == 0 ? next_random() % (c.n - i) < c.k - chosen.size()
+                                         : (i / 37) % 5 == 0 || next_random() % (c.n - i) < 1;
+        if (take) chosen.push_back(uint32_t(i));
+      }
+      c.k = chosen.size();
+      if (c.k == 0) continue;
+      if (trial % 4 != 3) {
+        ic::BlockRiceCost cost;
+        for (uint32_t i : chosen) cost.add(i);
+        c.data.assign(size_t(cost.bytes()), 0);
+        REQUIRE(cost.bytes() <= ic::block_rice_bound_bytes(c.n, c.k));
+        ic::BlockRiceWriter w(c.data.data(), c.data.size(), cost.a_bytes());
+        for (uint32_t i : chosen) w.add(i);
+        w.finish();
+        REQUIRE_FALSE(w.overflowed());
+        if (trial % 4 == 1) c.data[next_random() % c.data.size()] ^= uint8_t(1u << (next_random() % 8));
+      } else {
+        c.data.assign(size_t(1 + next_random() % ic::block_rice_bound_bytes(c.n, c.k)), 0);
+        for (uint8_t& b : c.data) b = uint8_t(next_random() & (trial % 8 == 3 ? 0x11 : 0xFF));
+        c.data[0] = uint8_t(next_random() % c.data.size());  // a plausible part A length
+      }
+      CAPTURE(c.n);
+      CAPTURE(c.k);
+      auto reader = [](const IndexStreamCase& s) {
+        return ic::BlockRiceReader(s.n, s.k, s.data.data(), s.data.size());
+      };
+      const bool failed = compare_next_many(c, reader, reader, next_random);
+      failing += failed;
+      if (trial % 4 == 0 || trial % 4 == 2) {  // unmodified: every index back, nothing left over
+        ic::BlockRiceReader r = reader(c);
+        std::vector<uint32_t> got(c.k);
+        r.next_many(got.data(), uint32_t(c.k));
+        REQUIRE_FALSE(r.failed());
+        CHECK(r.finished_exactly());
+        CHECK(got == chosen);
+        ++well_formed;
+      }
+    }
+    MESSAGE("well-formed streams " << well_formed << ", failing " << failing << " of " << trials);
+    CHECK(well_formed > trials / 3);
+    CHECK(failing > trials / 8);
+  }
+
+  TEST_CASE("block Rice refuses a parameter past 31, and picks the least-bits parameter") {
+    namespace ic = edgefl::index_coding;
+    // Two blocks: r = 31 (bits 1,1,11111), 16 remainders of 31 zero bits; then "one more" (1,0,0).
+    std::vector<uint8_t> region = {0};
+    std::vector<uint8_t> a((7 + 16 * 31 + 3 + 7) / 8, 0);
+    a[0] = 0x7F;                                   // bits 0..6: 1,1,1,1,1,1,1
+    const size_t second = 7 + 16 * 31;             // the second block's code
+    a[second / 8] |= uint8_t(1u << (second % 8));  // 1, then 0, 0
+    region[0] = uint8_t(a.size());
+    region.insert(region.end(), a.begin(), a.end());
+    region.insert(region.end(), {0xFF, 0xFF, 0xFF});  // quotients 0: 17 one bits and more
+    ic::BlockRiceReader r(uint64_t(1) << 30, 17, region.data(), region.size());
+    std::vector<uint32_t> out(17);
+    r.next_many(out.data(), 16);
+    CHECK_FALSE(r.failed());
+    r.next_many(out.data() + 16, 1);
+    CHECK(r.failed());
+    ic::BlockRiceReader one(uint64_t(1) << 30, 17, region.data(), region.size());
+    for (int j = 0; j < 17; ++j) one.next();
+    CHECK(one.failed());
+
+    // The walk from the estimate finds the brute-force least-bits parameter (the smallest one).
+    Lcg next_random{99};
+    for (int trial = 0; trial < 5000; ++trial) {
+      const unsigned count = 1 + unsigned(next_random() % ic::kBlockRiceGaps);
+      uint32_t gaps[ic::kBlockRiceGaps] = {};  // zero past count, as block_rice_parameter() asks
+      const unsigned scale = unsigned(next_random() % 32);
+      for (unsigned j = 0; j < count; ++j) {
+        gaps[j] = uint32_t((next_random() << 2) >> (31 - scale % 31)) >> (next_random() % 4 == 0 ? 0 : 3);
+        if (next_random() % 7 == 0) gaps[j] = 0;
+      }
+      unsigned best = 0;
+      uint64_t best_bits = ~uint64_t(0);
+      for (unsigned rr = 0; rr <= ic::kBlockRiceMaxParameter; ++rr) {
+        uint64_t bits = uint64_t(count) * rr;
+        for (unsigned j = 0; j < count; ++j) bits += gaps[j] >> rr;
+        if (bits < best_bits) {
+          best_bits = bits;
+          best = rr;
+        }
+      }
+      CAPTURE(trial);
+      REQUIRE(ic::block_rice_parameter(gaps, count) == best);
+    }
+  }
+
   TEST_CASE("the Rice parameter's closed form is the search it replaces") {
     // The least r <= 31 with count << r >= sum, minus one (0 for r = 0): the LOCO-I rule.
     auto searched = [](uint64_t sum, uint64_t count) {

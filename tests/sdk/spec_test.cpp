@@ -47,8 +47,10 @@ const char* const kValidSpecs[] = {
     "topk:0.01,idx=rice+q4",
     "topk:0.01,idx=ef+q4",
     "topk:0.01,idx=auto+q4",
+    "topk:0.01,idx=blockrice+q4",
     "thresh:0.5+fp16",
     "thresh:0.5,idx=rice",
+    "thresh:0.5,idx=blockrice",
     "randk:0.1+q8",
     "randk:0.1,unscaled+q8:shared=0.01",
     "randk:k=10",
@@ -125,6 +127,7 @@ const char* const kInvalidSpecs[] = {
     "randk:1.5",
     "randk:0.1,approx",
     "randk:0.1,idx=rice",
+    "randk:0.1,idx=blockrice",
     "topk:nan",
     "randk:nan",
 };
@@ -278,6 +281,7 @@ TEST_SUITE("codec.spec") {
     CHECK(edgefl_test::parse_or_fail("topk:0.01,idx=rice+q4").index_coding == IndexCoding::kRice);
     CHECK(edgefl_test::parse_or_fail("topk:0.01,idx=ef+q4").index_coding == IndexCoding::kEliasFano);
     CHECK(edgefl_test::parse_or_fail("topk:0.01,idx=auto+q4").index_coding == IndexCoding::kAuto);
+    CHECK(edgefl_test::parse_or_fail("topk:0.01,idx=blockrice+q4").index_coding == IndexCoding::kBlockRice);
   }
 
   TEST_CASE("threshold and random-k parse their parameters") {

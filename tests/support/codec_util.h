@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -290,6 +291,77 @@ inline std::vector<uint8_t> rice_reference(const std::vector<uint32_t>& idx, uin
       count >>= 1;
     }
   }
+  return out;
+}
+
+// Reference block Rice coding of the gaps of `idx` over [0, n) (sdk/src/codec/index_coding.h, the
+// wire format of format version 2): gaps g as for Rice, in blocks of 16 (the last may be short);
+// each block's parameter r is the smallest r in [0, 31] minimising sum(g >> r) + count * r, found
+// here by trying all 32. Part A: per block the parameter code against the previous block's r (0
+// before the first): bit 0 if equal; bits 1,0,0 if one more; 1,0,1 if one less; else 1,1 and r in
+// 5 bits; then each gap's low r bits. Part B: per gap, g >> r zero bits then a one. Both LSB-first
+// and zero-padded to a byte; the region is LEB128(bytes of A), A, B. Accepts any ascending input,
+// including indices >= n; `force[b]` >= 0 codes block b with that parameter instead (up to 32, one
+// past what a decoder accepts).
+inline std::vector<uint8_t> block_rice_reference(const std::vector<uint32_t>& idx,
+                                                 const std::vector<int>& force = {}) {
+  if (idx.empty()) return {};
+  std::vector<uint8_t> a, b;
+  size_t a_bit = 0, b_bit = 0;
+  auto put_bit = [](std::vector<uint8_t>& out, size_t& bit, unsigned v) {
+    if (bit / 8 >= out.size()) out.push_back(0);
+    out[bit / 8] |= static_cast<uint8_t>(v << (bit % 8));
+    ++bit;
+  };
+  std::vector<uint64_t> gaps;
+  uint64_t next = 0;
+  for (uint32_t i : idx) {
+    gaps.push_back(i - next);
+    next = uint64_t{i} + 1;
+  }
+  unsigned prev = 0;
+  for (size_t start = 0; start < gaps.size(); start += 16) {
+    const size_t end = std::min(gaps.size(), start + 16);
+    unsigned best_r = 0;
+    uint64_t best = ~uint64_t{0};
+    for (unsigned r = 0; r < 32; ++r) {
+      uint64_t bits = (end - start) * r;
+      for (size_t j = start; j < end; ++j) bits += gaps[j] >> r;
+      if (bits < best) {
+        best = bits;
+        best_r = r;
+      }
+    }
+    const size_t block = start / 16;
+    const unsigned r =
+        block < force.size() && force[block] >= 0 ? static_cast<unsigned>(force[block]) : best_r;
+    if (r == prev) {
+      put_bit(a, a_bit, 0);
+    } else if (r == prev + 1 || r + 1 == prev) {
+      put_bit(a, a_bit, 1);
+      put_bit(a, a_bit, 0);
+      put_bit(a, a_bit, r + 1 == prev ? 1 : 0);
+    } else {
+      put_bit(a, a_bit, 1);
+      put_bit(a, a_bit, 1);
+      for (unsigned i = 0; i < 5; ++i) put_bit(a, a_bit, (r >> i) & 1u);
+    }
+    for (size_t j = start; j < end; ++j)
+      for (unsigned i = 0; i < r; ++i) put_bit(a, a_bit, static_cast<unsigned>((gaps[j] >> i) & 1u));
+    for (size_t j = start; j < end; ++j) {
+      for (uint64_t z = 0; z < (gaps[j] >> r); ++z) put_bit(b, b_bit, 0);
+      put_bit(b, b_bit, 1);
+    }
+    prev = r;
+  }
+  std::vector<uint8_t> out;
+  uint64_t v = a.size();
+  do {
+    out.push_back(static_cast<uint8_t>((v & 0x7F) | (v >= 0x80 ? 0x80 : 0)));
+    v >>= 7;
+  } while (v != 0);
+  out.insert(out.end(), a.begin(), a.end());
+  out.insert(out.end(), b.begin(), b.end());
   return out;
 }
 

@@ -74,7 +74,10 @@ enum class IndexCoding : uint8_t {
   kNone = 0,       // dense, or random-k (indices regenerated from the seed)
   kEliasFano = 1,  // 2 + ceil(log2(n/k)) bits per index at most
   kRice = 2,       // adaptive Golomb-Rice of the gaps: below Elias-Fano on clustered sets
-  kAuto = 255,     // spec only: the cheaper of the two for each update (costs one extra pass)
+  kBlockRice = 3,  // Rice with each block of 16 gaps' own best parameter (format version 2):
+                   // smaller than kRice on top-k's clustered sets, and decoded a word at a time
+  kAuto = 255,     // spec only: the cheaper of Elias-Fano and block Rice for each update (one
+                   // extra pass)
 };
 
 // A parsed codec spec. Build it with parse_codec_spec(); the fields are public so that tools can

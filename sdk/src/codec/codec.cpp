@@ -148,6 +148,7 @@ size_t index_bound(const CodecSpec& s, size_t n, size_t nnz) {
     case IndexCoding::kEliasFano:
     case IndexCoding::kAuto: return size_t(index_coding::ef_bytes(n, nnz));
     case IndexCoding::kRice: return size_t(index_coding::rice_bound_bytes(n, nnz));
+    case IndexCoding::kBlockRice: return size_t(index_coding::block_rice_bound_bytes(n, nnz));
     default: return 0;
   }
 }
@@ -218,6 +219,14 @@ constexpr uint32_t kPrefetchAhead = 16;
 // Indices read at a time by the validating and decoding loops (1 KiB of stack).
 constexpr uint32_t kIndexChunk = 256;
 
+// Top-k and threshold encodings (not the sketches, which decode through their own tables).
+[[maybe_unused]] bool has_coded_indices(const EncodedInfo& h) {
+  return h.sparsifier != SparsifierKind::kNone && h.sparsifier != SparsifierKind::kRandomK &&
+         h.values != ValueCoderKind::kSkCompress && h.values != ValueCoderKind::kCountSketch &&
+         (h.index_coding == IndexCoding::kEliasFano || h.index_coding == IndexCoding::kRice ||
+          h.index_coding == IndexCoding::kBlockRice);
+}
+
 // Checks the index stream of a verified encoding: nnz strictly increasing indices below n,
 // and no read past the region; index by index, so that the first fault found names the error.
 Status validate_indices_one_by_one(const EncodedInfo& h, const uint8_t* data) {
@@ -246,6 +255,15 @@ Status validate_indices_one_by_one(const EncodedInfo& h, const uint8_t* data) {
     }
     // The stream must end within its last byte: no trailing bytes to smuggle data in.
     if ((r.bit_position() + 7) / 8 != h.index_bytes) return Status::kSizeMismatch;
+  } else if (h.index_coding == IndexCoding::kBlockRice) {
+    index_coding::BlockRiceReader r(h.n, h.nnz, data, h.index_bytes);
+    for (uint32_t j = 0; j < h.nnz; ++j) {
+      const uint64_t idx = r.next();
+      if (r.failed()) return Status::kCorruptPayload;
+      EDGEFL_RETURN_IF_ERROR(check(idx));
+    }
+    if (r.failed()) return Status::kCorruptPayload;  // a malformed region with no index
+    if (!r.finished_exactly()) return Status::kSizeMismatch;
   }
   return Status::kOk;
 }
@@ -260,7 +278,7 @@ Status validate_indices(const EncodedInfo& h, const uint8_t* data, uint32_t* ind
 // out of range or out of order anywhere sends the whole check to the one-by-one path, which
 // finds the first fault and names it. With `indices` (room for nnz), they are kept there.
 Status validate_indices(const EncodedInfo& h, const uint8_t* data, uint32_t* indices) {
-  if (h.index_coding != IndexCoding::kEliasFano && h.index_coding != IndexCoding::kRice) return Status::kOk;
+  if (!has_coded_indices(h)) return Status::kOk;
   auto check_all = [&](auto& reader) {
     uint32_t chunk[kIndexChunk];
     uint64_t next_allowed = 0;  // the previous index + 1
@@ -280,6 +298,9 @@ Status validate_indices(const EncodedInfo& h, const uint8_t* data, uint32_t* ind
   if (h.index_coding == IndexCoding::kEliasFano) {
     index_coding::EliasFanoReader r(h.n, h.nnz, data);
     ok = check_all(r);
+  } else if (h.index_coding == IndexCoding::kBlockRice) {
+    index_coding::BlockRiceReader r(h.n, h.nnz, data, h.index_bytes);
+    ok = check_all(r) && r.finished_exactly();
   } else {
     index_coding::RiceReader r(h.n, h.nnz, data, h.index_bytes);
     ok = check_all(r) && (r.bit_position() + 7) / 8 == h.index_bytes;
@@ -287,13 +308,6 @@ Status validate_indices(const EncodedInfo& h, const uint8_t* data, uint32_t* ind
   return ok ? Status::kOk : validate_indices_one_by_one(h, data);
 }
 #endif
-
-// Top-k and threshold encodings (not the sketches, which decode through their own tables).
-[[maybe_unused]] bool has_coded_indices(const EncodedInfo& h) {
-  return h.sparsifier != SparsifierKind::kNone && h.sparsifier != SparsifierKind::kRandomK &&
-         h.values != ValueCoderKind::kSkCompress && h.values != ValueCoderKind::kCountSketch &&
-         (h.index_coding == IndexCoding::kEliasFano || h.index_coding == IndexCoding::kRice);
-}
 
 // Where decode_with may keep an encoding's nnz decoded indices: the 4-byte aligned start of
 // `workspace` when it holds them (decode_fast_workspace_size()), else null.
@@ -435,6 +449,9 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
         if (h.index_coding == IndexCoding::kEliasFano) {
           index_coding::EliasFanoReader r(h.n, h.nnz, index_data);
           decode_pairs(read_from(r));
+        } else if (h.index_coding == IndexCoding::kBlockRice) {
+          index_coding::BlockRiceReader r(h.n, h.nnz, index_data, h.index_bytes);
+          decode_pairs(read_from(r));
         } else {
           index_coding::RiceReader r(h.n, h.nnz, index_data, h.index_bytes);
           decode_pairs(read_from(r));
@@ -444,6 +461,9 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
 #endif
       if (h.index_coding == IndexCoding::kEliasFano) {
         index_coding::EliasFanoReader r(h.n, h.nnz, index_data);
+        for_each_value([&](uint64_t, float v) { sink(size_t(r.next()), v); });
+      } else if (h.index_coding == IndexCoding::kBlockRice) {
+        index_coding::BlockRiceReader r(h.n, h.nnz, index_data, h.index_bytes);
         for_each_value([&](uint64_t, float v) { sink(size_t(r.next()), v); });
       } else {
         index_coding::RiceReader r(h.n, h.nnz, index_data, h.index_bytes);
@@ -653,40 +673,53 @@ Status select_coordinates(const CodecSpec& spec, const float* x, size_t n, uint6
   return Status::kOk;
 }
 
-// The index region (Elias-Fano, Rice or none) and the value region of the selected coordinates,
-// in one pass through the group buffer. For Rice the values go after the worst-case index region
-// first, then move down.
+// The index region (Elias-Fano, Rice, block Rice or none) and the value region of the selected
+// coordinates, in one pass through the group buffer. For Rice the values go after the worst-case
+// index region first, then move down; block Rice (and `auto`) sizes its region in a pass before.
 Status encode_sparse(const CodecSpec& spec, const values::Params& p, const select::Selection& sel,
                      const float* x, size_t n, const EncodeScratch& ws, float value_scale, uint8_t* payload,
                      EncodedInfo* h) {
   IndexCoding coding = spec.sparsifier == SparsifierKind::kRandomK ? IndexCoding::kNone : spec.index_coding;
   size_t index_bytes = 0;
-  if (coding == IndexCoding::kAuto) {
-    index_coding::RiceCost cost(n, sel.k);
+  uint64_t block_rice_a_bytes = 0;
+  if (coding == IndexCoding::kAuto || coding == IndexCoding::kBlockRice) {
+    index_coding::BlockRiceCost cost;
     sel.for_each(x, n, [&](uint32_t i) { cost.add(i); });
-    coding = cost.bytes() < index_coding::ef_bytes(n, sel.k) ? IndexCoding::kRice : IndexCoding::kEliasFano;
+    block_rice_a_bytes = cost.a_bytes();
+    if (coding == IndexCoding::kAuto) {
+      coding =
+          cost.bytes() < index_coding::ef_bytes(n, sel.k) ? IndexCoding::kBlockRice : IndexCoding::kEliasFano;
+    }
     index_bytes =
-        coding == IndexCoding::kRice ? size_t(cost.bytes()) : size_t(index_coding::ef_bytes(n, sel.k));
+        coding == IndexCoding::kBlockRice ? size_t(cost.bytes()) : size_t(index_coding::ef_bytes(n, sel.k));
   } else if (coding == IndexCoding::kEliasFano) {
     index_bytes = size_t(index_coding::ef_bytes(n, sel.k));
   } else if (coding == IndexCoding::kRice) {
     index_bytes = size_t(index_coding::rice_bound_bytes(n, sel.k));  // exact size known at the end
   }
   h->index_coding = coding;
+  h->version = format::format_version_for(coding);
   h->value_bytes = size_t(values::region_bytes(p, sel.k));
   uint8_t* index_out = payload;
   uint8_t* value_out = payload + index_bytes;
   GroupSink values_sink(p, ws.group, values::group_size(p), value_out, ws.hadamard, value_scale,
                         spec.sparsifier == SparsifierKind::kRandomK);
-  if (coding == IndexCoding::kEliasFano) {
-    index_coding::EliasFanoWriter w(n, sel.k, index_out);
+  // Indices and values in one pass, into a region whose size is exact.
+  auto write_exact = [&](auto& w) -> Status {
     sel.for_each(x, n, [&](uint32_t i) {
       w.add(i);
       values_sink.push(x[i]);
     });
     w.finish();
     if (w.overflowed()) return Status::kBufferTooSmall;  // cannot happen: sizes are exact
-    EDGEFL_RETURN_IF_ERROR(values_sink.finish());
+    return values_sink.finish();
+  };
+  if (coding == IndexCoding::kEliasFano) {
+    index_coding::EliasFanoWriter w(n, sel.k, index_out);
+    EDGEFL_RETURN_IF_ERROR(write_exact(w));
+  } else if (coding == IndexCoding::kBlockRice) {
+    index_coding::BlockRiceWriter w(index_out, index_bytes, block_rice_a_bytes);
+    EDGEFL_RETURN_IF_ERROR(write_exact(w));
   } else if (coding == IndexCoding::kRice) {
     index_coding::RiceWriter w(n, sel.k, index_out, index_bytes);
     sel.for_each(x, n, [&](uint32_t i) {

@@ -19,7 +19,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 void write_header(const EncodedInfo& info, uint8_t* out) {
   memcpy(out, kMagic, 4);
-  out[4] = kFormatVersion;
+  out[4] = format_version_for(info.index_coding);
   out[5] = uint8_t(info.sparsifier);
   out[6] = uint8_t(info.values);
   out[7] = uint8_t(info.index_coding);
@@ -84,7 +84,8 @@ Status check_parameters(const EncodedInfo& h) {
   if (h.nnz > h.n) return Status::kBadParameters;
   if (dense || h.sparsifier == SparsifierKind::kRandomK) {
     if (h.index_coding != IndexCoding::kNone) return Status::kBadParameters;
-  } else if (h.index_coding != IndexCoding::kEliasFano && h.index_coding != IndexCoding::kRice) {
+  } else if (h.index_coding != IndexCoding::kEliasFano && h.index_coding != IndexCoding::kRice &&
+             h.index_coding != IndexCoding::kBlockRice) {
     return Status::kBadParameters;
   }
   if ((h.randk_unscaled || h.randk_permuted) && h.sparsifier != SparsifierKind::kRandomK) {
@@ -144,9 +145,9 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   if (bytes.size() < kHeaderBytes) return Status::kTruncated;
   const uint8_t* p = bytes.data();
   if (memcmp(p, kMagic, 4) != 0) return Status::kBadMagic;
-  if (p[4] != kFormatVersion) return Status::kUnsupportedVersion;
+  if (p[4] != kFormatVersion && p[4] != kBlockRiceFormatVersion) return Status::kUnsupportedVersion;
   if (p[5] > uint8_t(SparsifierKind::kRandomK) || p[6] < uint8_t(ValueCoderKind::kFp32) ||
-      p[6] > uint8_t(ValueCoderKind::kCountSketch) || p[7] > uint8_t(IndexCoding::kRice) ||
+      p[6] > uint8_t(ValueCoderKind::kCountSketch) || p[7] > uint8_t(IndexCoding::kBlockRice) ||
       !codec_internal::codec_family_compiled(ValueCoderKind(p[6]))) {  // edgefl/config.h
     return Status::kUnknownCodec;
   }
@@ -155,6 +156,8 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
   h.sparsifier = SparsifierKind(p[5]);
   h.values = ValueCoderKind(p[6]);
   h.index_coding = IndexCoding(p[7]);
+  // Block Rice exactly when version 2: one header for one encoding.
+  if (p[4] != format_version_for(h.index_coding)) return Status::kBadParameters;
   h.n = load_le32(p + 8);
   h.nnz = load_le32(p + 12);
   h.bits = p[16];
@@ -210,6 +213,12 @@ Status read_header(Span<const uint8_t> bytes, EncodedInfo* info) {
     if (h.index_bytes != expected_index) return Status::kSizeMismatch;
   } else if (h.index_coding == IndexCoding::kRice) {
     if (h.index_bytes > index_coding::rice_bound_bytes(h.n, h.nnz) || (h.nnz > 0 && h.index_bytes == 0)) {
+      return Status::kSizeMismatch;
+    }
+  } else if (h.index_coding == IndexCoding::kBlockRice) {
+    // At least the length prefix and a byte of each part.
+    if (h.index_bytes > index_coding::block_rice_bound_bytes(h.n, h.nnz) ||
+        (h.nnz > 0 ? h.index_bytes < 3 : h.index_bytes != 0)) {
       return Status::kSizeMismatch;
     }
   } else if (h.index_bytes != 0) {

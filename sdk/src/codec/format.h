@@ -1,11 +1,13 @@
-// Internal: the byte layout of an encoded update (format version 1), and its header codec.
+// Internal: the byte layout of an encoded update (format versions 1 and 2), and its header codec.
 //
 // Every encoding is a fixed 52-byte header followed by the index region and the value region.
 // All integers are little-endian; floats are IEEE binary32, little-endian.
 //
 //  offset size field
 //   0      4   magic "EFLU" (0x45 0x46 0x4C 0x55)
-//   4      1   format version (kFormatVersion = 1)
+//   4      1   format version: 2 (kBlockRiceFormatVersion) when the index coding is block Rice,
+//              else 1 (kFormatVersion); version 2 adds that coding and nothing else, so every
+//              other encoding is the same bytes as before it
 //   5      1   sparsifier      (SparsifierKind)
 //   6      1   value coder     (ValueCoderKind)
 //   7      1   index coding    (IndexCoding; kNone for dense and random-k)
@@ -28,7 +30,8 @@
 //  52          index region, then value region
 //
 // Index region: Elias-Fano (lower bits, L = floor(log2(n/nnz)), k*L bits LSB-first, padded to a
-// byte; then the upper bits, unary, nnz + (n >> L) bits) or adaptive Rice (see index_coding.h).
+// byte; then the upper bits, unary, nnz + (n >> L) bits), adaptive Rice or block Rice (see
+// index_coding.h).
 //
 // Value region, one group per block of `block` carried values (the last may be short):
 //   fp32/fp16/bf16 : the values, no blocks.
@@ -63,6 +66,12 @@ namespace edgefl {
 namespace format {
 
 constexpr uint8_t kFormatVersion = 1;
+constexpr uint8_t kBlockRiceFormatVersion = 2;
+
+// The version an encoding with this index coding is written with.
+inline uint8_t format_version_for(IndexCoding coding) {
+  return coding == IndexCoding::kBlockRice ? kBlockRiceFormatVersion : kFormatVersion;
+}
 constexpr uint8_t kMagic[4] = {'E', 'F', 'L', 'U'};
 constexpr size_t kHeaderBytes = kEncodedHeaderBytes;
 constexpr size_t kChecksumOffset = 48;

@@ -78,6 +78,8 @@ bool apply_sparsifier_arg(const Arg& a, bool first, CodecSpec* s) {
       s->index_coding = IndexCoding::kEliasFano;
     } else if (Cursor c2{a.value, a.value_end()}; c2.match("rice") && c2.at_end()) {
       s->index_coding = IndexCoding::kRice;
+    } else if (Cursor c4{a.value, a.value_end()}; c4.match("blockrice") && c4.at_end()) {
+      s->index_coding = IndexCoding::kBlockRice;
     } else if (Cursor c3{a.value, a.value_end()}; c3.match("auto") && c3.at_end()) {
       s->index_coding = IndexCoding::kAuto;
     } else {
@@ -283,7 +285,7 @@ Status validate_codec_spec(const CodecSpec& s) {
       return Status::kInvalidSpec;
     }
   } else if (s.index_coding != IndexCoding::kEliasFano && s.index_coding != IndexCoding::kRice &&
-             s.index_coding != IndexCoding::kAuto) {
+             s.index_coding != IndexCoding::kBlockRice && s.index_coding != IndexCoding::kAuto) {
     return Status::kInvalidSpec;
   }
   if (s.randk_unscaled && s.sparsifier != SparsifierKind::kRandomK) return Status::kInvalidSpec;
@@ -402,6 +404,7 @@ size_t format_codec_spec(const CodecSpec& s, char* buf, size_t cap) {
     }
     if (s.randk_unscaled) a.put(",unscaled");
     if (s.index_coding == IndexCoding::kRice) a.put(",idx=rice");
+    if (s.index_coding == IndexCoding::kBlockRice) a.put(",idx=blockrice");
     if (s.index_coding == IndexCoding::kAuto) a.put(",idx=auto");
     a.put('+');
   }
@@ -496,6 +499,7 @@ const char* index_coding_name(IndexCoding coding) {
     case IndexCoding::kNone: return "none";
     case IndexCoding::kEliasFano: return "elias_fano";
     case IndexCoding::kRice: return "rice";
+    case IndexCoding::kBlockRice: return "block_rice";
     case IndexCoding::kAuto: return "auto";
   }
   return "unknown";
