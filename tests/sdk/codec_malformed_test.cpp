@@ -598,8 +598,11 @@ TEST_SUITE("codec.malformed") {
     auto rejected = [&](const std::vector<uint8_t>& bad_region, Status want) {
       expect_rejected(edgefl_test::with_index_region(bytes, bad_region), want, n);
     };
+    // decode's status, which decode_add's must equal.
     auto decode_status = [&](const std::vector<uint8_t>& bad_region) {
-      return run_all(edgefl_test::with_index_region(bytes, bad_region), n).decode_status;
+      const Outcome o = run_all(edgefl_test::with_index_region(bytes, bad_region), n);
+      CHECK(o.add_status == o.decode_status);
+      return o.decode_status;
     };
     SUBCASE("an index at or past n") {
       for (uint32_t last : {1000u, 1010u, 4000u}) {

@@ -546,7 +546,7 @@ TEST_SUITE("index coding") {
     CHECK(failing < 2 * trials - trials / 2);
   }
 
-  TEST_CASE("next_many() gives next()'s indices and failures: block Rice") {
+  TEST_CASE("the word-at-a-time block Rice reader gives the bit-by-bit reader's indices and failures") {
     namespace ic = edgefl::index_coding;
     Lcg next_random{4242};
     size_t well_formed = 0, failing = 0;
@@ -554,19 +554,29 @@ TEST_SUITE("index coding") {
     for (size_t trial = 0; trial < trials; ++trial) {
       CAPTURE(trial);
       IndexStreamCase c;
-      c.n = 1 + next_random() % (trial % 3 == 0 ? 300000 : 3000);
-      c.k = 1 + next_random() % (trial % 5 == 0 ? c.n : (c.n + 9) / 10);
       std::vector<uint32_t> chosen;
-      for (uint64_t i = 0; i < c.n && chosen.size() < c.k; ++i) {
-        // Clustered half the time: runs of neighbours, then jumps.
-        const bool take = trial % 2 == 0 ? next_random() % (c.n - i) < c.k - chosen.size()
-                                         : (i / 37) % 5 == 0 || next_random() % (c.n - i) < 1;
-        if (take) chosen.push_back(uint32_t(i));
+      if (trial % 7 == 6) {
+        // Up to EDGEFL_MAX_DIMENSION, a few indices: parameters up to 30.
+        c.n = 1 + (next_random() << 1 | (next_random() & 1)) % EDGEFL_MAX_DIMENSION;
+        c.k = 1 + next_random() % 200;
+        for (uint64_t j = 0; j < c.k; ++j)
+          chosen.push_back(uint32_t((next_random() << 1 | (next_random() & 1)) % c.n));
+        std::sort(chosen.begin(), chosen.end());
+        chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+      } else {
+        c.n = 1 + next_random() % (trial % 3 == 0 ? 300000 : 3000);
+        c.k = 1 + next_random() % (trial % 5 == 0 ? c.n : (c.n + 9) / 10);
+        for (uint64_t i = 0; i < c.n && chosen.size() < c.k; ++i) {
+          // Clustered half the time: runs of neighbours, then jumps.
+          const bool take = trial % 2 == 0 ? next_random() % (c.n - i) < c.k - chosen.size()
+                                           : (i / 37) % 5 == 0 || next_random() % (c.n - i) < 1;
+          if (take) chosen.push_back(uint32_t(i));
+        }
       }
       c.k = chosen.size();
       if (c.k == 0) continue;
       if (trial % 4 != 3) {
-        ic::BlockRiceCost cost;
+        ic::BlockRiceWriter cost;  // measuring
         for (uint32_t i : chosen) cost.add(i);
         c.data.assign(size_t(cost.bytes()), 0);
         REQUIRE(cost.bytes() <= ic::block_rice_bound_bytes(c.n, c.k));
@@ -582,17 +592,26 @@ TEST_SUITE("index coding") {
       }
       CAPTURE(c.n);
       CAPTURE(c.k);
-      auto reader = [](const IndexStreamCase& s) {
-        return ic::BlockRiceReader(s.n, s.k, s.data.data(), s.data.size());
+      auto bit_reader = [](const IndexStreamCase& s) {
+        return ic::BlockRiceBitReader(s.n, s.k, s.data.data(), s.data.size());
       };
-      const bool failed = compare_next_many(c, reader, reader, next_random);
+      auto word_reader = [](const IndexStreamCase& s) {
+        return ic::BlockRiceWordReader(s.n, s.k, s.data.data(), s.data.size());
+      };
+      const bool failed = compare_next_many(c, bit_reader, word_reader, next_random);
+      compare_next_many(c, word_reader, word_reader, next_random);  // next() against next_many()
       failing += failed;
+      // Read whole, both agree on what is left over.
+      ic::BlockRiceBitReader slow = bit_reader(c);
+      ic::BlockRiceWordReader fast = word_reader(c);
+      std::vector<uint32_t> got(c.k);
+      fast.next_many(got.data(), uint32_t(c.k));
+      for (uint64_t j = 0; j < c.k; ++j) slow.next();
+      REQUIRE(slow.failed() == fast.failed());
+      CHECK(slow.finished_exactly() == fast.finished_exactly());
       if (trial % 4 == 0 || trial % 4 == 2) {  // unmodified: every index back, nothing left over
-        ic::BlockRiceReader r = reader(c);
-        std::vector<uint32_t> got(c.k);
-        r.next_many(got.data(), uint32_t(c.k));
-        REQUIRE_FALSE(r.failed());
-        CHECK(r.finished_exactly());
+        REQUIRE_FALSE(fast.failed());
+        CHECK(fast.finished_exactly());
         CHECK(got == chosen);
         ++well_formed;
       }
@@ -605,23 +624,76 @@ TEST_SUITE("index coding") {
   TEST_CASE("block Rice refuses a parameter past 31, and picks the least-bits parameter") {
     namespace ic = edgefl::index_coding;
     // Two blocks: r = 31 (bits 1,1,11111), 16 remainders of 31 zero bits; then "one more" (1,0,0).
+    // Both parts long enough for next_many()'s whole loads, so that its own parameter decoding
+    // refuses the second; next() refuses it too.
     std::vector<uint8_t> region = {0};
-    std::vector<uint8_t> a((7 + 16 * 31 + 3 + 7) / 8, 0);
+    std::vector<uint8_t> a(72, 0);
     a[0] = 0x7F;                                   // bits 0..6: 1,1,1,1,1,1,1
     const size_t second = 7 + 16 * 31;             // the second block's code
     a[second / 8] |= uint8_t(1u << (second % 8));  // 1, then 0, 0
     region[0] = uint8_t(a.size());
     region.insert(region.end(), a.begin(), a.end());
-    region.insert(region.end(), {0xFF, 0xFF, 0xFF});  // quotients 0: 17 one bits and more
-    ic::BlockRiceReader r(uint64_t(1) << 30, 17, region.data(), region.size());
+    region.insert(region.end(), 8, 0xFF);  // quotients 0: 17 one bits and more
+    ic::BlockRiceWordReader r(uint64_t(1) << 30, 17, region.data(), region.size());
     std::vector<uint32_t> out(17);
     r.next_many(out.data(), 16);
     CHECK_FALSE(r.failed());
     r.next_many(out.data() + 16, 1);
     CHECK(r.failed());
-    ic::BlockRiceReader one(uint64_t(1) << 30, 17, region.data(), region.size());
-    for (int j = 0; j < 17; ++j) one.next();
+    ic::BlockRiceWordReader one(uint64_t(1) << 30, 17, region.data(), region.size());
+    ic::BlockRiceBitReader by_bits(uint64_t(1) << 30, 17, region.data(), region.size());
+    for (int j = 0; j < 16; ++j) {
+      one.next();
+      by_bits.next();
+    }
+    CHECK_FALSE(one.failed());
+    CHECK_FALSE(by_bits.failed());
+    one.next();
+    by_bits.next();
     CHECK(one.failed());
+    CHECK(by_bits.failed());
+
+    // The size bound is largest at k = n (so encoded_bound(), sized at the most indices a spec can
+    // keep, covers every smaller set), and holds on the sets that cost block Rice most: runs of
+    // neighbours with one long jump per block, equal gaps, everything at the end.
+    for (uint64_t n = 1; n <= 3000; n += n < 100 ? 1 : 37)
+      for (uint64_t k = 0; k <= n; ++k)
+        REQUIRE(ic::block_rice_bound_bytes(n, k) <= ic::block_rice_bound_bytes(n, n));
+    for (uint64_t n : {uint64_t(1) << 10, uint64_t(1) << 20, uint64_t(EDGEFL_MAX_DIMENSION)}) {
+      for (uint64_t k : {1, 2, 15, 16, 17, 33, 1000, 100000}) {
+        if (k > n) continue;
+        for (int pattern = 0; pattern < 4; ++pattern) {
+          std::vector<uint32_t> idx;
+          const uint64_t stride = n / k;
+          for (uint64_t j = 0; j < k; ++j) {
+            uint64_t i = j * stride;
+            if (pattern == 0) i += j % 16 == 15 ? stride - 1 : j % 16;  // 15 neighbours, then a jump
+            if (pattern == 2) i = n - k + j;                            // all at the end
+            if (pattern == 3) i = j == 0 ? 0 : n - k + j;               // one at 0, the rest at the end
+            idx.push_back(uint32_t(i));
+          }
+          std::sort(idx.begin(), idx.end());
+          idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
+          CAPTURE(n);
+          CAPTURE(k);
+          CAPTURE(pattern);
+          ic::BlockRiceWriter cost;  // measuring
+          for (uint32_t i : idx) cost.add(i);
+          REQUIRE(cost.bytes() <= ic::block_rice_bound_bytes(n, idx.size()));
+          std::vector<uint8_t> data(size_t(cost.bytes()));
+          ic::BlockRiceWriter w(data.data(), data.size(), cost.a_bytes());
+          for (uint32_t i : idx) w.add(i);
+          w.finish();
+          REQUIRE_FALSE(w.overflowed());
+          ic::BlockRiceWordReader back(n, idx.size(), data.data(), data.size());
+          std::vector<uint32_t> got(idx.size());
+          back.next_many(got.data(), uint32_t(got.size()));
+          REQUIRE_FALSE(back.failed());
+          CHECK(back.finished_exactly());
+          CHECK(got == idx);
+        }
+      }
+    }
 
     // The walk from the estimate finds the brute-force least-bits parameter (the smallest one).
     Lcg next_random{99};

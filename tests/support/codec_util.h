@@ -301,8 +301,7 @@ inline std::vector<uint8_t> rice_reference(const std::vector<uint32_t>& idx, uin
 // before the first): bit 0 if equal; bits 1,0,0 if one more; 1,0,1 if one less; else 1,1 and r in
 // 5 bits; then each gap's low r bits. Part B: per gap, g >> r zero bits then a one. Both LSB-first
 // and zero-padded to a byte; the region is LEB128(bytes of A), A, B. Accepts any ascending input,
-// including indices >= n; `force[b]` >= 0 codes block b with that parameter instead (up to 32, one
-// past what a decoder accepts).
+// including indices >= n; `force[b]` in [0, 31] codes block b with that parameter instead.
 inline std::vector<uint8_t> block_rice_reference(const std::vector<uint32_t>& idx,
                                                  const std::vector<int>& force = {}) {
   if (idx.empty()) return {};

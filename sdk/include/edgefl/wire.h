@@ -205,6 +205,8 @@ constexpr uint64_t kMaxSecAggNoiseVariance = uint64_t{1} << 20;
 // and IndexCoding (edgefl/codec.h); bits without a kind must be 0.
 constexpr uint32_t kKnownSparsifierBits = 0x1Fu;   // ids 0..4
 constexpr uint32_t kKnownValueCoderBits = 0x1FEu;  // ids 1..8
+// Block Rice (index coding 3, encoding format version 2) has no bit here: servers validate these
+// masks strictly, and one from before it would refuse every Hello that named it.
 constexpr uint32_t kKnownIndexCodingBits = 0x07u;  // ids 0..2
 
 // --- Messages ---------------------------------------------------------------------------------

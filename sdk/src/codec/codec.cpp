@@ -227,44 +227,72 @@ constexpr uint32_t kIndexChunk = 256;
           h.index_coding == IndexCoding::kBlockRice);
 }
 
+// The coded index stream of a top-k or threshold encoding, whichever its coding, behind one
+// next(): the per-value loops that read indices one at a time (the one-by-one check, the decoders
+// of value coders without runs, every decoder of builds for size) exist once, not once per coding.
+class IndexStream {
+ public:
+  IndexStream(const EncodedInfo& h, const uint8_t* data) : coding_(h.index_coding), bytes_(h.index_bytes) {
+    if (coding_ == IndexCoding::kEliasFano) {
+      new (&ef_) index_coding::EliasFanoReader(h.n, h.nnz, data);
+    } else if (coding_ == IndexCoding::kRice) {
+      new (&rice_) index_coding::RiceReader(h.n, h.nnz, data, h.index_bytes);
+    } else {
+      new (&block_) index_coding::BlockRiceReader(h.n, h.nnz, data, h.index_bytes);
+    }
+  }
+  EDGEFL_SIZE_NOINLINE uint64_t next() {
+    return coding_ == IndexCoding::kEliasFano ? ef_.next()
+           : coding_ == IndexCoding::kRice    ? rice_.next()
+                                              : block_.next();
+  }
+  bool failed() const {
+    return coding_ == IndexCoding::kEliasFano ? ef_.failed()
+           : coding_ == IndexCoding::kRice    ? rice_.failed()
+                                              : block_.failed();
+  }
+  // After the last index: the stream ends in its region's last byte (Elias-Fano's size is fixed).
+  bool finished_exactly() const {
+    return coding_ == IndexCoding::kEliasFano ? true
+           : coding_ == IndexCoding::kRice    ? (rice_.bit_position() + 7) / 8 == bytes_
+                                              : block_.finished_exactly();
+  }
+
+ private:
+  IndexCoding coding_;
+  size_t bytes_;
+  union {
+    index_coding::EliasFanoReader ef_;
+    index_coding::RiceReader rice_;
+    index_coding::BlockRiceReader block_;
+  };
+};
+
 // Checks the index stream of a verified encoding: nnz strictly increasing indices below n,
 // and no read past the region; index by index, so that the first fault found names the error.
-Status validate_indices_one_by_one(const EncodedInfo& h, const uint8_t* data) {
+// With `indices` (room for nnz), the checked indices are kept there.
+Status validate_indices_one_by_one(const EncodedInfo& h, const uint8_t* data, uint32_t* indices = nullptr) {
   uint64_t prev = 0;
   bool first = true;
+  uint32_t kept = 0;
   auto check = [&](uint64_t idx) -> Status {
     if (idx >= h.n) return Status::kIndexOutOfRange;
     if (!first && idx <= prev) return Status::kIndicesNotSorted;
     first = false;
     prev = idx;
+    if (indices != nullptr) indices[kept++] = uint32_t(idx);
     return Status::kOk;
   };
-  if (h.index_coding == IndexCoding::kEliasFano) {
-    index_coding::EliasFanoReader r(h.n, h.nnz, data);
-    for (uint32_t j = 0; j < h.nnz; ++j) {
-      const uint64_t idx = r.next();
-      if (r.failed()) return Status::kCorruptPayload;
-      EDGEFL_RETURN_IF_ERROR(check(idx));
-    }
-  } else if (h.index_coding == IndexCoding::kRice) {
-    index_coding::RiceReader r(h.n, h.nnz, data, h.index_bytes);
-    for (uint32_t j = 0; j < h.nnz; ++j) {
-      const uint64_t idx = r.next();
-      if (r.failed()) return Status::kCorruptPayload;
-      EDGEFL_RETURN_IF_ERROR(check(idx));
-    }
-    // The stream must end within its last byte: no trailing bytes to smuggle data in.
-    if ((r.bit_position() + 7) / 8 != h.index_bytes) return Status::kSizeMismatch;
-  } else if (h.index_coding == IndexCoding::kBlockRice) {
-    index_coding::BlockRiceReader r(h.n, h.nnz, data, h.index_bytes);
-    for (uint32_t j = 0; j < h.nnz; ++j) {
-      const uint64_t idx = r.next();
-      if (r.failed()) return Status::kCorruptPayload;
-      EDGEFL_RETURN_IF_ERROR(check(idx));
-    }
-    if (r.failed()) return Status::kCorruptPayload;  // a malformed region with no index
-    if (!r.finished_exactly()) return Status::kSizeMismatch;
+  if (!has_coded_indices(h)) return Status::kOk;
+  IndexStream r(h, data);
+  for (uint32_t j = 0; j < h.nnz; ++j) {
+    const uint64_t idx = r.next();
+    if (r.failed()) return Status::kCorruptPayload;
+    EDGEFL_RETURN_IF_ERROR(check(idx));
   }
+  if (r.failed()) return Status::kCorruptPayload;  // a malformed region with no index
+  // The stream must end within its last byte: no trailing bytes to smuggle data in.
+  if (!r.finished_exactly()) return Status::kSizeMismatch;
   return Status::kOk;
 }
 
@@ -305,7 +333,9 @@ Status validate_indices(const EncodedInfo& h, const uint8_t* data, uint32_t* ind
     index_coding::RiceReader r(h.n, h.nnz, data, h.index_bytes);
     ok = check_all(r) && (r.bit_position() + 7) / 8 == h.index_bytes;
   }
-  return ok ? Status::kOk : validate_indices_one_by_one(h, data);
+  // The one-by-one path names the fault; should it find none, it also refills `indices`, so that
+  // what decoding trusts never depends on the chunked readers agreeing with it.
+  return ok ? Status::kOk : validate_indices_one_by_one(h, data, indices);
 }
 #endif
 
@@ -459,16 +489,8 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
         break;
       }
 #endif
-      if (h.index_coding == IndexCoding::kEliasFano) {
-        index_coding::EliasFanoReader r(h.n, h.nnz, index_data);
-        for_each_value([&](uint64_t, float v) { sink(size_t(r.next()), v); });
-      } else if (h.index_coding == IndexCoding::kBlockRice) {
-        index_coding::BlockRiceReader r(h.n, h.nnz, index_data, h.index_bytes);
-        for_each_value([&](uint64_t, float v) { sink(size_t(r.next()), v); });
-      } else {
-        index_coding::RiceReader r(h.n, h.nnz, index_data, h.index_bytes);
-        for_each_value([&](uint64_t, float v) { sink(size_t(r.next()), v); });
-      }
+      IndexStream r(h, index_data);
+      for_each_value([&](uint64_t, float v) { sink(size_t(r.next()), v); });
       break;
     }
   }
@@ -681,11 +703,11 @@ Status encode_sparse(const CodecSpec& spec, const values::Params& p, const selec
                      EncodedInfo* h) {
   IndexCoding coding = spec.sparsifier == SparsifierKind::kRandomK ? IndexCoding::kNone : spec.index_coding;
   size_t index_bytes = 0;
-  uint64_t block_rice_a_bytes = 0;
+  size_t block_rice_a_bytes = 0;
   if (coding == IndexCoding::kAuto || coding == IndexCoding::kBlockRice) {
-    index_coding::BlockRiceCost cost;
+    index_coding::BlockRiceWriter cost;  // measuring
     sel.for_each(x, n, [&](uint32_t i) { cost.add(i); });
-    block_rice_a_bytes = cost.a_bytes();
+    block_rice_a_bytes = size_t(cost.a_bytes());
     if (coding == IndexCoding::kAuto) {
       coding =
           cost.bytes() < index_coding::ef_bytes(n, sel.k) ? IndexCoding::kBlockRice : IndexCoding::kEliasFano;

@@ -32,14 +32,15 @@ constexpr unsigned kRiceEscape = 24;
 
 // ---- Elias-Fano -------------------------------------------------------------------------------
 
+// n and k are below 2^32 (n <= EDGEFL_MAX_DIMENSION): the divisions and shifts are 32-bit.
 inline unsigned ef_low_bits(uint64_t n, uint64_t k) {
-  return k == 0 || n <= k ? 0 : floor_log2(n / k);
+  return k == 0 || n <= k ? 0 : floor_log2(uint32_t(n) / uint32_t(k));
 }
 inline uint64_t ef_low_bytes(uint64_t n, uint64_t k) {
   return (k * ef_low_bits(n, k) + 7) / 8;
 }
 inline uint64_t ef_high_bytes(uint64_t n, uint64_t k) {
-  return k == 0 ? 0 : (k + (n >> ef_low_bits(n, k)) + 7) / 8;
+  return k == 0 ? 0 : (k + (uint32_t(n) >> ef_low_bits(n, k)) + 7) / 8;
 }
 inline uint64_t ef_bytes(uint64_t n, uint64_t k) {
   return ef_low_bytes(n, k) + ef_high_bytes(n, k);
@@ -425,7 +426,9 @@ constexpr unsigned kBlockRiceMaxParameter = 31;
 // sum(gap >> r) + count * r. That sum is convex in r (each step up saves ceil((gap >> r) / 2) per
 // gap, which shrinks as r grows), so a walk from an estimate finds it. `gaps` holds
 // kBlockRiceGaps entries, zero past `count` (so that every sum has a fixed length, and vectorises).
-inline unsigned block_rice_parameter(const uint32_t* gaps, unsigned count) {
+// `*quotient_bits`, when given, receives sum(gap >> r) at the chosen r.
+inline unsigned block_rice_parameter(const uint32_t* gaps, unsigned count,
+                                     uint64_t* quotient_bits = nullptr) {
   uint64_t total = 0;
   for (unsigned j = 0; j < kBlockRiceGaps; ++j) total += gaps[j];
   auto cost = [&](unsigned r) {
@@ -448,6 +451,7 @@ inline unsigned block_rice_parameter(const uint32_t* gaps, unsigned count) {
     here = above;
     ++r;
   }
+  if (quotient_bits != nullptr) *quotient_bits = here - uint64_t(count) * r;
   return r;
 }
 
@@ -455,7 +459,7 @@ inline unsigned block_rice_parameter_code_bits(unsigned r, unsigned prev) {
   return r == prev ? 1 : (r == prev + 1 || r + 1 == prev) ? 3 : 7;
 }
 
-inline unsigned leb128_bytes(uint64_t v) {
+inline unsigned leb128_bytes(size_t v) {
   unsigned bytes = 1;
   while (v >= 0x80) {
     v >>= 7;
@@ -468,82 +472,62 @@ inline unsigned leb128_bytes(uint64_t v) {
 // c * (3 + log2(1 + G / c)) bits at the parameter floor(log2(G / c)) (0 when G < c); by
 // concavity the blocks together cost at most k * (3 + log2(1 + n / k)), plus 7 bits of parameter
 // code per block, the padding of two parts and the length prefix.
-inline uint64_t block_rice_bound_bytes(uint64_t n, uint64_t k) {
+EDGEFL_SIZE_NOINLINE inline uint64_t block_rice_bound_bytes(uint64_t n, uint64_t k) {
   if (k == 0) return 0;
   const uint64_t blocks = (k + kBlockRiceGaps - 1) / kBlockRiceGaps;
-  const uint64_t bits = k * (3 + ceil_log2(n / k + 2)) + 7 * blocks + 14;
+  const uint32_t ratio = uint32_t(n) / uint32_t(k);  // n, k < 2^32: a 32-bit division
+  const uint64_t bits = k * (3 + ceil_log2(uint64_t(ratio) + 2)) + 7 * blocks + 14;
   return (bits + 7) / 8 + 5;
 }
 
-// Bits of each part of the block Rice coding of a set, index by index (the encoder's sizing pass).
-class BlockRiceCost {
- public:
-  void add(uint32_t index) {
-    gaps_[fill_++] = uint32_t(uint64_t(index) - next_);
-    next_ = uint64_t(index) + 1;
-    if (fill_ == kBlockRiceGaps) flush();
-  }
-  // Total region bytes (prefix and both parts) once every index was added; 0 for no index.
-  uint64_t bytes() {
-    flush();
-    if (a_bits_ == 0 && b_bits_ == 0) return 0;
-    const uint64_t a = (a_bits_ + 7) / 8;
-    return leb128_bytes(a) + a + (b_bits_ + 7) / 8;
-  }
-  uint64_t a_bytes() {
-    flush();
-    return (a_bits_ + 7) / 8;
-  }
-
- private:
-  void flush() {
-    if (fill_ == 0) return;
-    for (unsigned j = fill_; j < kBlockRiceGaps; ++j) gaps_[j] = 0;
-    const unsigned r = block_rice_parameter(gaps_, fill_);
-    a_bits_ += block_rice_parameter_code_bits(r, prev_) + uint64_t(fill_) * r;
-    for (unsigned j = 0; j < fill_; ++j) b_bits_ += (gaps_[j] >> r) + 1;
-    prev_ = r;
-    fill_ = 0;
-  }
-  uint32_t gaps_[kBlockRiceGaps];
-  unsigned fill_ = 0;
-  unsigned prev_ = 0;
-  uint64_t next_ = 0;
-  uint64_t a_bits_ = 0;
-  uint64_t b_bits_ = 0;
-};
-
-// Writes the region whose sizes BlockRiceCost gave for the same indices: `a_bytes` from
-// BlockRiceCost::a_bytes(), `size` = BlockRiceCost::bytes(). Overflow (indices other than the
-// costed ones) sets overflowed().
+// Block Rice coding of a set, index by index, in one of two modes: measuring (the encoder's sizing
+// pass: a_bytes() and bytes() once every index was added), or writing the region a measuring
+// writer sized for the same indices (`a_bytes` from its a_bytes(), `size` = its bytes()). Indices
+// other than the measured ones set overflowed(). Both modes run the same flush(), so the sizes
+// agree byte for byte.
 class BlockRiceWriter {
  public:
-  BlockRiceWriter(uint8_t* out, size_t size, uint64_t a_bytes) {
+  BlockRiceWriter() = default;  // measuring
+  BlockRiceWriter(uint8_t* out, size_t size, size_t a_bytes) : writing_(true) {
     if (size == 0) return;
-    unsigned prefix = 0;
-    uint64_t v = a_bytes;
+    size_t prefix = 0;
+    size_t v = a_bytes;
     do {
       const uint8_t byte = uint8_t(v & 0x7F);
       v >>= 7;
       if (prefix < size) out[prefix] = uint8_t(byte | (v != 0 ? 0x80 : 0));
       ++prefix;
     } while (v != 0);
-    if (prefix + a_bytes > size) {
+    if (prefix > size || a_bytes > size - prefix) {
       overflow_ = true;
       return;
     }
-    a_ = BitWriter(out + prefix, size_t(a_bytes));
-    b_ = BitWriter(out + prefix + a_bytes, size_t(size - prefix - a_bytes));
+    a_ = BitWriter(out + prefix, a_bytes);
+    b_ = BitWriter(out + prefix + a_bytes, size - prefix - a_bytes);
   }
-  void add(uint32_t index) {
-    gaps_[fill_++] = uint32_t(uint64_t(index) - next_);
-    next_ = uint64_t(index) + 1;
+  void add(uint32_t index) {  // index < n <= EDGEFL_MAX_DIMENSION: next_ stays below 2^32
+    gaps_[fill_++] = index - next_;
+    next_ = index + 1;
     if (fill_ == kBlockRiceGaps) flush();
   }
+  // Writing: the last block, then zero padding to each part's end.
   void finish() {
     flush();
-    a_.finish_and_fill();
-    b_.finish_and_fill();
+    if (writing_) {
+      a_.finish_and_fill();
+      b_.finish_and_fill();
+    }
+  }
+  // Bytes of part A, and of the whole region (0 for no index), of the indices added so far.
+  uint64_t a_bytes() {
+    flush();
+    return (a_bits_ + 7) / 8;
+  }
+  uint64_t bytes() {
+    flush();
+    if (a_bits_ == 0 && b_bits_ == 0) return 0;
+    const size_t a = (a_bits_ + 7) / 8;
+    return leb128_bytes(a) + a + (b_bits_ + 7) / 8;
   }
   bool overflowed() const { return overflow_ || a_.overflowed() || b_.overflowed(); }
 
@@ -551,81 +535,168 @@ class BlockRiceWriter {
   void flush() {
     if (fill_ == 0) return;
     for (unsigned j = fill_; j < kBlockRiceGaps; ++j) gaps_[j] = 0;
-    const unsigned r = block_rice_parameter(gaps_, fill_);
-    if (r == prev_) {
-      a_.put(0, 1);
-    } else if (r == prev_ + 1) {
-      a_.put(0x1, 3);  // bits 1, 0, 0
-    } else if (r + 1 == prev_) {
-      a_.put(0x5, 3);  // bits 1, 0, 1
-    } else {
-      a_.put(0x3 | (r << 2), 7);  // bits 1, 1, then r
+    uint64_t quotient_bits = 0;
+    const unsigned r = block_rice_parameter(gaps_, fill_, &quotient_bits);
+    a_bits_ += block_rice_parameter_code_bits(r, prev_) + fill_ * r;
+    b_bits_ += size_t(quotient_bits) + fill_;
+    if (writing_) {
+      // Bits 0 (the same r); 1,0,0 (one more); 1,0,1 (one less); 1,1 then r in 5 bits.
+      const unsigned code = r == prev_ ? 0u : r == prev_ + 1 ? 0x1u : r + 1 == prev_ ? 0x5u : 0x3u | r << 2;
+      a_.put(code, block_rice_parameter_code_bits(r, prev_));
+      for (unsigned j = 0; j < fill_; ++j) a_.put(gaps_[j], r);
+      for (unsigned j = 0; j < fill_; ++j) b_.put_unary(gaps_[j] >> r);
     }
-    for (unsigned j = 0; j < fill_; ++j) a_.put(gaps_[j], r);
-    for (unsigned j = 0; j < fill_; ++j) b_.put_unary(gaps_[j] >> r);
     prev_ = r;
     fill_ = 0;
   }
+  bool writing_ = false;
   BitWriter a_;
   BitWriter b_;
   uint32_t gaps_[kBlockRiceGaps];
   unsigned fill_ = 0;
   unsigned prev_ = 0;
-  uint64_t next_ = 0;
+  uint32_t next_ = 0;
+  // Bits of each part: a region's size fits in size_t (it is in memory), and so its bits do on
+  // 64-bit hosts, and on 32-bit targets up to regions of 512 MiB (more than they can hold).
+  size_t a_bits_ = 0;
+  size_t b_bits_ = 0;
   bool overflow_ = false;
 };
 
-// Reads block Rice indices back. Fails (sticky) on a malformed prefix, a parameter out of range,
-// an index past 2^32 or a read past either part; a gap past n gives an index >= n (the caller's
-// range check names it); finished_exactly() checks that nothing is left over.
-class BlockRiceReader {
+// Splits a block Rice region of `size` bytes (k >= 1) into its parts: false (no split) when the
+// length prefix is malformed (no final byte within 5, not minimal) or leaves part B no byte.
+EDGEFL_SIZE_NOINLINE inline bool block_rice_parts(const uint8_t* data, size_t size, size_t* a_offset,
+                                                  size_t* a_bytes) {
+  size_t length = 0;
+  size_t prefix = 0;
+  for (;;) {
+    if (prefix == size || prefix == 5) return false;
+    const uint8_t byte = data[prefix];
+    if (prefix == 4 && byte > 0x0F) return false;  // a length of 2^32 or more: no region is that long
+    length |= size_t(byte & 0x7F) << (7 * prefix);
+    ++prefix;
+    if ((byte & 0x80) == 0) {
+      if (byte == 0 && prefix > 1) return false;  // not minimal
+      break;
+    }
+  }
+  if (length >= size - prefix) return false;  // part B holds at least one bit
+  *a_offset = prefix;
+  *a_bytes = length;
+  return true;
+}
+
+// Reads block Rice indices back bit by bit (BitReader): the reference, and the reader of builds
+// for size. Fails (sticky) on a malformed prefix, a parameter out of range, an index past 2^32 or
+// a read past either part; a gap past n gives an index >= n (the caller's range check names it);
+// finished_exactly() checks that nothing is left over.
+class BlockRiceBitReader {
  public:
-  BlockRiceReader(uint64_t n, uint64_t k, const uint8_t* data, size_t size) {
+  // n, k < 2^32 (32-bit state: 64-bit shifts cost builds for size dearly).
+  BlockRiceBitReader(uint64_t n, uint64_t k, const uint8_t* data, size_t size)
+      : n_(uint32_t(n)), k_(uint32_t(k)) {
+    size_t a_offset = 0, a_bytes = 0;
+    if (k == 0) {
+      failed_ = size != 0;
+    } else if (!block_rice_parts(data, size, &a_offset, &a_bytes)) {
+      failed_ = true;
+    } else {
+      a_data_ = data + a_offset;
+      b_data_ = a_data_ + a_bytes;
+      a_size_ = a_bytes;
+      b_size_ = size - a_offset - a_bytes;
+      a_ = BitReader(a_data_, a_size_);
+      b_ = BitReader(b_data_, b_size_);
+    }
+  }
+  EDGEFL_SIZE_NOINLINE uint64_t next() {
+    if (failed() || decoded_ >= k_) {
+      failed_ = true;
+      return 0;
+    }
+    if (left_ == 0) {  // the block's parameter code
+      unsigned r = r_;
+      if (a_.get(1) != 0) {
+        if (a_.get(1) == 0) {
+          const bool down = a_.get(1) != 0;
+          if (down ? r == 0 : r == kBlockRiceMaxParameter) failed_ = true;
+          r = down ? r - 1 : r + 1;
+        } else {
+          r = unsigned(a_.get(5));
+        }
+      }
+      r_ = r;
+      left_ = k_ - decoded_ < kBlockRiceGaps ? unsigned(k_ - decoded_) : kBlockRiceGaps;
+    }
+    const uint32_t low = uint32_t(a_.get(r_));
+    const uint64_t quotient = b_.get_unary(~uint64_t(0));
+    const uint64_t index = next_ + (quotient > (n_ >> r_) ? n_ : ((uint32_t(quotient) << r_) | low));
+    if (index >> 32 != 0) failed_ = true;
+    next_ = index + 1;
+    --left_;
+    ++decoded_;
+    return failed() ? 0 : index;
+  }
+  void next_many(uint32_t* out, uint32_t count) {
+    for (uint32_t j = 0; j < count; ++j) out[j] = uint32_t(next());
+  }
+  bool failed() const { return failed_ || a_.failed() || b_.failed(); }
+  // After the k-th index: each part ends in its last byte, and the bits after its end are zero.
+  bool finished_exactly() const {
+    if (k_ == 0 || failed()) return !failed();
+    const size_t a_bit = a_.bit_position(), b_bit = b_.bit_position();
+    return (a_bit + 7) / 8 == a_size_ && (b_bit + 7) / 8 == b_size_ &&
+           (a_data_[a_size_ - 1] >> ((a_bit - 1) % 8 + 1)) == 0 &&
+           (b_data_[b_size_ - 1] >> ((b_bit - 1) % 8 + 1)) == 0;
+  }
+
+ private:
+  uint32_t n_, k_;
+  BitReader a_{nullptr, 0};
+  BitReader b_{nullptr, 0};
+  const uint8_t* a_data_ = nullptr;
+  const uint8_t* b_data_ = nullptr;
+  size_t a_size_ = 0, b_size_ = 0;
+  uint64_t next_ = 0;  // the previous index + 1
+  uint32_t decoded_ = 0;
+  unsigned r_ = 0;
+  unsigned left_ = 0;  // gaps left in the block
+  bool failed_ = false;
+};
+
+// Reads block Rice indices back a 64-bit word at a time: the same indices and failures as
+// BlockRiceBitReader (kernels_test compares them).
+class BlockRiceWordReader {
+ public:
+  BlockRiceWordReader(uint64_t n, uint64_t k, const uint8_t* data, size_t size) {
     s_.n = n;
     s_.k = k;
+    size_t a_offset = 0, a_bytes = 0;
     if (k == 0) {
       s_.failed = size != 0;
-      return;
-    }
-    uint64_t a_bytes = 0;
-    size_t prefix = 0;
-    for (;;) {
-      if (prefix == size || prefix == 5) {
-        s_.failed = true;
-        return;
-      }
-      const uint8_t byte = data[prefix];
-      a_bytes |= uint64_t(byte & 0x7F) << (7 * prefix);
-      ++prefix;
-      if ((byte & 0x80) == 0) {
-        if (byte == 0 && prefix > 1) s_.failed = true;  // not minimal
-        break;
-      }
-    }
-    if (a_bytes > size - prefix || a_bytes == size - prefix) {  // part B holds at least one bit
+    } else if (!block_rice_parts(data, size, &a_offset, &a_bytes)) {
       s_.failed = true;
-      return;
+    } else {
+      s_.a = data + a_offset;
+      s_.a_size = a_bytes;
+      s_.b = data + a_offset + a_bytes;
+      s_.b_size = size - a_offset - a_bytes;
     }
-    s_.a = data + prefix;
-    s_.a_size = size_t(a_bytes);
-    s_.b = data + prefix + a_bytes;
-    s_.b_size = size - prefix - size_t(a_bytes);
   }
   EDGEFL_SIZE_NOINLINE uint64_t next() { return step(s_); }
-  // The next `count` indices into out (n < 2^32), as `count` calls of next() would give them;
-  // an index past 2^32 fails the reader. Inside a block whose remainders and quotient words can
-  // be loaded whole, the indices come from a loop without bounds checks.
+  // The next `count` indices into out (n < 2^32): those `count` calls of next() would give, as long
+  // as neither fails; when the stream fails (an index past 2^32 too), failed() is set after the
+  // call and what it wrote from the failing block on is meaningless. Inside a block whose
+  // remainders and quotient words can be loaded whole, the indices come from a loop without
+  // bounds checks.
   void next_many(uint32_t* out, uint32_t count) {
-#if defined(__OPTIMIZE_SIZE__)
-    for (uint32_t j = 0; j < count; ++j) out[j] = uint32_t(next());
-#else
     State s = s_;  // in locals: stores to out may alias the members
     uint32_t j = 0;
     bool bad = false;
-    while (j < count) {
+    while (j < count && !bad && !s.failed) {
       if (s.left == 0) {
         // The block's parameter, from one whole load when there is one (else step() reads it).
-        if (s.failed || s.decoded >= s.k || (s.a_bit >> 3) + 8 > s.a_size) {
+        if (s.decoded >= s.k || (s.a_bit >> 3) + 8 > s.a_size) {
           out[j++] = uint32_t(step(s));
           continue;
         }
@@ -641,10 +712,7 @@ class BlockRiceReader {
           s.a_bit += 7;
           r = unsigned(code >> 2) & 31u;
         }
-        if (bad) {
-          s.failed = true;
-          break;
-        }
+        if (bad) break;
         s.r = r;
         s.mask = r == 0 ? 0 : (~uint64_t(0) >> (64 - r));
         const uint64_t remaining = s.k - s.decoded;
@@ -693,14 +761,11 @@ class BlockRiceReader {
       j += t;
       if (t < take) out[j++] = uint32_t(step(s));
     }
-    for (; j < count; ++j) out[j] = uint32_t(step(s));  // after a fault: zeros, and failed
     if (bad) s.failed = true;
+    for (; j < count; ++j) out[j] = uint32_t(step(s));  // after a fault: zeros, and failed
     s_ = s;
-#endif
   }
-  bool failed() const {
-    return s_.failed;
-  }
+  bool failed() const { return s_.failed; }
   // After the k-th index: each part ends in its last byte, and the bits after its end are zero.
   bool finished_exactly() const {
     if (s_.k == 0 || s_.failed) return !s_.failed;
@@ -806,6 +871,12 @@ class BlockRiceReader {
   }
   State s_;
 };
+
+#if defined(__OPTIMIZE_SIZE__)
+using BlockRiceReader = BlockRiceBitReader;
+#else
+using BlockRiceReader = BlockRiceWordReader;
+#endif
 
 // Worst-case Rice bytes for k indices below n.
 inline uint64_t rice_bound_bytes(uint64_t n, uint64_t k) {

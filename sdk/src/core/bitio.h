@@ -24,7 +24,7 @@ class BitWriter {
   BitWriter(uint8_t* data, size_t size) : data_(data), size_(size) {}
 
   // Appends the low `count` bits of `value` (count <= 57).
-  void put(uint64_t value, unsigned count) {
+  EDGEFL_SIZE_NOINLINE void put(uint64_t value, unsigned count) {
     acc_ |= (count == 64 ? value : (value & ((uint64_t(1) << count) - 1))) << fill_;
     fill_ += count;
     while (fill_ >= 8) {
@@ -34,7 +34,7 @@ class BitWriter {
     }
   }
   // Appends `zeros` zero bits then a one bit (unary code of `zeros`).
-  void put_unary(uint64_t zeros) {
+  EDGEFL_SIZE_NOINLINE void put_unary(uint64_t zeros) {
     while (zeros >= 32) {
       put(0, 32);
       zeros -= 32;
