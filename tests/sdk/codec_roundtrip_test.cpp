@@ -1194,6 +1194,15 @@ TEST_SUITE("codec.roundtrip") {
     }
   }
 
+  TEST_CASE("encoded_bound() is 0 past EDGEFL_MAX_DIMENSION, where encode() refuses") {
+    const size_t too_many = size_t{EDGEFL_MAX_DIMENSION} + 1;
+    for (const char* text : {"topk:0.5", "thresh:0.5,idx=blockrice", "sparq:0.1", "fp32"}) {
+      INFO("spec: ", std::string(text));
+      CHECK(edgefl::encoded_bound(parse_or_fail(text), too_many) == 0);
+      CHECK(edgefl::encoded_bound(parse_or_fail(text), size_t{EDGEFL_MAX_DIMENSION}) > 0);
+    }
+  }
+
   TEST_CASE("block rice stays within its bound on the sets that cost it most") {
     // One index per block at the far end of a huge gap, and sets whose every block mixes runs of
     // neighbours with one long jump (the parameter cannot suit both), at several densities.

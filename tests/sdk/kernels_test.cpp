@@ -599,6 +599,16 @@ TEST_SUITE("index coding") {
         return ic::BlockRiceWordReader(s.n, s.k, s.data.data(), s.data.size());
       };
       const bool failed = compare_next_many(c, bit_reader, word_reader, next_random);
+      {  // next() of both, index by index: the same index, and a failure at the same call
+        ic::BlockRiceBitReader one_bit = bit_reader(c);
+        ic::BlockRiceWordReader one_word = word_reader(c);
+        for (uint64_t j = 0; j < c.k; ++j) {
+          const uint64_t x = one_bit.next(), y = one_word.next();
+          REQUIRE(one_bit.failed() == one_word.failed());
+          if (one_bit.failed()) break;
+          REQUIRE(x == y);
+        }
+      }
       compare_next_many(c, word_reader, word_reader, next_random);  // next() against next_many()
       failing += failed;
       // Read whole, both agree on what is left over.

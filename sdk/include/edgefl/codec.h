@@ -137,7 +137,8 @@ bool needs_error_feedback(const CodecSpec& spec);
 // of the encodings it produces, so one buffer serves encode and the decode error feedback does.
 size_t workspace_size(const CodecSpec& spec, size_t n);
 
-// The largest encoding of n coordinates under `spec`, in bytes, header included.
+// The largest encoding of n coordinates under `spec`, in bytes, header included. 0 for an invalid
+// spec or n > EDGEFL_MAX_DIMENSION (encode() then fails with kInvalidSpec or kDimensionTooLarge).
 size_t encoded_bound(const CodecSpec& spec, size_t n);
 
 // Encodes `update` into `out`; `*written` receives its size (0 on failure).

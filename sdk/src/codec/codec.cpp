@@ -798,7 +798,7 @@ size_t workspace_size(const CodecSpec& spec, size_t n) {
 }
 
 size_t encoded_bound(const CodecSpec& spec, size_t n) {
-  if (validate_codec_spec(spec) != Status::kOk) return 0;
+  if (validate_codec_spec(spec) != Status::kOk || n > EDGEFL_MAX_DIMENSION) return 0;
   const size_t nnz = max_nnz(spec, n);
 #if EDGEFL_WITH_SKC
   if (is_skc(spec)) return skc_encoded_bound(spec, n);

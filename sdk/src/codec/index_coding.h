@@ -619,7 +619,10 @@ class BlockRiceBitReader {
       if (a_.get(1) != 0) {
         if (a_.get(1) == 0) {
           const bool down = a_.get(1) != 0;
-          if (down ? r == 0 : r == kBlockRiceMaxParameter) failed_ = true;
+          if (down ? r == 0 : r == kBlockRiceMaxParameter) {
+            failed_ = true;
+            return 0;  // r stays in [0, 31]: every shift below is defined
+          }
           r = down ? r - 1 : r + 1;
         } else {
           r = unsigned(a_.get(5));
