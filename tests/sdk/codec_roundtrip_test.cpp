@@ -1142,17 +1142,29 @@ TEST_SUITE("codec.roundtrip") {
     }
   }
 
+  namespace {
+
+  // Encodes c's set under `spec` (a threshold spec with an index coding), checks that it used
+  // `coding` and that its index region is `want` byte for byte; returns the encoding.
+  std::vector<uint8_t> expect_index_region(const char* spec, const IndexCase& c, IndexCoding coding,
+                                           const std::vector<uint8_t>& want) {
+    const std::vector<uint8_t> bytes = encode_ok(spec, edgefl_test::indicator_vector(c.n, c.idx), 1);
+    const EncodedInfo info = inspect_ok(bytes);
+    REQUIRE(info.index_coding == coding);
+    REQUIRE(info.index_bytes == want.size());
+    CHECK(std::vector<uint8_t>(bytes.begin() + 52, bytes.begin() + 52 + static_cast<long>(want.size())) ==
+          want);
+    return bytes;
+  }
+
+  }  // namespace
+
   TEST_CASE("elias-fano bytes follow the documented layout") {
     for (const IndexCase& c : index_cases()) {
       INFO("set: ", c.name, "  n: ", c.n, "  k: ", c.idx.size());
-      const std::vector<uint8_t> bytes =
-          encode_ok("thresh:0.5,idx=ef", edgefl_test::indicator_vector(c.n, c.idx), 1);
-      const EncodedInfo info = inspect_ok(bytes);
-      REQUIRE(info.index_coding == IndexCoding::kEliasFano);
-      const std::vector<uint8_t> want = edgefl_test::elias_fano_reference(c.idx, static_cast<uint32_t>(c.n));
-      REQUIRE(info.index_bytes == want.size());
-      CHECK(std::vector<uint8_t>(bytes.begin() + 52, bytes.begin() + 52 + static_cast<long>(want.size())) ==
-            want);
+      const EncodedInfo info = inspect_ok(
+          expect_index_region("thresh:0.5,idx=ef", c, IndexCoding::kEliasFano,
+                              edgefl_test::elias_fano_reference(c.idx, static_cast<uint32_t>(c.n))));
       // At most 2 + ceil(log2(n / k)) bits per index, plus two bytes of padding.
       const double k = static_cast<double>(c.idx.size());
       if (k > 0) CHECK(8.0 * info.index_bytes <= k * (2 + ceil(log2(static_cast<double>(c.n) / k))) + 16);
@@ -1162,29 +1174,18 @@ TEST_SUITE("codec.roundtrip") {
   TEST_CASE("rice bytes follow the documented adaptive layout") {
     for (const IndexCase& c : index_cases()) {
       INFO("set: ", c.name, "  n: ", c.n, "  k: ", c.idx.size());
-      const std::vector<uint8_t> bytes =
-          encode_ok("thresh:0.5,idx=rice", edgefl_test::indicator_vector(c.n, c.idx), 1);
-      const EncodedInfo info = inspect_ok(bytes);
-      REQUIRE(info.index_coding == IndexCoding::kRice);
-      const std::vector<uint8_t> want = edgefl_test::rice_reference(c.idx, static_cast<uint32_t>(c.n));
-      REQUIRE(info.index_bytes == want.size());
-      CHECK(std::vector<uint8_t>(bytes.begin() + 52, bytes.begin() + 52 + static_cast<long>(want.size())) ==
-            want);
+      expect_index_region("thresh:0.5,idx=rice", c, IndexCoding::kRice,
+                          edgefl_test::rice_reference(c.idx, static_cast<uint32_t>(c.n)));
     }
   }
 
   TEST_CASE("block rice bytes follow the documented layout, version 2, within the bound") {
     for (const IndexCase& c : index_cases()) {
       INFO("set: ", c.name, "  n: ", c.n, "  k: ", c.idx.size());
-      const std::vector<uint8_t> bytes =
-          encode_ok("thresh:0.5,idx=blockrice", edgefl_test::indicator_vector(c.n, c.idx), 1);
+      const std::vector<uint8_t> bytes = expect_index_region(
+          "thresh:0.5,idx=blockrice", c, IndexCoding::kBlockRice, edgefl_test::block_rice_reference(c.idx));
       const EncodedInfo info = inspect_ok(bytes);
-      REQUIRE(info.index_coding == IndexCoding::kBlockRice);
       CHECK(bytes[4] == 2);
-      const std::vector<uint8_t> want = edgefl_test::block_rice_reference(c.idx);
-      REQUIRE(info.index_bytes == want.size());
-      CHECK(std::vector<uint8_t>(bytes.begin() + 52, bytes.begin() + 52 + static_cast<long>(want.size())) ==
-            want);
       // The documented bound: k * (3 + log2(1 + n / k)) bits, 7 per block of 16, padding, prefix.
       const double k = static_cast<double>(c.idx.size());
       if (k > 0) {

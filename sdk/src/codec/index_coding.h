@@ -537,12 +537,13 @@ class BlockRiceWriter {
     for (unsigned j = fill_; j < kBlockRiceGaps; ++j) gaps_[j] = 0;
     uint64_t quotient_bits = 0;
     const unsigned r = block_rice_parameter(gaps_, fill_, &quotient_bits);
-    a_bits_ += block_rice_parameter_code_bits(r, prev_) + fill_ * r;
+    const unsigned code_bits = block_rice_parameter_code_bits(r, prev_);
+    a_bits_ += code_bits + fill_ * r;
     b_bits_ += size_t(quotient_bits) + fill_;
     if (writing_) {
       // Bits 0 (the same r); 1,0,0 (one more); 1,0,1 (one less); 1,1 then r in 5 bits.
       const unsigned code = r == prev_ ? 0u : r == prev_ + 1 ? 0x1u : r + 1 == prev_ ? 0x5u : 0x3u | r << 2;
-      a_.put(code, block_rice_parameter_code_bits(r, prev_));
+      a_.put(code, code_bits);
       for (unsigned j = 0; j < fill_; ++j) a_.put(gaps_[j], r);
       for (unsigned j = 0; j < fill_; ++j) b_.put_unary(gaps_[j] >> r);
     }
@@ -703,23 +704,10 @@ class BlockRiceWordReader {
           out[j++] = uint32_t(step(s));
           continue;
         }
-        const uint64_t code = load_le64(s.a + size_t(s.a_bit >> 3)) >> unsigned(s.a_bit & 7);
-        unsigned r = s.r;
-        if ((code & 1) == 0) {
-          s.a_bit += 1;
-        } else if ((code & 2) == 0) {
-          s.a_bit += 3;
-          bad |= (code & 4) != 0 ? r == 0 : r == kBlockRiceMaxParameter;
-          r = (code & 4) != 0 ? r - 1 : r + 1;
-        } else {
-          s.a_bit += 7;
-          r = unsigned(code >> 2) & 31u;
+        if (!start_block(s, load_le64(s.a + size_t(s.a_bit >> 3)) >> unsigned(s.a_bit & 7), 7)) {
+          bad = true;
+          break;
         }
-        if (bad) break;
-        s.r = r;
-        s.mask = r == 0 ? 0 : (~uint64_t(0) >> (64 - r));
-        const uint64_t remaining = s.k - s.decoded;
-        s.left = remaining < kBlockRiceGaps ? unsigned(remaining) : kBlockRiceGaps;
       }
       uint32_t take = count - j < s.left ? count - j : s.left;
       const unsigned r = s.r;
@@ -797,6 +785,30 @@ class BlockRiceWordReader {
     uint64_t mask = 0;
     bool failed = false;
   };
+  // The next block, from its parameter code: `code` holds the part's next `avail` (<= 7) bits in
+  // its low bits. Sets the parameter, its mask and the block's gap count, and moves past the code;
+  // false (nothing moved) for a code longer than `avail` or a parameter outside [0, 31].
+  static bool start_block(State& s, uint64_t code, unsigned avail) {
+    unsigned r = s.r, used = 1;
+    if ((code & 1) != 0) {
+      if ((code & 2) == 0) {
+        used = 3;
+        const bool down = (code & 4) != 0;
+        if (down ? r == 0 : r == kBlockRiceMaxParameter) return false;
+        r = down ? r - 1 : r + 1;
+      } else {
+        used = 7;
+        r = unsigned(code >> 2) & 31u;
+      }
+    }
+    if (used > avail) return false;
+    s.a_bit += used;
+    s.r = r;
+    s.mask = r == 0 ? 0 : (~uint64_t(0) >> (64 - r));
+    const uint64_t remaining = s.k - s.decoded;
+    s.left = remaining < kBlockRiceGaps ? unsigned(remaining) : kBlockRiceGaps;
+    return true;
+  }
   // `count` (<= 57) bits of part A from bit `at`; past the end fails.
   static uint64_t bits_of_a(State& s, uint64_t at, unsigned count) {
     if (at + count > uint64_t(s.a_size) * 8) {
@@ -814,30 +826,10 @@ class BlockRiceWordReader {
     if (s.left == 0) {
       const uint64_t a_bits = uint64_t(s.a_size) * 8;
       const unsigned avail = a_bits - s.a_bit < 7 ? unsigned(a_bits - s.a_bit) : 7u;
-      const uint64_t code = avail == 0 ? 0 : bits_of_a(s, s.a_bit, avail);
-      unsigned r = s.r;
-      unsigned used;
-      if ((code & 1) == 0) {
-        used = 1;
-      } else if ((code & 2) == 0) {
-        used = 3;
-        if ((code & 4) == 0) {
-          r = r + 1;
-        } else {
-          if (r == 0) s.failed = true;
-          r = r - 1;
-        }
-      } else {
-        used = 7;
-        r = unsigned(code >> 2) & 31u;
+      if (!start_block(s, avail == 0 ? 0 : bits_of_a(s, s.a_bit, avail), avail)) {
+        s.failed = true;
+        return 0;
       }
-      if (used > avail || r > kBlockRiceMaxParameter) s.failed = true;
-      if (s.failed) return 0;
-      s.a_bit += used;
-      s.r = r;
-      s.mask = r == 0 ? 0 : (~uint64_t(0) >> (64 - r));
-      const uint64_t remaining = s.k - s.decoded;
-      s.left = remaining < kBlockRiceGaps ? unsigned(remaining) : kBlockRiceGaps;
     }
     uint64_t low = 0;
     if (s.r != 0) {
