@@ -695,6 +695,35 @@ TEST_SUITE("codec.malformed") {
     }
   }
 
+  TEST_CASE(
+      "a rANS value stream that does not end in its initial states is refused, whichever path decodes") {
+    // run_all compares decoding without a workspace (the stream checked, then decoded again) and
+    // with decode_fast_workspace_size() (decoded once into the workspace, then applied): both
+    // refuse, and neither touches its output.
+    for (const char* text :
+         {"sparq:0.1", "sparq:0.3", "topk:0.1,idx=blockrice+q4:sm,ans", "topk:0.1,idx=ef+q4:ans"}) {
+      constexpr size_t kLarger = 20000;  // enough kept values for rANS to pay
+      // Heavy tails (a product of Gaussians), like real updates: the kept values' levels are
+      // skewed, so rANS pays.
+      std::vector<float> x = edgefl_test::gaussian_vector(kLarger, 5);
+      const std::vector<float> scale = edgefl_test::gaussian_vector(kLarger, 6);
+      for (size_t i = 0; i < kLarger; ++i) x[i] *= scale[i] * scale[i];
+      const std::vector<uint8_t> bytes = encode_ok(text, x, 5);
+      EncodedInfo info;
+      REQUIRE(edgefl::inspect({bytes.data(), bytes.size()}, &info) == Status::kOk);
+      INFO("spec: ", std::string(text));
+      REQUIRE(info.entropy_coded);
+      REQUIRE(edgefl::decode_fast_workspace_size(info) >= size_t(info.nnz) * 8);
+      for (size_t back = 1; back <= 8; ++back) {  // the final states are the region's last bytes
+        INFO("spec: ", std::string(text), "  byte from the end: ", back);
+        std::vector<uint8_t> bad = bytes;
+        bad[bad.size() - back] ^= 0x5A;
+        fix_checksum(bad);
+        expect_rejected(bad, Status::kCorruptPayload, kLarger);
+      }
+    }
+  }
+
   TEST_CASE("bytes after the end of an encoding are kSizeMismatch") {
     for (const char* text : kSpecs) {
       INFO("spec: ", std::string(text));

@@ -250,7 +250,8 @@ size_t decode_workspace_size(const EncodedInfo& info);
 // Scratch bytes with which decode(), decode_add() and verify() run fastest: for top-k and
 // threshold encodings (coded indices) decode_workspace_size() plus 4 bytes per carried coordinate
 // (at any alignment), so that the indices are read once, not once to check and once to apply
-// (about 1.8x the kept coordinates per second); otherwise decode_workspace_size(). Any workspace
+// (about 1.8x the kept coordinates per second), and 4 more when the values are rANS-coded (`ans`,
+// `sparq`), so that their stream too is decoded once; otherwise decode_workspace_size(). Any workspace
 // of at least decode_workspace_size() bytes gives the same result. Builds for size
 // (__OPTIMIZE_SIZE__) have no such path and return decode_workspace_size().
 size_t decode_fast_workspace_size(const EncodedInfo& info);

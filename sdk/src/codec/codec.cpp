@@ -355,6 +355,18 @@ uint32_t* index_workspace(const EncodedInfo& h, Span<uint8_t> workspace) {
 #endif
 }
 
+// Where decode_with may keep the nnz decoded values of a rANS-coded value region, after the
+// indices in `workspace` (decode_fast_workspace_size()), else null: the stream is then decoded
+// once, checked and kept, instead of once to check it and once to apply it.
+#if !defined(__OPTIMIZE_SIZE__)
+float* entropy_value_workspace(const EncodedInfo& h, Span<uint8_t> workspace, uint32_t* indices) {
+  if (indices == nullptr || !h.entropy_coded) return nullptr;
+  const size_t used = size_t(reinterpret_cast<uint8_t*>(indices) - workspace.data()) + size_t(h.nnz) * 4;
+  if ((workspace.size() - used) / 4 < h.nnz) return nullptr;
+  return reinterpret_cast<float*>(indices + h.nnz);
+}
+#endif
+
 // Verifies everything (header, checksum, indices, values), then calls sink(index, value) for
 // every carried coordinate in ascending index order.
 // Any dimension (verify()).
@@ -383,6 +395,15 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
   EDGEFL_RETURN_IF_ERROR(validate_indices(h, index_data, decoded_indices));
   const values::Params p = params_from_header(h);
   if (p.entropy) {
+#if !defined(__OPTIMIZE_SIZE__)
+    if (float* const decoded_values = entropy_value_workspace(h, workspace, decoded_indices)) {
+      EDGEFL_RETURN_IF_ERROR(
+          values::decode_entropy_region_checked(p, value_data, h.value_bytes, h.nnz, decoded_values));
+      sink.begin(false);
+      if (h.nnz != 0) sink.pairs(decoded_indices, decoded_values, h.nnz);
+      return Status::kOk;
+    }
+#endif
     EDGEFL_RETURN_IF_ERROR(values::validate_entropy_region(p, value_data, h.value_bytes, h.nnz));
   } else {
     EDGEFL_RETURN_IF_ERROR(values::validate_region(p, value_data, h.nnz));
@@ -896,8 +917,9 @@ size_t decode_fast_workspace_size(const EncodedInfo& info) {
 #if defined(__OPTIMIZE_SIZE__)
   return decode_workspace_size(info);
 #else
+  // The indices (any alignment), then the values of a rANS-coded region.
   return decode_workspace_size(info) +
-         (has_coded_indices(info) ? size_t(info.nnz) * 4 + 3 : 0);  // any alignment
+         (has_coded_indices(info) ? size_t(info.nnz) * (info.entropy_coded ? 8 : 4) + 3 : 0);
 #endif
 }
 

@@ -499,15 +499,34 @@ EntropyRegionReader::EntropyRegionReader(const Params& p, const uint8_t* data, s
   if (total == 0) return;
   if (p.kind == ValueCoderKind::kBf16 || p.shared) next_block_ = total;  // no block scales
   const size_t stream = read_entropy_table(p, data, bytes, size_t(entropy_prefix_bytes(p, total)), &dec_);
+#if defined(__OPTIMIZE_SIZE__)
   if (stream == 0 || dec_.begin(data + stream, bytes - stream, p.rans_lanes) != Status::kOk)
     total_ = 0;  // validated before
+#else
+  status_ = stream == 0 ? Status::kCorruptPayload : dec_.begin(data + stream, bytes - stream, p.rans_lanes);
+  if (status_ != Status::kOk) total_ = 0;
+#endif
 }
+
+#if !defined(__OPTIMIZE_SIZE__)
+Status EntropyRegionReader::finish() const {
+  return status_ != Status::kOk ? status_ : dec_.finish();
+}
+#endif
 
 uint32_t EntropyRegionReader::next(float* out) {
   if (position_ >= total_) return 0;
   const uint32_t count = uint32_t(total_ - position_ < kChunk ? total_ - position_ : kChunk);
   uint8_t codes[kChunk];
-  if (dec_.decode(codes, count) != Status::kOk) return 0;  // validated before
+#if defined(__OPTIMIZE_SIZE__)
+  if (dec_.decode(codes, count) != Status::kOk) return 0;  // validated before (no finish() here)
+#else
+  status_ = dec_.decode(codes, count);
+  if (status_ != Status::kOk) {
+    total_ = 0;  // spent: finish() reports it
+    return 0;
+  }
+#endif
   const bool bf16 = p_.kind == ValueCoderKind::kBf16;
   if (p_.shared) {
     for (uint32_t j = 0; j < count; ++j) out[j] = shared_value(p_, codes[j]);
@@ -554,7 +573,8 @@ uint32_t EntropyRegionReader::next(float* out) {
   return count;
 }
 
-Status validate_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total) {
+Status check_entropy_prefix(const Params& p, const uint8_t* data, size_t bytes, uint64_t total,
+                            entropy::RansDecoder* dec) {
   const bool bf16 = p.kind == ValueCoderKind::kBf16;
   if ((!bf16 && (p.kind != ValueCoderKind::kUniform || p.bits > 8)) || total == 0)
     return Status::kCorruptPayload;
@@ -568,11 +588,15 @@ Status validate_entropy_region(const Params& p, const uint8_t* data, size_t byte
     memcpy(&b, data + g + 4, 4);
     if (!(a >= -kMaxScale && a <= kMaxScale) || !scale_ok(b)) return Status::kCorruptPayload;
   }
-  entropy::RansDecoder dec;
-  const size_t stream = read_entropy_table(p, data, bytes, prefix, &dec);
+  const size_t stream = read_entropy_table(p, data, bytes, prefix, dec);
   // bf16: an exponent of 255 (Inf, NaN) must have no slot in the table, so it never decodes.
-  if (stream == 0 || (bf16 && dec.frequency(255) != 0)) return Status::kCorruptPayload;
-  EDGEFL_RETURN_IF_ERROR(dec.begin(data + stream, bytes - stream, p.rans_lanes));
+  if (stream == 0 || (bf16 && dec->frequency(255) != 0)) return Status::kCorruptPayload;
+  return dec->begin(data + stream, bytes - stream, p.rans_lanes);
+}
+
+Status validate_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total) {
+  entropy::RansDecoder dec;
+  EDGEFL_RETURN_IF_ERROR(check_entropy_prefix(p, data, bytes, total, &dec));
   uint8_t codes[256];
   for (uint64_t i = 0; i < total; i += sizeof codes) {
     const size_t count = size_t(total - i < sizeof codes ? total - i : sizeof codes);
@@ -580,6 +604,18 @@ Status validate_entropy_region(const Params& p, const uint8_t* data, size_t byte
   }
   return dec.finish();
 }
+
+#if !defined(__OPTIMIZE_SIZE__)
+Status decode_entropy_region_checked(const Params& p, const uint8_t* data, size_t bytes, uint64_t total,
+                                     float* out) {
+  entropy::RansDecoder checked;
+  EDGEFL_RETURN_IF_ERROR(check_entropy_prefix(p, data, bytes, total, &checked));
+  EntropyRegionReader reader(p, data, bytes, total);
+  uint64_t done = 0;
+  for (uint32_t got; (got = reader.next(out + done)) != 0;) done += got;
+  return reader.finish();
+}
+#endif
 
 }  // namespace values
 }  // namespace edgefl

@@ -150,6 +150,19 @@ size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64
 // Checks an entropy region (scales, table, the whole stream and its final states).
 Status validate_entropy_region(const Params& p, const uint8_t* data, size_t bytes, uint64_t total);
 
+// The checks of an entropy region before its stream: coder and sizes, block scales, the table
+// (and its padding), the stream's initial states. On kOk, *dec is ready to decode the stream.
+Status check_entropy_prefix(const Params& p, const uint8_t* data, size_t bytes, uint64_t total,
+                            entropy::RansDecoder* dec);
+
+#if !defined(__OPTIMIZE_SIZE__)
+// validate_entropy_region and the decoding of every value in one pass: the `total` values into
+// out[0..total) (the caller's memory). Returns validate_entropy_region's status; on failure out
+// holds scratch.
+Status decode_entropy_region_checked(const Params& p, const uint8_t* data, size_t bytes, uint64_t total,
+                                     float* out);
+#endif
+
 // Reads the rANS table of an entropy region (after its `scales` bytes) into *dec and returns the
 // stream's offset in the region; 0 if the table is corrupt, runs past the region or does not
 // end in zero padding.
@@ -162,8 +175,15 @@ class EntropyRegionReader {
  public:
   static constexpr uint32_t kChunk = 256;
   EntropyRegionReader(const Params& p, const uint8_t* data, size_t bytes, uint64_t total);
-  // The next values (at most kChunk) into out; 0 at the end.
+  // The next values (at most kChunk) into out; 0 at the end, or once the stream fails.
   uint32_t next(float* out);
+#if !defined(__OPTIMIZE_SIZE__)
+  // After the last value: kOk when every value decoded and the stream ended exactly (its final
+  // states are the initial ones and no byte is left); otherwise the decoder's failure. With the
+  // checks before the stream (check_entropy_prefix), the verdict of validate_entropy_region.
+  // (Builds for size read only validated regions, and keep no status.)
+  Status finish() const;
+#endif
 
  private:
   Params p_;
@@ -174,6 +194,7 @@ class EntropyRegionReader {
   const uint8_t* scale_;
   float a_ = 0, b_ = 0;
   entropy::RansDecoder dec_;
+  Status status_ = Status::kOk;
 };
 
 // Calls sink(position, value) for every value of a validated rANS-coded region, in order.
