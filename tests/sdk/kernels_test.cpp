@@ -631,6 +631,129 @@ TEST_SUITE("index coding") {
     CHECK(failing > trials / 8);
   }
 
+  // Kernels::block_rice_blocks of a table, counting the indices it decodes.
+  decltype(edgefl::Kernels::block_rice_blocks) g_block_kernel = nullptr;
+  uint64_t g_block_kernel_indices = 0;
+  uint32_t counting_block_kernel(edgefl::BlockRiceState * s, uint32_t * out, uint32_t count) {
+    const uint32_t done = g_block_kernel(s, out, count);
+    g_block_kernel_indices += done;
+    return done;
+  }
+
+  TEST_CASE("each table's block Rice kernel gives the word reader's own loop: indices, failures, state") {
+    namespace ic = edgefl::index_coding;
+    std::vector<const edgefl::Kernels*> tables = {edgefl::kernels_avx2(), edgefl::kernels_neon()};
+    tables.erase(std::remove(tables.begin(), tables.end(), nullptr), tables.end());
+    if (std::find(tables.begin(), tables.end(), &edgefl::kernels()) == tables.end())
+      tables.push_back(&edgefl::kernels());  // the one decoding uses (the reference: no kernel)
+    for (const edgefl::Kernels* table : tables) {
+      const std::string name = table->name;
+      CAPTURE(name);
+      if (table->block_rice_blocks == nullptr) continue;  // that table has none: the loop alone
+      g_block_kernel = table->block_rice_blocks;
+      g_block_kernel_indices = 0;
+      Lcg next_random{515};
+      size_t well_formed = 0, intact = 0, failing = 0;
+      const size_t trials = 700;
+      for (size_t trial = 0; trial < trials; ++trial) {
+        CAPTURE(trial);
+        // Gaps of about 2^r for r = 0 .. 27 (the kernel takes r <= 24), some far longer (past
+        // 2^26 when n allows: the kernel leaves those blocks), up to n = 2^30.
+        const unsigned r = unsigned(trial % 28);
+        IndexStreamCase c;
+        std::vector<uint32_t> chosen;
+        uint64_t at = next_random() % (uint64_t(1) << r);
+        const uint64_t n_limit = EDGEFL_MAX_DIMENSION;
+        const size_t wanted = 1 + size_t(next_random() % 700);
+        while (chosen.size() < wanted && at < n_limit) {
+          chosen.push_back(uint32_t(at));
+          const uint64_t draw = next_random() << 1 | (next_random() & 1);
+          // From r = 20 on, gaps in [2^r, 2^(r+1)): whole blocks with parameters up to 25 fit in n.
+          uint64_t gap = r < 20 ? draw % (uint64_t(2) << r) : (uint64_t(1) << r) + draw % (uint64_t(1) << r);
+          if (next_random() % 97 == 0) gap += uint64_t(1) << (26 + next_random() % 3);
+          at += gap + 1;
+        }
+        c.n = std::min<uint64_t>(n_limit, uint64_t(chosen.back()) + 1 + next_random() % 1000);
+        c.k = chosen.size();
+        ic::BlockRiceWriter cost;  // measuring
+        for (uint32_t i : chosen) cost.add(i);
+        c.data.assign(size_t(cost.bytes()), 0);
+        ic::BlockRiceWriter w(c.data.data(), c.data.size(), cost.a_bytes());
+        for (uint32_t i : chosen) w.add(i);
+        w.finish();
+        REQUIRE_FALSE(w.overflowed());
+        const unsigned damage = unsigned(trial / 28 % 4);  // 0, 1: intact; 2: a bit flipped; 3: bytes
+        intact += damage < 2;
+        if (damage == 2) {
+          c.data[next_random() % c.data.size()] ^= uint8_t(1u << (next_random() % 8));
+        } else if (damage == 3) {
+          for (size_t j = 1 + next_random() % 4; j < c.data.size(); ++j) c.data[j] = uint8_t(next_random());
+        }
+        CAPTURE(c.n);
+        CAPTURE(c.k);
+        ic::BlockRiceWordReader with_kernel(c.n, c.k, c.data.data(), c.data.size());
+        ic::BlockRiceWordReader without(c.n, c.k, c.data.data(), c.data.size());
+        std::vector<uint32_t> got(c.k), expected(c.k);
+        bool failed = false;
+        for (uint64_t done = 0; done < c.k;) {
+          const uint32_t count = uint32_t(std::min<uint64_t>(c.k - done, 1 + next_random() % 300));
+          with_kernel.next_many(got.data() + done, count, counting_block_kernel);
+          without.next_many(expected.data() + done, count, nullptr);
+          REQUIRE(with_kernel.failed() == without.failed());
+          failed = without.failed();
+          if (failed) break;  // what a failing chunk holds is unspecified
+          REQUIRE(std::equal(got.begin() + long(done), got.begin() + long(done + count),
+                             expected.begin() + long(done)));
+          done += count;
+        }
+        // The same state after: what is left over, and the call past the end.
+        CHECK(with_kernel.finished_exactly() == without.finished_exactly());
+        CHECK(with_kernel.next() == without.next());
+        CHECK(with_kernel.failed() == without.failed());
+        if (damage < 2) {
+          REQUIRE_FALSE(failed);
+          CHECK(got == chosen);
+          ++well_formed;
+        }
+        failing += failed;
+      }
+      // Parameters the encoder would not pick, set by hand (code 11 + 5 bits): 24 .. 31, random
+      // remainders, quotients 0, n = 2^30. Past 25 a remainder no longer fits one 32-bit load.
+      for (unsigned r = 24; r <= 31; ++r) {
+        for (int rep = 0; rep < 20; ++rep) {
+          CAPTURE(r);
+          const uint64_t k = 16 * (1 + next_random() % 3);
+          std::vector<uint8_t> a(size_t((7 + 16 * r) * (k / 16) / 8 + 16), 0);
+          size_t bit = 0;
+          auto put = [&](uint64_t value, unsigned bits) {
+            for (unsigned j = 0; j < bits; ++j, ++bit)
+              if ((value >> j) & 1) a[bit / 8] |= uint8_t(1u << (bit % 8));
+          };
+          for (uint64_t block = 0; block < k / 16; ++block) {
+            put(0x3u | (r << 2), 7);
+            for (int j = 0; j < 16; ++j) put((next_random() << 1 | (next_random() & 1)) >> (rep % 4), r);
+          }
+          std::vector<uint8_t> region = {uint8_t(a.size())};
+          region.insert(region.end(), a.begin(), a.end());
+          region.insert(region.end(), size_t(k / 8 + 8), 0xFF);
+          ic::BlockRiceWordReader with_kernel(uint64_t(1) << 30, k, region.data(), region.size());
+          ic::BlockRiceWordReader without(uint64_t(1) << 30, k, region.data(), region.size());
+          std::vector<uint32_t> got(k), expected(k);
+          with_kernel.next_many(got.data(), uint32_t(k), counting_block_kernel);
+          without.next_many(expected.data(), uint32_t(k), nullptr);
+          REQUIRE(with_kernel.failed() == without.failed());
+          if (!without.failed()) CHECK(got == expected);
+          CHECK(with_kernel.finished_exactly() == without.finished_exactly());
+        }
+      }
+      MESSAGE(name << ": well-formed " << well_formed << ", failing " << failing << " of " << trials
+                   << "; indices from the kernel " << g_block_kernel_indices);
+      CHECK(well_formed == intact);
+      CHECK(failing > trials / 8);
+      CHECK(g_block_kernel_indices > 20000);  // the kernel did the bulk, not only the fallbacks
+    }
+  }
+
   TEST_CASE("block Rice refuses a parameter past 31, and picks the least-bits parameter") {
     namespace ic = edgefl::index_coding;
     // Two blocks: r = 31 (bits 1,1,11111), 16 remainders of 31 zero bits; then "one more" (1,0,0).

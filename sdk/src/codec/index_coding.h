@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec/kernels.h"
 #include "core/bitio.h"
 
 namespace edgefl {
@@ -693,11 +694,17 @@ class BlockRiceWordReader {
   // call and what it wrote from the failing block on is meaningless. Inside a block whose
   // remainders and quotient words can be loaded whole, the indices come from a loop without
   // bounds checks.
-  void next_many(uint32_t* out, uint32_t count) {
+  // `blocks`: a kernel that decodes whole blocks (Kernels::block_rice_blocks), or null for this
+  // loop alone; either gives the same indices, failures and state.
+  void next_many(uint32_t* out, uint32_t count, decltype(Kernels::block_rice_blocks) blocks) {
     State s = s_;  // in locals: stores to out may alias the members
     uint32_t j = 0;
     bool bad = false;
     while (j < count && !bad && !s.failed) {
+      if (s.left == 0 && blocks != nullptr && count - j >= kBlockRiceGaps) {
+        j += blocks(&s, out + j, count - j);
+        if (j == count) break;
+      }
       if (s.left == 0) {
         // The block's parameter, from one whole load when there is one (else step() reads it).
         if (s.decoded >= s.k || (s.a_bit >> 3) + 8 > s.a_size) {
@@ -756,6 +763,7 @@ class BlockRiceWordReader {
     for (; j < count; ++j) out[j] = uint32_t(step(s));  // after a fault: zeros, and failed
     s_ = s;
   }
+  void next_many(uint32_t* out, uint32_t count) { next_many(out, count, kernels().block_rice_blocks); }
   bool failed() const { return s_.failed; }
   // After the k-th index: each part ends in its last byte, and the bits after its end are zero.
   bool finished_exactly() const {
@@ -767,24 +775,7 @@ class BlockRiceWordReader {
   }
 
  private:
-  struct State {
-    uint64_t n = 0, k = 0;
-    const uint8_t* a = nullptr;
-    size_t a_size = 0;
-    const uint8_t* b = nullptr;
-    size_t b_size = 0;
-    uint64_t a_bit = 0;  // next bit of part A
-    uint64_t word = 0;   // part B's bits not yet taken, from word_bit on
-    uint64_t word_bit = 0;
-    size_t next_byte = 0;  // part B's next byte to load
-    uint64_t previous_one = ~uint64_t(0);
-    uint64_t next_index = 0;  // the previous index + 1
-    uint64_t decoded = 0;
-    unsigned r = 0;
-    unsigned left = 0;  // gaps left in the block
-    uint64_t mask = 0;
-    bool failed = false;
-  };
+  using State = BlockRiceState;
   // The next block, from its parameter code: `code` holds the part's next `avail` (<= 7) bits in
   // its low bits. Sets the parameter, its mask and the block's gap count, and moves past the code;
   // false (nothing moved) for a code longer than `avail` or a parameter outside [0, 31].

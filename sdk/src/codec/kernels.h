@@ -28,6 +28,28 @@ constexpr TritDigits make_trit_digits() {
 }
 constexpr TritDigits kTritDigits = make_trit_digits();
 
+// Where a block Rice index stream (index_coding.h) stands: BlockRiceWordReader's state, shared
+// with the kernels that decode whole blocks of it. Parts A (parameter codes and remainders) and B
+// (unary quotients) are the caller's bytes.
+struct BlockRiceState {
+  uint64_t n = 0, k = 0;
+  const uint8_t* a = nullptr;
+  size_t a_size = 0;
+  const uint8_t* b = nullptr;
+  size_t b_size = 0;
+  uint64_t a_bit = 0;  // next bit of part A
+  uint64_t word = 0;   // part B's bits not yet taken, from word_bit on
+  uint64_t word_bit = 0;
+  size_t next_byte = 0;  // part B's next byte to load
+  uint64_t previous_one = ~uint64_t(0);
+  uint64_t next_index = 0;  // the previous index + 1
+  uint64_t decoded = 0;
+  unsigned r = 0;     // the block's Rice parameter
+  unsigned left = 0;  // gaps left in the block
+  uint64_t mask = 0;  // r low bits
+  bool failed = false;
+};
+
 struct Kernels {
   const char* name;
   // Largest |x| as IEEE bits (0x7F800000 or above means a NaN or Inf is present).
@@ -69,6 +91,14 @@ struct Kernels {
   // Optional (null: the value coder's own loop). TernGrad: the 5 base-3 digits of each of the
   // `bytes` bytes (each <= 242), least significant first, as 0, a, -a: 5 x bytes floats at out.
   void (*tern_decode)(const uint8_t* packed, uint32_t bytes, float a, float* out);
+  // Optional (null: BlockRiceWordReader's own loop). At a block boundary of a block Rice stream
+  // (s->left == 0): decodes whole blocks of kBlockRiceGaps (16) indices into out, as long as 16
+  // more are wanted (count) and left in the stream, and the next block is one it takes (its
+  // parameter in [0, 24]; its parameter code, remainders and quotient words whole in their parts;
+  // every quotient at most min(n, 2^26) >> r; the indices below 2^31). Returns the number of
+  // indices written, a multiple of 16, and leaves *s exactly as that many calls of
+  // BlockRiceWordReader::next() would; a block it does not take is left whole to that loop.
+  uint32_t (*block_rice_blocks)(BlockRiceState* s, uint32_t* out, uint32_t count);
 #if EDGEFL_WITH_HADAMARD
 #define EDGEFL_HADAMARD_REF_KERNELS hadamard_signs_ref, hadamard_transform_ref, hadamard_quantize_ref
 #else

@@ -1,5 +1,5 @@
-// AVX2 + F16C kernels (and SSE4.2's CRC32, which -mavx2 includes). Compiled with -mavx2 -mf16c for this file
-// only and used only when the CPU has them (kernels()). Each must give the bytes of its twin in
+// AVX2 + F16C kernels (and SSE4.2's CRC32, which -mavx2 includes; BMI1). Compiled with -mavx2 -mf16c -mbmi
+// for this file only and used only when the CPU has them (kernels()). Each must give the bytes of its twin in
 // kernels_ref.cpp: same float operations in the same order (no FMA), same hash per lane.
 #include <immintrin.h>
 #include <string.h>
@@ -440,6 +440,171 @@ void tern_decode_avx2(const uint8_t* packed, uint32_t bytes, float a, float* out
   }
 }
 
+// Block Rice (index_coding.h), whole blocks of 16 gaps, a batch of blocks at a time: first the
+// scalar part of each (its parameter code; its 16 quotient ends from part B with tzcnt/blsr, four
+// at a time), then the vector part of each (per 8 gaps: the remainders by one gather, the
+// quotients by a lane shift of the ends, gap + 1 and a prefix sum). Two passes, so that the blocks
+// of one pass overlap in the core instead of waiting on each other. The twin is
+// BlockRiceWordReader::next_many's own loop (the kernels test compares them call by call); a block
+// outside the limits below is left to it.
+uint32_t block_rice_blocks_avx2(BlockRiceState* s, uint32_t* out, uint32_t count) {
+  constexpr uint32_t kGaps = 16;  // index_coding::kBlockRiceGaps
+  constexpr unsigned kMaxR = 24;  // (offset & 7) + r <= 31: one 32-bit load per remainder
+  // Quotient ends within 2^26 bits and gaps below 2^26 + 2^24: from a next index below 2^31, the
+  // 16 indices stay below 2^32 (32-bit lanes, no carry lost).
+  constexpr uint32_t kGapLimit = 1u << 26;
+  constexpr uint32_t kBatch = 4;  // blocks per pass (4 to 32 measured alike)
+  struct Block {
+    uint32_t end[kGaps];  // the quotients' ends, relative to the previous block's last one + 1
+    uint64_t first_bit;   // the first remainder's bit in part A
+    unsigned r;
+    // The stream after this block.
+    uint64_t a_bit, word, word_bit, previous_one;
+    size_t next_byte;
+  };
+  if (s->failed || s->left != 0) return 0;
+  const uint8_t* const a = s->a;
+  const uint8_t* const b = s->b;
+  const size_t a_size = s->a_size, b_size = s->b_size;
+  BlockRiceState at = *s;  // the stream after the last block committed
+  uint32_t done = 0;
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i rotate_up = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+  const __m256i last_lane = _mm256_set1_epi32(7);
+  const __m256i one = _mm256_set1_epi32(1);
+  const uint32_t n_limit = uint32_t(at.n < kGapLimit ? at.n : kGapLimit);
+  Block batch[kBatch];
+  for (;;) {
+    uint64_t wanted = (count - done) / kGaps;
+    wanted = wanted < (at.k - at.decoded) / kGaps ? wanted : (at.k - at.decoded) / kGaps;
+    wanted = wanted < kBatch ? wanted : kBatch;
+    // Pass 1, scalar: parameter codes and quotient ends.
+    uint32_t prepared = 0;
+    uint64_t a_bit = at.a_bit, w = at.word, w_bit = at.word_bit, previous_one = at.previous_one;
+    size_t nb = at.next_byte;
+    unsigned r = at.r;
+    for (; prepared < wanted; ++prepared) {
+      // The parameter code (index_coding.h: 0 same, 10x one step, 11xxxxx absolute), without
+      // branches: a parameter out of [0, kMaxR] (a step below 0 wraps) leaves the block.
+      if ((a_bit >> 3) + 8 > a_size) break;
+      const uint64_t code = load_le64(a + size_t(a_bit >> 3)) >> unsigned(a_bit & 7);
+      const bool coded = (code & 1) != 0, absolute = (code & 2) != 0;
+      const unsigned stepped = (code & 4) != 0 ? r - 1 : r + 1;
+      const unsigned block_r = !coded ? r : absolute ? unsigned(code >> 2) & 31u : stepped;
+      const unsigned used = !coded ? 1u : absolute ? 7u : 3u;
+      if (block_r > kMaxR) break;
+      const uint64_t first_bit = a_bit + used;
+      if (size_t(first_bit >> 3) + ((unsigned(first_bit & 7) + (kGaps - 1) * block_r) >> 3) + 4 > a_size)
+        break;
+      // The next 16 ones of part B, relative to the previous one + 1, four at a time while the
+      // word holds four.
+      Block& blk = batch[prepared];
+      uint64_t next_w = w, next_w_bit = w_bit, last = 0;  // last: the 16th end, 64 bits
+      size_t next_nb = nb;
+      const uint64_t base = previous_one + 1;
+      uint64_t relative = next_w_bit - base;  // the word's bit 0, relative (modulo 2^64)
+      uint32_t t = 0;
+      while (t < kGaps) {
+        if (next_w == 0) {
+          if (next_nb + 8 > b_size) break;
+          next_w = load_le64(b + next_nb);
+          next_w_bit = uint64_t(next_nb) * 8;
+          relative = next_w_bit - base;
+          next_nb += 8;
+          continue;
+        }
+        const uint64_t w1 = _blsr_u64(next_w), w2 = _blsr_u64(w1), w3 = _blsr_u64(w2);
+        if (w3 != 0 && t + 4 <= kGaps) {
+          blk.end[t] = uint32_t(relative + _tzcnt_u64(next_w));
+          blk.end[t + 1] = uint32_t(relative + _tzcnt_u64(w1));
+          blk.end[t + 2] = uint32_t(relative + _tzcnt_u64(w2));
+          last = relative + _tzcnt_u64(w3);
+          blk.end[t + 3] = uint32_t(last);
+          next_w = _blsr_u64(w3);
+          t += 4;
+        } else {
+          last = relative + _tzcnt_u64(next_w);
+          blk.end[t] = uint32_t(last);
+          next_w = w1;
+          t += 1;
+        }
+      }
+      if (t < kGaps || last >= kGapLimit) break;  // (then every end fits 32 bits)
+      blk.first_bit = first_bit;
+      blk.r = block_r;
+      a_bit = first_bit + uint64_t(kGaps) * block_r;
+      w = next_w;
+      w_bit = next_w_bit;
+      nb = next_nb;
+      previous_one = base + last;
+      r = block_r;
+      blk.a_bit = a_bit;
+      blk.word = w;
+      blk.word_bit = w_bit;
+      blk.previous_one = previous_one;
+      blk.next_byte = nb;
+    }
+    // Pass 2, vector: the indices of the prepared blocks, in order, up to the first refused.
+    uint32_t decoded = 0;
+    for (; decoded < prepared; ++decoded) {
+      const Block& blk = batch[decoded];
+      if (at.next_index >= (uint64_t(1) << 31)) break;
+      const unsigned block_r = blk.r;
+      const __m256i max_quotient = _mm256_set1_epi32(int(n_limit >> block_r));
+      const __m128i shift = _mm_cvtsi32_si128(int(block_r));
+      const __m256i mask = _mm256_set1_epi32(block_r == 0 ? 0 : int((1u << block_r) - 1));
+      const __m256i step = _mm256_mullo_epi32(lane, _mm256_set1_epi32(int(block_r)));
+      const int* const a_at = reinterpret_cast<const int*>(a + size_t(blk.first_bit >> 3));
+      __m256i previous_end = _mm256_set1_epi32(-1);
+      __m256i sum_before = _mm256_setzero_si256();  // the gaps + 1 of the half before
+      __m256i too_far = _mm256_setzero_si256();
+      __m256i sum[2];  // gap + 1, summed from the block's start
+      for (unsigned h = 0; h < 2; ++h) {
+        const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.end + 8 * h));
+        const __m256i before =
+            _mm256_blend_epi32(_mm256_permutevar8x32_epi32(e, rotate_up), previous_end, 0x01);
+        const __m256i quotient = _mm256_sub_epi32(_mm256_sub_epi32(e, before), one);
+        too_far = _mm256_or_si256(too_far, _mm256_cmpgt_epi32(quotient, max_quotient));
+        const __m256i bit =
+            _mm256_add_epi32(step, _mm256_set1_epi32(int(unsigned(blk.first_bit & 7) + 8 * h * block_r)));
+        const __m256i loaded = _mm256_i32gather_epi32(a_at, _mm256_srli_epi32(bit, 3), 1);
+        const __m256i low =
+            _mm256_and_si256(_mm256_srlv_epi32(loaded, _mm256_and_si256(bit, _mm256_set1_epi32(7))), mask);
+        __m256i x = _mm256_add_epi32(_mm256_or_si256(_mm256_sll_epi32(quotient, shift), low), one);
+        x = _mm256_add_epi32(x, _mm256_slli_si256(x, 4));
+        x = _mm256_add_epi32(x, _mm256_slli_si256(x, 8));
+        const __m256i low_total = _mm256_shuffle_epi32(x, 0xFF);
+        x = _mm256_add_epi32(x, _mm256_permute2x128_si256(low_total, low_total, 0x08));
+        sum[h] = _mm256_add_epi32(x, sum_before);
+        sum_before = _mm256_permutevar8x32_epi32(sum[h], last_lane);
+        previous_end = _mm256_permutevar8x32_epi32(e, last_lane);
+      }
+      if (_mm256_movemask_epi8(too_far) != 0) break;
+      // index t = next_index - 1 + (gap + 1 summed to t): from block to block, one add.
+      const __m256i carry = _mm256_set1_epi32(int(uint32_t(at.next_index) - 1));
+      uint32_t* const to = out + done + decoded * kGaps;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(to), _mm256_add_epi32(sum[0], carry));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + 8), _mm256_add_epi32(sum[1], carry));
+      at.next_index += uint32_t(_mm256_extract_epi32(sum[1], 7));
+    }
+    if (decoded > 0) {
+      const Block& last = batch[decoded - 1];
+      at.a_bit = last.a_bit;
+      at.word = last.word;
+      at.word_bit = last.word_bit;
+      at.previous_one = last.previous_one;
+      at.next_byte = last.next_byte;
+      at.r = last.r;
+      at.decoded += uint64_t(decoded) * kGaps;
+      done += decoded * kGaps;
+    }
+    if (decoded < wanted || wanted == 0) break;  // a block refused, or no whole block wanted
+  }
+  at.mask = at.r == 0 ? 0 : (~uint64_t(0) >> (64 - at.r));
+  *s = at;
+  return done;
+}
+
 constexpr Kernels kAvx2 = {
     "avx2",
     max_abs_bits_avx2,
@@ -462,6 +627,7 @@ constexpr Kernels kAvx2 = {
     nullptr,
 #endif
     tern_decode_avx2,
+    block_rice_blocks_avx2,
 };
 
 }  // namespace

@@ -315,6 +315,7 @@ constexpr Kernels kNeon = {
     count_abs_at_least_neon,
     EDGEFL_HADAMARD_REF_KERNELS,
     nullptr,
+    nullptr,
 };
 
 }  // namespace

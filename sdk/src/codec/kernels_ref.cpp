@@ -150,6 +150,7 @@ constexpr Kernels kRef = {
     count_abs_at_least_ref,
     EDGEFL_HADAMARD_REF_KERNELS,
     nullptr,
+    nullptr,
 };
 
 }  // namespace

@@ -49,7 +49,9 @@ int detect_bits() {
     __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     const bool ymm_state = (xcr0_lo & 0x6u) == 0x6u;  // the OS saves XMM and YMM registers
     unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
-    if (ymm_state && __get_cpuid_count(7, 0, &a7, &b7, &c7, &d7) != 0 && (b7 & (1u << 5))) bits |= kAvx2;
+    // AVX2 (leaf 7 EBX bit 5) and BMI1 (bit 3), which every AVX2 CPU has; the table uses both.
+    if (ymm_state && __get_cpuid_count(7, 0, &a7, &b7, &c7, &d7) != 0 && (b7 & (1u << 5)) && (b7 & (1u << 3)))
+      bits |= kAvx2;
   }
 #endif
 #endif

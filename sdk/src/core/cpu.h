@@ -7,7 +7,7 @@ namespace edgefl {
 
 struct CpuFeatures {
   bool sse42 = false;
-  bool avx2 = false;   // AVX2 + F16C + OS support for YMM state
+  bool avx2 = false;   // AVX2 + F16C + BMI1 + OS support for YMM state
   bool neon = false;   // Arm Advanced SIMD: always on AArch64; HWCAP_NEON on 32-bit Arm Linux
   bool crc32 = false;  // ARMv8 CRC32 instructions (AArch64): HWCAP_CRC32 on Linux, or the build's -march
 };
