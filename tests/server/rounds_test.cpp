@@ -64,10 +64,25 @@ namespace fs = std::filesystem;
 constexpr char kSpec[] = "mlp:784-4-10";  // 3,190 parameters: fast, and big enough to matter
 constexpr int64_t kT0 = 1'800'000'000'000;
 
+// Every directory make_temp_dir() made, removed when the test program exits (with the tests that
+// remove their own, and after a failure too); EDGEFL_KEEP_TEST_DIRS=1 keeps them for a post-mortem.
+struct TempDirs {
+  std::vector<std::string> made;
+  ~TempDirs() {
+    if (const char* keep = getenv("EDGEFL_KEEP_TEST_DIRS"); keep != nullptr && keep[0] == '1') return;
+    for (const std::string& dir : made) {
+      std::error_code ignored;  // already removed by its test: fine
+      fs::remove_all(dir, ignored);
+    }
+  }
+};
+TempDirs g_temp_dirs;
+
 std::string make_temp_dir() {
   char tmpl[] = "/tmp/edgefl-rounds-XXXXXX";
   const char* dir = mkdtemp(tmpl);
   REQUIRE(dir != nullptr);
+  g_temp_dirs.made.push_back(dir);
   return dir;
 }
 
