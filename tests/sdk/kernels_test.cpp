@@ -717,35 +717,57 @@ TEST_SUITE("index coding") {
         }
         failing += failed;
       }
-      // Parameters the encoder would not pick, set by hand (code 11 + 5 bits): 24 .. 31, random
-      // remainders, quotients 0, n = 2^30. Past 25 a remainder no longer fits one 32-bit load.
+      // Parameters the encoder would not pick, set by hand (code 11 + 5 bits): 24 .. 31 (the kernel
+      // takes up to 24; past 25 a remainder would not fit one 32-bit load), random remainders and
+      // small quotients, n from 2^24 (quotients past n >> r: the kernel leaves those blocks) to
+      // 2^30. Both parts exactly sized, the region in its own allocation: a read past either part
+      // is past the region (ASan).
+      const uint64_t kernel_before = g_block_kernel_indices;
+      size_t hand_set_read = 0;
       for (unsigned r = 24; r <= 31; ++r) {
         for (int rep = 0; rep < 20; ++rep) {
           CAPTURE(r);
+          CAPTURE(rep);
           const uint64_t k = 16 * (1 + next_random() % 3);
-          std::vector<uint8_t> a(size_t((7 + 16 * r) * (k / 16) / 8 + 16), 0);
-          size_t bit = 0;
-          auto put = [&](uint64_t value, unsigned bits) {
-            for (unsigned j = 0; j < bits; ++j, ++bit)
-              if ((value >> j) & 1) a[bit / 8] |= uint8_t(1u << (bit % 8));
+          const uint64_t n = uint64_t(1) << (24 + next_random() % 7);
+          std::vector<uint8_t> a, b;
+          size_t a_bit = 0, b_bit = 0;
+          auto put = [](std::vector<uint8_t>& to, size_t& bit, uint64_t value, unsigned bits) {
+            for (unsigned j = 0; j < bits; ++j, ++bit) {
+              if (bit / 8 == to.size()) to.push_back(0);
+              if ((value >> j) & 1) to[bit / 8] |= uint8_t(1u << (bit % 8));
+            }
           };
           for (uint64_t block = 0; block < k / 16; ++block) {
-            put(0x3u | (r << 2), 7);
-            for (int j = 0; j < 16; ++j) put((next_random() << 1 | (next_random() & 1)) >> (rep % 4), r);
+            put(a, a_bit, 0x3u | (r << 2), 7);
+            for (int j = 0; j < 16; ++j) {
+              put(a, a_bit, (next_random() << 1 | (next_random() & 1)) >> (rep % 4), r);
+              const unsigned quotient = next_random() % 8 == 0 ? unsigned(next_random() % 9) : 0u;
+              put(b, b_bit, uint64_t(1) << quotient, quotient + 1);  // unary: zeros, then a one
+            }
           }
-          std::vector<uint8_t> region = {uint8_t(a.size())};
+          std::vector<uint8_t> region;
+          for (size_t length = a.size();; length >>= 7) {  // LEB128 length of part A
+            region.push_back(uint8_t((length & 0x7F) | (length >= 0x80 ? 0x80 : 0)));
+            if (length < 0x80) break;
+          }
           region.insert(region.end(), a.begin(), a.end());
-          region.insert(region.end(), size_t(k / 8 + 8), 0xFF);
-          ic::BlockRiceWordReader with_kernel(uint64_t(1) << 30, k, region.data(), region.size());
-          ic::BlockRiceWordReader without(uint64_t(1) << 30, k, region.data(), region.size());
+          region.insert(region.end(), b.begin(), b.end());
+          ic::BlockRiceWordReader with_kernel(n, k, region.data(), region.size());
+          ic::BlockRiceWordReader without(n, k, region.data(), region.size());
           std::vector<uint32_t> got(k), expected(k);
           with_kernel.next_many(got.data(), uint32_t(k), counting_block_kernel);
           without.next_many(expected.data(), uint32_t(k), nullptr);
           REQUIRE(with_kernel.failed() == without.failed());
-          if (!without.failed()) CHECK(got == expected);
+          if (!without.failed()) {
+            CHECK(got == expected);
+            ++hand_set_read;
+          }
           CHECK(with_kernel.finished_exactly() == without.finished_exactly());
         }
       }
+      CHECK(hand_set_read > 80);  // most hand-set streams are read whole (indices past 2^32 fail)
+      CHECK(g_block_kernel_indices - kernel_before > 100);  // parameter 24 blocks, by the kernel
       MESSAGE(name << ": well-formed " << well_formed << ", failing " << failing << " of " << trials
                    << "; indices from the kernel " << g_block_kernel_indices);
       CHECK(well_formed == intact);

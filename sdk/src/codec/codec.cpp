@@ -917,9 +917,12 @@ size_t decode_fast_workspace_size(const EncodedInfo& info) {
 #if defined(__OPTIMIZE_SIZE__)
   return decode_workspace_size(info);
 #else
-  // The indices (any alignment), then the values of a rANS-coded region.
-  return decode_workspace_size(info) +
-         (has_coded_indices(info) ? size_t(info.nnz) * (info.entropy_coded ? 8 : 4) + 3 : 0);
+  // The indices (any alignment), then the values of a rANS-coded region; none where size_t
+  // cannot count them (32-bit targets past 2^29 kept coordinates).
+  const size_t base = decode_workspace_size(info);
+  const size_t per_kept = info.entropy_coded ? 8 : 4;
+  if (!has_coded_indices(info) || info.nnz > (~size_t(0) - base - 3) / per_kept) return base;
+  return base + size_t(info.nnz) * per_kept + 3;
 #endif
 }
 

@@ -95,7 +95,7 @@ struct Kernels {
   // (s->left == 0): decodes whole blocks of kBlockRiceGaps (16) indices into out, as long as 16
   // more are wanted (count) and left in the stream, and the next block is one it takes (its
   // parameter in [0, 24]; its parameter code, remainders and quotient words whole in their parts;
-  // every quotient at most min(n, 2^26) >> r; the indices below 2^31). Returns the number of
+  // every quotient at most min(n, 2^26) >> r; the next index below 2^31). Returns the number of
   // indices written, a multiple of 16, and leaves *s exactly as that many calls of
   // BlockRiceWordReader::next() would; a block it does not take is left whole to that loop.
   uint32_t (*block_rice_blocks)(BlockRiceState* s, uint32_t* out, uint32_t count);
