@@ -400,7 +400,7 @@ Status decode_with(Span<const uint8_t> bytes, size_t expected_n, Span<uint8_t> w
       EDGEFL_RETURN_IF_ERROR(
           values::decode_entropy_region_checked(p, value_data, h.value_bytes, h.nnz, decoded_values));
       sink.begin(false);
-      if (h.nnz != 0) sink.pairs(decoded_indices, decoded_values, h.nnz);
+      sink.pairs(decoded_indices, decoded_values, h.nnz);  // nnz >= 1: a rANS region holds values
       return Status::kOk;
     }
 #endif

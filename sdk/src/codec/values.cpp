@@ -496,37 +496,24 @@ size_t read_entropy_table(const Params& p, const uint8_t* data, size_t bytes, si
 
 EntropyRegionReader::EntropyRegionReader(const Params& p, const uint8_t* data, size_t bytes, uint64_t total)
     : p_(p), data_(data), total_(total), scale_(data) {
-  if (total == 0) return;
   if (p.kind == ValueCoderKind::kBf16 || p.shared) next_block_ = total;  // no block scales
-  const size_t stream = read_entropy_table(p, data, bytes, size_t(entropy_prefix_bytes(p, total)), &dec_);
-#if defined(__OPTIMIZE_SIZE__)
-  if (stream == 0 || dec_.begin(data + stream, bytes - stream, p.rans_lanes) != Status::kOk)
-    total_ = 0;  // validated before
-#else
-  status_ = stream == 0 ? Status::kCorruptPayload : dec_.begin(data + stream, bytes - stream, p.rans_lanes);
+  status_ = check_entropy_prefix(p, data, bytes, total, &dec_);
   if (status_ != Status::kOk) total_ = 0;
-#endif
 }
 
-#if !defined(__OPTIMIZE_SIZE__)
 Status EntropyRegionReader::finish() const {
   return status_ != Status::kOk ? status_ : dec_.finish();
 }
-#endif
 
 uint32_t EntropyRegionReader::next(float* out) {
   if (position_ >= total_) return 0;
   const uint32_t count = uint32_t(total_ - position_ < kChunk ? total_ - position_ : kChunk);
   uint8_t codes[kChunk];
-#if defined(__OPTIMIZE_SIZE__)
-  if (dec_.decode(codes, count) != Status::kOk) return 0;  // validated before (no finish() here)
-#else
   status_ = dec_.decode(codes, count);
   if (status_ != Status::kOk) {
     total_ = 0;  // spent: finish() reports it
     return 0;
   }
-#endif
   const bool bf16 = p_.kind == ValueCoderKind::kBf16;
   if (p_.shared) {
     for (uint32_t j = 0; j < count; ++j) out[j] = shared_value(p_, codes[j]);
@@ -608,9 +595,7 @@ Status validate_entropy_region(const Params& p, const uint8_t* data, size_t byte
 #if !defined(__OPTIMIZE_SIZE__)
 Status decode_entropy_region_checked(const Params& p, const uint8_t* data, size_t bytes, uint64_t total,
                                      float* out) {
-  entropy::RansDecoder checked;
-  EDGEFL_RETURN_IF_ERROR(check_entropy_prefix(p, data, bytes, total, &checked));
-  EntropyRegionReader reader(p, data, bytes, total);
+  EntropyRegionReader reader(p, data, bytes, total);  // check_entropy_prefix's status, if it fails
   uint64_t done = 0;
   for (uint32_t got; (got = reader.next(out + done)) != 0;) done += got;
   return reader.finish();

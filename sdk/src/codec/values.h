@@ -174,16 +174,14 @@ size_t read_entropy_table(const Params& p, const uint8_t* data, size_t bytes, si
 class EntropyRegionReader {
  public:
   static constexpr uint32_t kChunk = 256;
+  // Runs check_entropy_prefix (a region that fails it reads as empty; finish() names the fault).
   EntropyRegionReader(const Params& p, const uint8_t* data, size_t bytes, uint64_t total);
   // The next values (at most kChunk) into out; 0 at the end, or once the stream fails.
   uint32_t next(float* out);
-#if !defined(__OPTIMIZE_SIZE__)
-  // After the last value: kOk when every value decoded and the stream ended exactly (its final
-  // states are the initial ones and no byte is left); otherwise the decoder's failure. With the
-  // checks before the stream (check_entropy_prefix), the verdict of validate_entropy_region.
-  // (Builds for size read only validated regions, and keep no status.)
+  // After the last value: kOk when the checks before the stream passed, every value decoded and
+  // the stream ended exactly (its final states are the initial ones and no byte is left):
+  // validate_entropy_region's verdict.
   Status finish() const;
-#endif
 
  private:
   Params p_;
