@@ -16,6 +16,7 @@
 #include "core/crc32c.h"
 #include "core/half.h"
 #include "edgefl/codec.h"
+#include "support/codec_util.h"
 
 namespace {
 
@@ -465,6 +466,20 @@ TEST_SUITE("index coding") {
     uint64_t n, k;
     std::vector<uint8_t> data;
   };
+
+  // `indices` (ascending) in block Rice, as the encoder writes them: a measuring pass, then the
+  // region at exactly its size.
+  std::vector<uint8_t> block_rice_region(const std::vector<uint32_t>& indices) {
+    namespace ic = edgefl::index_coding;
+    ic::BlockRiceWriter cost;  // measuring
+    for (uint32_t i : indices) cost.add(i);
+    std::vector<uint8_t> region(size_t(cost.bytes()));
+    ic::BlockRiceWriter w(region.data(), region.size(), cost.a_bytes());
+    for (uint32_t i : indices) w.add(i);
+    w.finish();
+    REQUIRE_FALSE(w.overflowed());
+    return region;
+  }
   template <typename Writer, typename Next, typename Size>
   IndexStreamCase random_index_stream(int trial, Next&& next_random, Size&& stream_bytes) {
     IndexStreamCase c;
@@ -576,14 +591,8 @@ TEST_SUITE("index coding") {
       c.k = chosen.size();
       if (c.k == 0) continue;
       if (trial % 4 != 3) {
-        ic::BlockRiceWriter cost;  // measuring
-        for (uint32_t i : chosen) cost.add(i);
-        c.data.assign(size_t(cost.bytes()), 0);
-        REQUIRE(cost.bytes() <= ic::block_rice_bound_bytes(c.n, c.k));
-        ic::BlockRiceWriter w(c.data.data(), c.data.size(), cost.a_bytes());
-        for (uint32_t i : chosen) w.add(i);
-        w.finish();
-        REQUIRE_FALSE(w.overflowed());
+        c.data = block_rice_region(chosen);
+        REQUIRE(c.data.size() <= ic::block_rice_bound_bytes(c.n, c.k));
         if (trial % 4 == 1) c.data[next_random() % c.data.size()] ^= uint8_t(1u << (next_random() % 8));
       } else {
         c.data.assign(size_t(1 + next_random() % ic::block_rice_bound_bytes(c.n, c.k)), 0);
@@ -675,13 +684,7 @@ TEST_SUITE("index coding") {
         }
         c.n = std::min<uint64_t>(n_limit, uint64_t(chosen.back()) + 1 + next_random() % 1000);
         c.k = chosen.size();
-        ic::BlockRiceWriter cost;  // measuring
-        for (uint32_t i : chosen) cost.add(i);
-        c.data.assign(size_t(cost.bytes()), 0);
-        ic::BlockRiceWriter w(c.data.data(), c.data.size(), cost.a_bytes());
-        for (uint32_t i : chosen) w.add(i);
-        w.finish();
-        REQUIRE_FALSE(w.overflowed());
+        c.data = block_rice_region(chosen);
         const unsigned damage = unsigned(trial / 28 % 4);  // 0, 1: intact; 2: a bit flipped; 3: bytes
         intact += damage < 2;
         if (damage == 2) {
@@ -717,42 +720,32 @@ TEST_SUITE("index coding") {
         }
         failing += failed;
       }
-      // Parameters the encoder would not pick, set by hand (code 11 + 5 bits): 24 .. 31 (the kernel
-      // takes up to 24; past 25 a remainder would not fit one 32-bit load), random remainders and
-      // small quotients, n from 2^24 (quotients past n >> r: the kernel leaves those blocks) to
-      // 2^30. Both parts exactly sized, the region in its own allocation: a read past either part
-      // is past the region (ASan).
+      // Parameters the encoder would not pick, forced on every block of the reference encoder
+      // (tests/support/codec_util.h): 24 .. 31 (the kernel takes up to 24; past 25 a remainder
+      // would not fit one 32-bit load), random remainders and small quotients, n from 2^24
+      // (quotients past n >> r: the kernel leaves those blocks) to 2^30. The region exactly
+      // sized in its own allocation: a read past it is caught (ASan).
       const uint64_t kernel_before = g_block_kernel_indices;
       size_t hand_set_read = 0;
       for (unsigned r = 24; r <= 31; ++r) {
         for (int rep = 0; rep < 20; ++rep) {
           CAPTURE(r);
           CAPTURE(rep);
-          const uint64_t k = 16 * (1 + next_random() % 3);
           const uint64_t n = uint64_t(1) << (24 + next_random() % 7);
-          std::vector<uint8_t> a, b;
-          size_t a_bit = 0, b_bit = 0;
-          auto put = [](std::vector<uint8_t>& to, size_t& bit, uint64_t value, unsigned bits) {
-            for (unsigned j = 0; j < bits; ++j, ++bit) {
-              if (bit / 8 == to.size()) to.push_back(0);
-              if ((value >> j) & 1) to[bit / 8] |= uint8_t(1u << (bit % 8));
-            }
-          };
-          for (uint64_t block = 0; block < k / 16; ++block) {
-            put(a, a_bit, 0x3u | (r << 2), 7);
-            for (int j = 0; j < 16; ++j) {
-              put(a, a_bit, (next_random() << 1 | (next_random() & 1)) >> (rep % 4), r);
-              const unsigned quotient = next_random() % 8 == 0 ? unsigned(next_random() % 9) : 0u;
-              put(b, b_bit, uint64_t(1) << quotient, quotient + 1);  // unary: zeros, then a one
-            }
+          std::vector<uint32_t> idx;
+          uint64_t next = 0;  // the previous index + 1
+          for (size_t j = 0; j < 48; ++j) {
+            const uint64_t low =
+                ((next_random() << 1 | (next_random() & 1)) >> (rep % 4)) & ((uint64_t(1) << r) - 1);
+            const uint64_t quotient = next_random() % 8 == 0 ? next_random() % 9 : 0;
+            const uint64_t index = next + ((quotient << r) | low);
+            if (index >> 32 != 0) break;
+            idx.push_back(uint32_t(index));
+            next = index + 1;
           }
-          std::vector<uint8_t> region;
-          for (size_t length = a.size();; length >>= 7) {  // LEB128 length of part A
-            region.push_back(uint8_t((length & 0x7F) | (length >= 0x80 ? 0x80 : 0)));
-            if (length < 0x80) break;
-          }
-          region.insert(region.end(), a.begin(), a.end());
-          region.insert(region.end(), b.begin(), b.end());
+          const uint64_t k = idx.size();
+          const std::vector<uint8_t> region =
+              edgefl_test::block_rice_reference(idx, std::vector<int>(3, int(r)));
           ic::BlockRiceWordReader with_kernel(n, k, region.data(), region.size());
           ic::BlockRiceWordReader without(n, k, region.data(), region.size());
           std::vector<uint32_t> got(k), expected(k);
@@ -760,13 +753,13 @@ TEST_SUITE("index coding") {
           without.next_many(expected.data(), uint32_t(k), nullptr);
           REQUIRE(with_kernel.failed() == without.failed());
           if (!without.failed()) {
-            CHECK(got == expected);
+            CHECK(got == expected);  // (not idx: a quotient past n >> r reads as a gap of n)
             ++hand_set_read;
           }
           CHECK(with_kernel.finished_exactly() == without.finished_exactly());
         }
       }
-      CHECK(hand_set_read > 80);  // most hand-set streams are read whole (indices past 2^32 fail)
+      CHECK(hand_set_read == 160);                          // every hand-set stream is read whole
       CHECK(g_block_kernel_indices - kernel_before > 100);  // parameter 24 blocks, by the kernel
       MESSAGE(name << ": well-formed " << well_formed << ", failing " << failing << " of " << trials
                    << "; indices from the kernel " << g_block_kernel_indices);
@@ -832,14 +825,8 @@ TEST_SUITE("index coding") {
           CAPTURE(n);
           CAPTURE(k);
           CAPTURE(pattern);
-          ic::BlockRiceWriter cost;  // measuring
-          for (uint32_t i : idx) cost.add(i);
-          REQUIRE(cost.bytes() <= ic::block_rice_bound_bytes(n, idx.size()));
-          std::vector<uint8_t> data(size_t(cost.bytes()));
-          ic::BlockRiceWriter w(data.data(), data.size(), cost.a_bytes());
-          for (uint32_t i : idx) w.add(i);
-          w.finish();
-          REQUIRE_FALSE(w.overflowed());
+          const std::vector<uint8_t> data = block_rice_region(idx);
+          REQUIRE(data.size() <= ic::block_rice_bound_bytes(n, idx.size()));
           ic::BlockRiceWordReader back(n, idx.size(), data.data(), data.size());
           std::vector<uint32_t> got(idx.size());
           back.next_many(got.data(), uint32_t(got.size()));
