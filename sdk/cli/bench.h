@@ -95,10 +95,16 @@ struct BenchResult {
   double decode_add_gbps = 0;  // 4n bytes / median decode_add seconds / 1e9
   // Sparse codecs: carried coordinates / median decode_add seconds / 1e6 (else NaN).
   double decode_add_mnnz = std::numeric_limits<double>::quiet_NaN();
-  double workspace_bytes = 0;         // workspace_size(spec, n)
-  double workspace_ratio = 0;         // workspace_bytes / (4n)
-  double count_error = 0;             // nnz / k_target - 1 (sparsifiers), else NaN
-  double ratio_to_memcpy = 0;         // encode_gbps / memcpy encode_gbps of the same dataset
+  double workspace_bytes = 0;  // workspace_size(spec, n)
+  double workspace_ratio = 0;  // workspace_bytes / (4n)
+  double count_error = 0;      // nnz / k_target - 1 (sparsifiers), else NaN
+  // memcpy of the same 4n bytes timed inside this row's own repetitions, right after an untimed
+  // copy, as each encode is timed right after an untimed encode: the same cache state as the
+  // encode (NaN for the baseline rows).
+  double memcpy_paired_gbps = std::numeric_limits<double>::quiet_NaN();
+  // encode_gbps / memcpy_paired_gbps; the dataset's back-to-back memcpy row where a row has no
+  // paired copy.
+  double ratio_to_memcpy = 0;
   bool deterministic = true;          // seed 1 gave the same bytes into a zeroed and a dirty buffer
   bool decode_add_consistent = true;  // decode_add into zeros matched decode (within 1e-5 rel.)
   double decode_add_max_abs_diff = 0;

@@ -155,9 +155,10 @@ std::vector<BenchResult> bench_byteps_peers(const std::string& dataset, const fl
     const size_t k = peer.density > 0 ? std::max<size_t>(1, size_t(peer.density * double(n))) : 0;
     const bool topk = peer.name.find("topk") != std::string::npos;
     PeerEncoding e;
-    std::vector<float> decoded(n), accumulator(n, 0.0f);
-    std::vector<double> encode_times, decode_times, add_times;
+    std::vector<float> decoded(n), accumulator(n, 0.0f), copy(n);
+    std::vector<double> memcpy_times, encode_times, decode_times, add_times;
     for (int run = 0; run <= runs; ++run) {  // run 0 warms up
+      const double t_memcpy = paired_memcpy_seconds(x, n, copy.data());
       Clock::time_point start = Clock::now();
       if (k == 0) {
         onebit_compress(x, n, &e);
@@ -182,6 +183,7 @@ std::vector<BenchResult> bench_byteps_peers(const std::string& dataset, const fl
       for (size_t i = 0; i < n; ++i) accumulator[i] += decoded[i];
       const double t_add = seconds_since(start);
       if (run == 0) continue;
+      memcpy_times.push_back(t_memcpy);
       encode_times.push_back(t_encode);
       decode_times.push_back(t_decode);
       add_times.push_back(t_add);
@@ -201,6 +203,7 @@ std::vector<BenchResult> bench_byteps_peers(const std::string& dataset, const fl
     r.decode_gbps = gbps(n, median(decode_times));
     r.decode_add_gbps = gbps(n, median(add_times));
     if (k > 0) r.decode_add_mnnz = double(k) / median(add_times) / 1e6;
+    r.memcpy_paired_gbps = gbps(n, median(std::move(memcpy_times)));
     // Keep the accumulator observable.
     if (!std::isfinite(accumulator[n / 2])) r.error = "non-finite sum";
     r.deterministic = true;

@@ -452,6 +452,7 @@ TEST_SUITE("cli") {
       CHECK(r.encode_gbps > 0);
       CHECK(r.decode_gbps > 0);
       CHECK(r.decode_add_gbps > 0);
+      CHECK(r.memcpy_paired_gbps > 0);  // the baseline timed in the peer's own repetitions
     }
     // onebit: ceil(n / 32) words and a float; decoded to +-mean|x|, so its error is known.
     CHECK(rows[0].codec == "byteps:onebit");
@@ -521,6 +522,17 @@ TEST_SUITE("cli") {
       CHECK(number(lines[3], "rd_gap_bits") ==
             doctest::Approx(number(lines[3], "bits_per_coord") - bound).epsilon(1e-4));
       CHECK(contains(lines[2], "\"gaussian_rd_bits\": null"));  // fp32 is lossless
+      // Each codec's ratio to memcpy divides by the memcpy timed in its own repetitions; the
+      // baseline rows have no paired copy.
+      for (size_t i = 2; i < 8; ++i) {
+        CAPTURE(lines[i]);
+        const double paired = number(lines[i], "memcpy_paired_gbps");
+        REQUIRE(paired > 0);
+        CHECK(number(lines[i], "ratio_to_memcpy") ==
+              doctest::Approx(number(lines[i], "encode_gbps") / paired).epsilon(2e-3));
+      }
+      CHECK(contains(lines[0], "\"memcpy_paired_gbps\": null"));
+      CHECK(contains(lines[1], "\"memcpy_paired_gbps\": null"));
     }
     CHECK(contains(lines[4], "\"count_error\": 0,"));  // exact top-k keeps k
     CHECK(contains(lines[5], "\"requested\": \"q8:shared=<auto>\""));
