@@ -1642,6 +1642,8 @@ Reply RoundManager::upload_start(const std::string& device, const wire::UploadSt
     fatal("find_update", error);
     return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
   }
+  // The same update again (its Commit then hears Duplicate) or another one (kAlreadyCounted): in
+  // either case nothing more is taken from this device this round.
   if (existing) {  // accepted before: nothing to upload
     wire::UploadStatus status{round.record.round_id, start.upload_id, start.total_bytes, start.total_bytes};
     return Reply{wire::Message{status}, false};
@@ -1712,6 +1714,36 @@ std::optional<Reply> RoundManager::upload_chunk(const std::string& device, const
   return std::nullopt;
 }
 
+Reply RoundManager::answer_counted_before(const std::string& device, const wire::Commit& commit,
+                                          const UpdateRecord& counted) {
+  const bool round_is_open = open_ && commit.round_id == open_->record.round_id;
+  if (round_is_open && !open_->closing) {
+    if (std::optional<Reply> failed = count_before_duplicate(device)) return std::move(*failed);
+  }
+  if (counted.upload_id == commit.upload_id &&
+      std::memcmp(counted.digest.data(), commit.digest.data(), counted.digest.size()) == 0) {
+    metrics_->updates_duplicate.fetch_add(1);
+    log_info("update_duplicate")
+        .kv("round", commit.round_id)
+        .kv("device", device)
+        .kv("upload", hex(commit.upload_id));
+    return ack(commit.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
+  }
+  if (round_is_open) {  // the bytes of this other update, if any, are not kept
+    auto it = open_->uploads.find(device);
+    if (it != open_->uploads.end() && it->second.upload_id == commit.upload_id) open_->uploads.erase(it);
+  }
+  metrics_->updates_rejected.fetch_add(1);
+  log_warn("update_rejected")
+      .kv("round", commit.round_id)
+      .kv("device", device)
+      .kv("reason", wire::reject_reason_name(wire::RejectReason::kAlreadyCounted))
+      .kv("upload", hex(commit.upload_id))
+      .kv("counted_upload", hex(counted.upload_id));
+  return ack(commit.round_id, commit.upload_id, wire::UpdateDisposition::kRejected,
+             wire::RejectReason::kAlreadyCounted);
+}
+
 Reply RoundManager::straggler_or_late(const std::string& device, const wire::Commit& commit, bool late) {
   (late ? metrics_->updates_late : metrics_->updates_straggler).fetch_add(1);
   log_info(late ? "update_late" : "update_straggler").kv("round", commit.round_id).kv("device", device);
@@ -1732,17 +1764,7 @@ std::optional<Reply> RoundManager::commit_outside_open_round(const std::string& 
     fatal("find_update", error);
     return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
   }
-  if (existing && open_ && commit.round_id == open_->record.round_id && !open_->closing) {
-    if (std::optional<Reply> failed = count_before_duplicate(device)) return failed;
-  }
-  if (existing) {
-    metrics_->updates_duplicate.fetch_add(1);
-    log_info("update_duplicate")
-        .kv("round", commit.round_id)
-        .kv("device", device)
-        .kv("upload", hex(commit.upload_id));
-    return ack(commit.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
-  }
+  if (existing) return answer_counted_before(device, commit, *existing);
   // A round that is no longer open: straggler (closed with its quorum before the deadline) or late.
   if (!open_ || commit.round_id != open_->record.round_id) {
     const std::optional<ClosedRound> closed = closed_round(commit.round_id);
@@ -1855,11 +1877,15 @@ std::optional<Reply> RoundManager::record_upload(const std::string& device, cons
   }
   metrics_->ledger_writes.fetch_add(1);
   metrics_->ledger_write_us_total.fetch_add(uint64_t(write_us.count()));
-  if (inserted == InsertResult::kDuplicate) {
+  if (inserted == InsertResult::kDuplicate) {  // the ledger held a row of this device already
     round.uploads.erase(it);
-    if (std::optional<Reply> failed = count_before_duplicate(device)) return failed;
-    metrics_->updates_duplicate.fetch_add(1);
-    return ack(round.record.round_id, commit.upload_id, wire::UpdateDisposition::kDuplicate);
+    std::optional<UpdateRecord> counted;
+    if (storage_->find_update(round.record.round_id, device, &counted, &error) != Status::kOk || !counted) {
+      if (!counted && error.empty()) error = "a duplicate ledger row that cannot be found again";
+      fatal("find_update", error);
+      return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+    }
+    return answer_counted_before(device, commit, *counted);
   }
   return std::nullopt;
 }

@@ -338,6 +338,14 @@ class RoundManager {
   std::optional<Reply> commit_outside_open_round(const std::string& device, const wire::Commit& commit,
                                                  int64_t now_ms);
   Reply straggler_or_late(const std::string& device, const wire::Commit& commit, bool late);
+  // The answer to a Commit of `device` whose ledger already holds `counted` for that round:
+  // Duplicate when the Commit is that update again (its upload id and SHA-256), so that a device
+  // whose ack was lost learns it was counted; otherwise Rejected (kAlreadyCounted), so that a
+  // device that lost its state and sends another update for the round does not take the counted
+  // one for its own (its error feedback would subtract the wrong update). Counts a row in doubt
+  // first (count_before_duplicate) where the round is open.
+  Reply answer_counted_before(const std::string& device, const wire::Commit& commit,
+                              const UpdateRecord& counted);
   Reply count_update(const std::string& device, const wire::Commit& commit, const tls::Sha256Digest& digest,
                      double norm, int64_t now_ms);
   // The ledger step of both: `device`'s upload recorded durably (its bytes move into *record); a

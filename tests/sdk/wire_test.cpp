@@ -440,6 +440,8 @@ std::vector<w::Message> largest_messages() {
   ack.disposition = w::UpdateDisposition::kRejected;
   ack.reason = w::RejectReason::kModelOverflow;
   out.push_back(ack);
+  ack.reason = w::RejectReason::kAlreadyCounted;  // the largest reason
+  out.push_back(ack);
 
   w::Error error = samples::error();
   error.message.clear();
@@ -1334,10 +1336,10 @@ std::vector<RuleCase> rule_cases() {
       "ack: disposition 6", a, [](w::Ack& m) { m.disposition = static_cast<w::UpdateDisposition>(6); },
       V::kOutOfRange, "Ack.disposition"));
   c.push_back(rule(
-      "ack: reason 7", a,
+      "ack: reason 8", a,
       [](w::Ack& m) {
         m.disposition = w::UpdateDisposition::kRejected;
-        m.reason = static_cast<w::RejectReason>(7);
+        m.reason = static_cast<w::RejectReason>(8);
       },
       V::kOutOfRange, "Ack.reason"));
   c.push_back(rule(

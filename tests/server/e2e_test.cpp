@@ -1591,6 +1591,19 @@ TEST_SUITE("e2e.rejections") {
       CHECK(commit_and_ack(a, u2) == UpdateDisposition::kAccepted);
       // and its replay is a duplicate, in the next round as well
       CHECK(commit_and_ack(a, u2) == UpdateDisposition::kDuplicate);
+      // Another update of device-0001 for round 2 (another upload id and other bytes: a device that
+      // lost its state and trained again) is not taken for the counted one.
+      Update other = u2;
+      other.upload_id[0] ^= 0xFF;
+      other.digest[0] ^= 0xFF;
+      wire::Message reply;
+      REQUIRE(a.exchange(wire::Message{make_commit(other)}, &reply) == Status::kOk);
+      const auto* ack = std::get_if<wire::Ack>(&reply);
+      REQUIRE_MESSAGE(ack != nullptr, describe(reply));
+      CHECK(ack->disposition == UpdateDisposition::kRejected);
+      CHECK(ack->reason == wire::RejectReason::kAlreadyCounted);
+      CHECK(server.wait_for_log(
+          {"event=update_rejected", "round=2", "device=device-0001", "reason=already_counted"}));
     }
     a.conn.close();
 

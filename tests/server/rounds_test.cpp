@@ -452,6 +452,7 @@ struct PlainWalk {
   std::map<std::tuple<uint64_t, std::string, wire::Digest>, Sent> sent;
   std::string trace;
   uint32_t hostile_sent = 0;
+  uint32_t told_already_counted = 0;                 // hostile commits of a counted device answered so
   uint64_t rounds_committed = 0, rounds_closed = 0;  // by check()
 
   explicit PlainWalk(uint32_t seed) : rng(seed * 0xD1B54A32D192ED03ull), s(make_temp_dir(), options(seed)) {
@@ -690,8 +691,9 @@ struct PlainWalk {
     const std::string before = where();
     wire::Message m;
     std::string what, sender = "mallory";
+    bool commit_sent = false;
     ++hostile_sent;
-    switch (below(5)) {
+    switch (below(6)) {
       case 0: {  // a commit of bytes it never sent
         what = "a commit of nothing uploaded";
         wire::Commit c;
@@ -701,6 +703,7 @@ struct PlainWalk {
         c.total_bytes = 64;
         c.sample_count = 1;
         m = s.rounds->commit("mallory", c, s.now).message;
+        commit_sent = true;
         break;
       }
       case 1: {  // a commit whose digest is not its bytes'
@@ -710,6 +713,7 @@ struct PlainWalk {
         c.digest[3] ^= 0x10;
         sender = d.id;
         m = s.rounds->commit(d.id, c, s.now).message;
+        commit_sent = true;
         d.next = Device::Next::kStart;  // its upload may be gone now: it resumes
         break;
       }
@@ -742,6 +746,19 @@ struct PlainWalk {
         m = r->message;
         break;
       }
+      case 4: {  // another update of a device whose update of this round is counted
+        std::optional<UpdateRecord> counted;
+        std::string why;
+        REQUIRE(s.storage->find_update(d.offer.round_id, d.id, &counted, &why) == Status::kOk);
+        if (!counted || d.bytes.empty()) return;
+        what = "another update of a counted device";
+        wire::Commit c = d.commit();
+        c.upload_id.fill(0x33);
+        sender = d.id;
+        m = s.rounds->commit(d.id, c, s.now).message;
+        commit_sent = true;
+        break;
+      }
       default: {  // another round's nonce
         what = "a wrong nonce";
         wire::UploadStart start;
@@ -758,15 +775,23 @@ struct PlainWalk {
     note("hostile: " + what + ": " + wire::message_type_name(wire::message_type(m)));
     const auto* e = std::get_if<wire::Error>(&m);
     const auto* ack = std::get_if<wire::Ack>(&m);
-    // Duplicate only where the device's update of this round is in the ledger already (a device
-    // has one update per round; that one stays).
+    // Never Accepted, and never Duplicate: no hostile commit is an update the ledger holds (its
+    // upload id or its digest differs). Where the sender's update of this round is counted, the
+    // answer says so (kAlreadyCounted), or the server could not read its ledger.
     std::optional<UpdateRecord> held;
     std::string error;
     REQUIRE(s.storage->find_update(d.offer.round_id, sender, &held, &error) == Status::kOk);
     const bool refused = e != nullptr || std::holds_alternative<wire::RetryLater>(m) ||
                          (ack != nullptr && ack->disposition != wire::UpdateDisposition::kAccepted &&
-                          (ack->disposition != wire::UpdateDisposition::kDuplicate || held.has_value()));
+                          ack->disposition != wire::UpdateDisposition::kDuplicate);
     CHECK_MESSAGE(refused, what << " was not refused");
+    if (held && commit_sent) {
+      const bool said_counted = ack != nullptr && ack->disposition == wire::UpdateDisposition::kRejected &&
+                                ack->reason == wire::RejectReason::kAlreadyCounted;
+      CHECK_MESSAGE((said_counted || (e != nullptr && e->code == wire::ErrorCode::kInternal)),
+                    what << " from a counted device was not answered already_counted");
+      told_already_counted += said_counted ? 1 : 0;
+    }
     if (e != nullptr) {
       trace += " " + std::to_string(int(e->code)) + " " + e->message;
       CHECK(!e->message.empty());
@@ -1901,7 +1926,7 @@ TEST_SUITE("server.rounds.logic") {
     if (const char* env = std::getenv("EDGEFL_ROUND_FIRST_WALK"))
       first = uint32_t(std::strtoul(env, nullptr, 10));
     REQUIRE(walks > 0);
-    uint64_t rounds = 0, committed = 0, updates = 0, acked = 0, hostile = 0;
+    uint64_t rounds = 0, committed = 0, updates = 0, acked = 0, hostile = 0, already_counted = 0;
     for (uint32_t seed = first; seed < first + walks; ++seed) {
       INFO("seed " << seed);
       PlainWalk walk(seed);
@@ -1909,12 +1934,15 @@ TEST_SUITE("server.rounds.logic") {
       rounds += walk.rounds_closed;
       committed += walk.rounds_committed;
       hostile += walk.hostile_sent;
+      already_counted += walk.told_already_counted;
       updates += walk.sent.size();
       for (const auto& entry : walk.sent) acked += entry.second.acked ? 1 : 0;
     }
     MESSAGE(walks << " walks: " << committed << " of " << rounds
                   << " rounds committed (all those opened but the last); " << updates << " commits sent, "
-                  << acked << " acknowledged; " << hostile << " hostile messages");
+                  << acked << " acknowledged; " << hostile << " hostile messages (" << already_counted
+                  << " commits of another update by a counted device, answered already_counted)");
+    CHECK(already_counted > 0);
     CHECK(committed > 0);
   }
   TEST_CASE("duplicates, stragglers and late commits are answered as such and counted nowhere") {
@@ -1932,6 +1960,15 @@ TEST_SUITE("server.rounds.logic") {
     CHECK(disposition(s.upload(offer_a, a)) == wire::UpdateDisposition::kAccepted);
     // A retried commit (its ack was lost): duplicate, not counted again.
     CHECK(disposition(s.upload(offer_a, a)) == wire::UpdateDisposition::kDuplicate);
+    // Another update of a's for this round (a device that lost its state and trained again), under
+    // the same upload id or another: refused as such, so that a does not take the counted update
+    // for this one; a's first update stays the one counted.
+    const wire::Message other_bytes = s.upload(offer_a, honest("a", 99, 10));
+    CHECK(disposition(other_bytes) == wire::UpdateDisposition::kRejected);
+    CHECK(std::get<wire::Ack>(other_bytes).reason == wire::RejectReason::kAlreadyCounted);
+    const wire::Message other_upload = commit_only(s, offer_a, "a");
+    CHECK(disposition(other_upload) == wire::UpdateDisposition::kRejected);
+    CHECK(std::get<wire::Ack>(other_upload).reason == wire::RejectReason::kAlreadyCounted);
     CHECK(disposition(s.upload(offer_b, b)) == wire::UpdateDisposition::kAccepted);  // the cohort: commits
     REQUIRE(s.rounds->history().size() == 1);
     CHECK(s.model() == fedavg(v1, {a, b}));
@@ -1945,6 +1982,7 @@ TEST_SUITE("server.rounds.logic") {
     CHECK(s.model() == fedavg(v1, {a, b}));
     CHECK(s.metrics.updates_accepted.load() == 2);
     CHECK(s.metrics.updates_duplicate.load() == 1);
+    CHECK(s.metrics.updates_rejected.load() == 2);
     CHECK(s.metrics.updates_straggler.load() == 1);
     CHECK(s.metrics.updates_late.load() == 1);
     fs::remove_all(dir);
@@ -1965,7 +2003,22 @@ TEST_SUITE("server.rounds.logic") {
     // The two accepted before the restart are duplicates now; the third completes the round.
     const wire::TaskOffer offer_c = s.offer("c");
     CHECK(retry_reason(hello_of(s, "a")) == wire::RetryReason::kRoundFull);  // it contributed already
-    CHECK(disposition(commit_only(s, offer_c, "a")) == wire::UpdateDisposition::kDuplicate);
+    std::optional<UpdateRecord> counted_a;
+    std::string error;
+    REQUIRE(s.storage->find_update(offer_c.round_id, "a", &counted_a, &error) == Status::kOk);
+    REQUIRE(counted_a.has_value());
+    wire::Commit again;  // a's counted update committed again (its ack was lost)
+    again.round_id = offer_c.round_id;
+    again.round_nonce = offer_c.round_nonce;
+    again.upload_id = counted_a->upload_id;
+    again.digest = counted_a->digest;
+    again.total_bytes = counted_a->payload_bytes;
+    again.sample_count = counted_a->sample_count;
+    CHECK(disposition(s.rounds->commit("a", again, s.now).message) == wire::UpdateDisposition::kDuplicate);
+    // Any other update of a's for this round is refused as such: it is not the counted one.
+    const wire::Message other = commit_only(s, offer_c, "a");
+    CHECK(disposition(other) == wire::UpdateDisposition::kRejected);
+    CHECK(std::get<wire::Ack>(other).reason == wire::RejectReason::kAlreadyCounted);
     CHECK(disposition(s.upload(offer_c, ups[2])) == wire::UpdateDisposition::kAccepted);
     REQUIRE(s.rounds->model_version() == 2);
     CHECK(s.model() == fedavg(v1, ups));
@@ -2925,7 +2978,7 @@ struct SecureWalk {
         if (d.masked.empty() || d.acked) return;
         what = "a short masked vector";
         // Its vector may be in the ledger already (a write in doubt it has not asked about yet):
-        // then it is counted, and any other vector is a Duplicate.
+        // then that one is counted, and this other vector is refused as already counted.
         std::optional<UpdateRecord> held;
         std::string error;
         REQUIRE(s.storage->find_update(d.dev.offer.round_id, d.dev.id, &held, &error) == Status::kOk);
@@ -2933,7 +2986,8 @@ struct SecureWalk {
         m = s.upload_bytes(d.dev.offer, d.dev.id, cut, 1);
         if (const auto* a = std::get_if<wire::Ack>(&m)) {
           if (held) {
-            CHECK(a->disposition == wire::UpdateDisposition::kDuplicate);
+            CHECK(a->disposition == wire::UpdateDisposition::kRejected);
+            CHECK(a->reason == wire::RejectReason::kAlreadyCounted);
           } else {
             CHECK(a->disposition == wire::UpdateDisposition::kRejected);
             CHECK(a->reason == wire::RejectReason::kInvalidEncoding);

@@ -17,7 +17,8 @@
 // feedback for biased codecs, the residual carried across rounds), uploads in chunks and commits
 // with the update's SHA-256. A dropped connection is retried with exponential backoff and jitter;
 // an interrupted upload resumes from the offset the server holds (at most one chunk is sent
-// twice), and a commit whose ack was lost is answered kDuplicate, never counted twice.
+// twice), and a commit whose ack was lost is answered kDuplicate, never counted twice (another
+// update for a round that counted this device's is answered kRejected, "already_counted").
 //
 // The device id is the subject CN of the client certificate; nothing in a message claims it.
 //

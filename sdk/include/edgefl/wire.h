@@ -235,6 +235,9 @@ enum class RejectReason : uint8_t {
   kNormTooLarge = 4,     // the update's L2 norm is above the server's bound
   kSampleCount = 5,      // Commit.sample_count is above the server's limit
   kModelOverflow = 6,    // global + update would not be finite in float32
+  // Another update of this device (another upload id or other bytes) is already counted in this
+  // round; this one is not. A retry of the counted update itself hears kDuplicate.
+  kAlreadyCounted = 7,
 };
 // "digest_mismatch", "invalid_encoding", ...; "none" for kNone, "unknown" otherwise. Never null.
 const char* reject_reason_name(RejectReason reason);

@@ -125,7 +125,7 @@ Status check_ack(const Ack& m, DecodeDetail* detail) {
                   static_cast<uint8_t>(UpdateDisposition::kRejected), detail, "Ack.disposition"));
   EDGEFL_RETURN_IF_ERROR(
       check_range(static_cast<uint8_t>(m.reason), static_cast<uint8_t>(RejectReason::kNone),
-                  static_cast<uint8_t>(RejectReason::kModelOverflow), detail, "Ack.reason"));
+                  static_cast<uint8_t>(RejectReason::kAlreadyCounted), detail, "Ack.reason"));
   if (m.reason != RejectReason::kNone && m.disposition != UpdateDisposition::kRejected) {
     return fail(detail, Violation::kInconsistent, "Ack.reason");
   }

@@ -143,6 +143,7 @@ const char* reject_reason_name(RejectReason reason) {
     case RejectReason::kNormTooLarge: return "norm_too_large";
     case RejectReason::kSampleCount: return "sample_count";
     case RejectReason::kModelOverflow: return "model_overflow";
+    case RejectReason::kAlreadyCounted: return "already_counted";
   }
   return "unknown";
 }

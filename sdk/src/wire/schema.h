@@ -67,6 +67,15 @@ static_assert(same_id(UpdateDisposition::kAccepted, fb::UpdateDisposition::Accep
                   same_id(UpdateDisposition::kRejected, fb::UpdateDisposition::Rejected) &&
                   same_id(UpdateDisposition::kRejected, fb::UpdateDisposition::MAX),
               "UpdateDisposition ids must equal the schema's");
+static_assert(same_id(RejectReason::kDigestMismatch, fb::RejectReason::DigestMismatch) &&
+                  same_id(RejectReason::kInvalidEncoding, fb::RejectReason::InvalidEncoding) &&
+                  same_id(RejectReason::kNonFinite, fb::RejectReason::NonFinite) &&
+                  same_id(RejectReason::kNormTooLarge, fb::RejectReason::NormTooLarge) &&
+                  same_id(RejectReason::kSampleCount, fb::RejectReason::SampleCount) &&
+                  same_id(RejectReason::kModelOverflow, fb::RejectReason::ModelOverflow) &&
+                  same_id(RejectReason::kAlreadyCounted, fb::RejectReason::AlreadyCounted) &&
+                  same_id(RejectReason::kAlreadyCounted, fb::RejectReason::MAX),
+              "RejectReason ids must equal the schema's");
 static_assert(same_id(ErrorCode::kBadMessage, fb::ErrorCode::BadMessage) &&
                   same_id(ErrorCode::kUnexpectedMessage, fb::ErrorCode::UnexpectedMessage) &&
                   same_id(ErrorCode::kVersionMismatch, fb::ErrorCode::VersionMismatch) &&
