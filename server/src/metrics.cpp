@@ -97,7 +97,9 @@ std::string Metrics::render() const {
   c("edgefl_updates_straggler_total", "Updates that arrived after the round closed with its quorum.",
     updates_straggler);
   c("edgefl_updates_late_total", "Updates that arrived after the deadline.", updates_late);
-  c("edgefl_updates_rejected_total", "Updates rejected (digest, size, codec).", updates_rejected);
+  c("edgefl_updates_rejected_total",
+    "Updates rejected (digest, size, codec, bounds, or another update of a counted device).",
+    updates_rejected);
   c("edgefl_upload_bytes_total", "Update bytes received.", upload_bytes);
   c("edgefl_download_bytes_total", "Model bytes sent.", download_bytes);
   const int64_t acc = test_accuracy_micros.load();

@@ -1614,11 +1614,16 @@ Reply RoundManager::model_request(const std::string& device, const wire::ModelRe
 Reply RoundManager::upload_start(const std::string& device, const wire::UploadStart& start, int64_t now_ms) {
   if (!open_ || start.round_id != open_->record.round_id) {
     // Resuming an upload the server already accepted (the ack was lost): report it complete, so
-    // that the Commit is answered kDuplicate.
+    // that the Commit is answered kDuplicate. A ledger that cannot be read is not "not held": the
+    // device would take its counted update for one that was not.
     std::optional<UpdateRecord> existing;
     std::string error;
-    if (storage_->find_update(start.round_id, device, &existing, &error) == Status::kOk && existing &&
-        existing->upload_id == start.upload_id) {
+    if (start.round_id <= kMaxStoredId &&
+        storage_->find_update(start.round_id, device, &existing, &error) != Status::kOk) {
+      fatal("find_update", error);
+      return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+    }
+    if (existing && existing->upload_id == start.upload_id) {
       wire::UploadStatus status{start.round_id, start.upload_id, start.total_bytes, start.total_bytes};
       return Reply{wire::Message{status}, false};
     }

@@ -13,7 +13,9 @@
 //
 // Dispositions: an update for a round that closed with its quorum before the deadline is a
 // straggler; after the deadline it is late; a second commit of an accepted update (same round,
-// device and upload id), or a second update of one device in one round, is a duplicate.
+// device, upload id and SHA-256) is a duplicate; any other update of a device whose update of that
+// round is counted is rejected, already_counted (the upload id names the update: the same bytes
+// under another upload id are another update).
 //
 // Bounded influence: before its ack, an update must decode at the model's dimension, be finite,
 // keep global + update finite, and have an L2 norm within the round's bound (RoundOptions); so

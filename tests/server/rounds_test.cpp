@@ -96,6 +96,9 @@ class FaultyStorage final : public Storage {
   // record_update calls that take effect and still fail (kIoError): a networked store whose
   // connection dropped during COMMIT. The caller cannot tell; the ledger holds the update.
   int record_update_in_doubt = 0;
+  // find_update calls that answer "no such row" although the ledger holds it: a row another
+  // aggregator inserted between a lookup and this server's insert.
+  int hide_updates = 0;
 
   Status create_round(const RoundRecord& r, std::string* e) override {
     if (fail("create_round", e)) return Status::kIoError;
@@ -124,6 +127,12 @@ class FaultyStorage final : public Storage {
   }
   Status find_update(uint64_t id, const std::string& d, std::optional<UpdateRecord>* out,
                      std::string* e) override {
+    if (fail("find_update", e)) return Status::kIoError;
+    if (hide_updates > 0) {
+      --hide_updates;
+      out->reset();
+      return Status::kOk;
+    }
     return inner_->find_update(id, d, out, e);
   }
   Status count_updates(uint64_t id, uint64_t* out, std::string* e) override {
@@ -692,7 +701,6 @@ struct PlainWalk {
     wire::Message m;
     std::string what, sender = "mallory";
     bool commit_sent = false;
-    ++hostile_sent;
     switch (below(6)) {
       case 0: {  // a commit of bytes it never sent
         what = "a commit of nothing uploaded";
@@ -741,6 +749,7 @@ struct PlainWalk {
         d.next = Device::Next::kStart;
         if (!r) {  // dropped unanswered: a closed (or closing) round's chunks are
           CHECK(where() == before);
+          ++hostile_sent;
           return;
         }
         m = r->message;
@@ -772,6 +781,7 @@ struct PlainWalk {
         break;
       }
     }
+    ++hostile_sent;  // sent (the cases that find nothing to send return above)
     note("hostile: " + what + ": " + wire::message_type_name(wire::message_type(m)));
     const auto* e = std::get_if<wire::Error>(&m);
     const auto* ack = std::get_if<wire::Ack>(&m);
@@ -1985,6 +1995,68 @@ TEST_SUITE("server.rounds.logic") {
     CHECK(s.metrics.updates_rejected.load() == 2);
     CHECK(s.metrics.updates_straggler.load() == 1);
     CHECK(s.metrics.updates_late.load() == 1);
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE(
+      "a row the store finds only at insert (another aggregator's): the same update hears Duplicate, "
+      "another already_counted, and a ledger that cannot be read Internal; nothing is counted twice") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 3;
+    Server s(dir, o);
+    s.in_memory = true;
+    REQUIRE(s.open() == Status::kOk);
+    const std::vector<float> v1 = s.model();
+    const Update a = honest("a", 1, 10), b = honest("b", 2, 20), c = honest("c", 3, 30);
+    const wire::TaskOffer offer_a = s.offer("a"), offer_b = s.offer("b"), offer_c = s.offer("c");
+    CHECK(disposition(s.upload(offer_a, a)) == wire::UpdateDisposition::kAccepted);
+    // The lookups of UploadStart and Commit miss a's row; the insert finds it.
+    s.faults->hide_updates = 2;
+    CHECK(disposition(s.upload(offer_a, a)) == wire::UpdateDisposition::kDuplicate);
+    s.faults->hide_updates = 2;
+    const wire::Message other = s.upload(offer_a, honest("a", 99, 10));
+    CHECK(disposition(other) == wire::UpdateDisposition::kRejected);
+    CHECK(std::get<wire::Ack>(other).reason == wire::RejectReason::kAlreadyCounted);
+    // The row is not found again after the insert reported it: Internal, retryable.
+    s.faults->hide_updates = 3;
+    const wire::Message lost = s.upload(offer_a, a);
+    REQUIRE(std::holds_alternative<wire::Error>(lost));
+    CHECK(std::get<wire::Error>(lost).code == wire::ErrorCode::kInternal);
+    // The same bytes under another upload id are another update.
+    std::optional<UpdateRecord> counted_a;
+    std::string error;
+    REQUIRE(s.storage->find_update(offer_a.round_id, "a", &counted_a, &error) == Status::kOk);
+    REQUIRE(counted_a.has_value());
+    wire::Commit same_bytes;
+    same_bytes.round_id = offer_a.round_id;
+    same_bytes.round_nonce = offer_a.round_nonce;
+    same_bytes.upload_id = counted_a->upload_id;
+    same_bytes.upload_id[0] ^= 0xFF;
+    same_bytes.digest = counted_a->digest;
+    same_bytes.total_bytes = counted_a->payload_bytes;
+    same_bytes.sample_count = counted_a->sample_count;
+    const wire::Message renamed = s.rounds->commit("a", same_bytes, s.now).message;
+    CHECK(disposition(renamed) == wire::UpdateDisposition::kRejected);
+    CHECK(std::get<wire::Ack>(renamed).reason == wire::RejectReason::kAlreadyCounted);
+    // A ledger that cannot be read: the lookup of a closed round's upload answers Internal, not
+    // "unknown round" (which a device would take for "not counted").
+    CHECK(disposition(s.upload(offer_b, b)) == wire::UpdateDisposition::kAccepted);
+    CHECK(disposition(s.upload(offer_c, c)) == wire::UpdateDisposition::kAccepted);  // round 1 commits
+    REQUIRE(s.rounds->model_version() == 2);
+    CHECK(s.model() == fedavg(v1, {a, b, c}));
+    s.faults->failing["find_update"] = 1;
+    wire::UploadStart start;
+    start.round_id = offer_a.round_id;
+    start.round_nonce = offer_a.round_nonce;
+    start.upload_id = counted_a->upload_id;
+    start.total_bytes = counted_a->payload_bytes;
+    const wire::Message unreadable = s.rounds->upload_start("a", start, s.now).message;
+    REQUIRE(std::holds_alternative<wire::Error>(unreadable));
+    CHECK(std::get<wire::Error>(unreadable).code == wire::ErrorCode::kInternal);
+    const wire::Message readable = s.rounds->upload_start("a", start, s.now).message;  // then it is there
+    REQUIRE(std::holds_alternative<wire::UploadStatus>(readable));
+    CHECK(std::get<wire::UploadStatus>(readable).offset == counted_a->payload_bytes);
     fs::remove_all(dir);
   }
 

@@ -171,7 +171,7 @@ enum class RoundOutcome : uint8_t {
   kDuplicate = 2,       // was accepted before (a retried commit)
   kStraggler = 3,       // the round had closed with its quorum
   kLate = 4,            // after the deadline
-  kRejected = 5,        // the server refused the update (digest, size, codec)
+  kRejected = 5,        // the server refused the update (RoundResult::reject_reason says why)
   kServerDraining = 6,  // the server is shutting down: no task
 };
 const char* round_outcome_name(RoundOutcome outcome);

@@ -224,7 +224,7 @@ enum class UpdateDisposition : uint8_t {
   kDuplicate = 2,  // (round, device, upload id) was accepted before: counted once, nothing to redo
   kStraggler = 3,  // before the deadline, but the round had already closed with its quorum
   kLate = 4,       // after the reporting deadline: discarded
-  kRejected = 5,   // the update failed validation (digest, size, codec): discarded
+  kRejected = 5,   // refused (Ack.reason: failed validation, or already_counted): discarded
 };
 
 enum class RejectReason : uint8_t {
@@ -236,7 +236,8 @@ enum class RejectReason : uint8_t {
   kSampleCount = 5,      // Commit.sample_count is above the server's limit
   kModelOverflow = 6,    // global + update would not be finite in float32
   // Another update of this device (another upload id or other bytes) is already counted in this
-  // round; this one is not. A retry of the counted update itself hears kDuplicate.
+  // round; this one is not. A retry of the counted update itself (same upload id and SHA-256)
+  // hears kDuplicate; the same bytes under a new upload id are another update.
   kAlreadyCounted = 7,
 };
 // "digest_mismatch", "invalid_encoding", ...; "none" for kNone, "unknown" otherwise. Never null.
