@@ -3000,6 +3000,52 @@ TEST_SUITE("e2e.secure") {
     CHECK(lines_with(log, {"level=error"}).empty());
   }
   TEST_CASE(
+      "secure aggregation: a masked vector whose ack was lost, and the round over when its device "
+      "returns: it asks the ledger, hears kDuplicate, and keeps it as counted") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 4);
+    const std::string state = tmp / "state";
+    ServerProcess server(tmp);
+    // Each phase after the keys lasts at most 1.5 s: with device 4 away, the unmask phase ends on
+    // the three others' answers (the graph tolerates 30% dropout) and round 2 opens.
+    START_SERVER(server,
+                 server_args(pki, state, kSecureCodec,
+                             {"--cohort", "4", "--over-selection", "1", "--rounds", "2",
+                              "--secure-aggregation", "on", "--secagg-phase", "1.5", "--deadline", "30"}));
+    INFO("server log:\n" << server.all_logs());
+    SecureDevices others(pki, server.port(), 3, 40);
+    ClientOptions o = persistent_client(pki, cli::dev_pki_device_id(4), server.port(), 43);
+    o.test_disconnect_before_ack = true;  // the masked vector's ack never arrives
+    o.backoff_initial_ms = 5000;          // and the device is away 5-10 s: the round ends meanwhile
+    o.backoff_max_ms = 10000;
+    Client client(o);
+    std::string error;
+    REQUIRE_MESSAGE(client.init(&error) == Status::kOk, error);
+    FixedTrainer trainer(4, 1);
+    std::vector<RoundResult> results;
+    const Status s =
+        client.participate(trainer, 1, [&](const RoundResult& r) {
+      results.push_back(r); }, &error);
+    others.join();
+    CHECK_MESSAGE(s == Status::kOk, error);
+    for (uint32_t d = 0; d < 3; ++d) {
+      CAPTURE(d);
+      CHECK_MESSAGE(others.statuses[d] == Status::kOk, others.errors[d]);
+      CHECK(others.outcomes[d] == RoundOutcome::kAccepted);
+    }
+    REQUIRE(results.size() == 1);
+    // Counted in round 1, and known to be by the device: not a straggler or a late update.
+    CHECK(results[0].round_id == 1);
+    CHECK(results[0].outcome == RoundOutcome::kDuplicate);
+    const std::string log = server.log();
+    CHECK(lines_with(log, {"event=masked_vector_accepted"}).size() == 4);
+    CHECK(lines_with(log, {"event=round_committed", "round=1", "updates=4"}).size() == 1);
+    CHECK(log.find("event=round_committed round=1") <
+          log.find("event=update_duplicate round=1 device=" + cli::dev_pki_device_id(4)));
+    server.signal(SIGTERM);
+    CHECK(server.wait_exit(10000) == 0);
+  }
+  TEST_CASE(
       "secure aggregation keeps its promises across kill -9 in each phase: the round commits with the "
       "exact mean of the survivors' codes") {
     // Four devices run edgefl::Client; a fifth advertises and shares, then vanishes, so the masked

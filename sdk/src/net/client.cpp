@@ -1099,6 +1099,10 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
         step = a.ask_after_round_ended();
         if (step == Step::kDone) return a.finish();
         if (step == Step::kAgain) continue;
+        if (a.secure_vector_acked()) {  // the ledger held its masked vector: it counted
+          a.finish_secure_round();
+          return a.finish();
+        }
       }
       if (round_ended) {
         // The round it was for ended while the device trained or was away: the update is
