@@ -104,8 +104,8 @@ Status RoundManager::check_storage(std::string* error) {
 }
 
 void RoundManager::fatal(const std::string& what, const std::string& error) {
-  // Storage or file failures after start() leave the server unable to keep its promises: it stops
-  // taking updates (every session then gets kInternal) and says why.
+  // A storage or file failure after start(): logged here; the caller answers kInternal (the device
+  // tries again later) and changes nothing it could not write.
   log_error("storage_failure").kv("what", what).kv("error", error);
 }
 

@@ -3016,16 +3016,17 @@ TEST_SUITE("e2e.secure") {
     SecureDevices others(pki, server.port(), 3, 40);
     ClientOptions o = persistent_client(pki, cli::dev_pki_device_id(4), server.port(), 43);
     o.test_disconnect_before_ack = true;  // the masked vector's ack never arrives
-    o.backoff_initial_ms = 5000;          // and the device is away 5-10 s: the round ends meanwhile
-    o.backoff_max_ms = 10000;
+    // and the device is away 10-20 s: round 1 ends meanwhile (its masked and unmask phases take at
+    // most 3 s and the close little more, also under AddressSanitizer on a loaded machine).
+    o.backoff_initial_ms = 10000;
+    o.backoff_max_ms = 20000;
     Client client(o);
     std::string error;
     REQUIRE_MESSAGE(client.init(&error) == Status::kOk, error);
     FixedTrainer trainer(4, 1);
     std::vector<RoundResult> results;
-    const Status s =
-        client.participate(trainer, 1, [&](const RoundResult& r) {
-      results.push_back(r); }, &error);
+    const Status s = client.participate(
+        trainer, 1, [&](const RoundResult& r) { results.push_back(r); }, &error);
     others.join();
     CHECK_MESSAGE(s == Status::kOk, error);
     for (uint32_t d = 0; d < 3; ++d) {
@@ -3040,8 +3041,12 @@ TEST_SUITE("e2e.secure") {
     const std::string log = server.log();
     CHECK(lines_with(log, {"event=masked_vector_accepted"}).size() == 4);
     CHECK(lines_with(log, {"event=round_committed", "round=1", "updates=4"}).size() == 1);
-    CHECK(log.find("event=round_committed round=1") <
-          log.find("event=update_duplicate round=1 device=" + cli::dev_pki_device_id(4)));
+    // The device came back after the round (the ledger answered), not while it was open.
+    const size_t committed = log.find("event=round_committed round=1");
+    const size_t duplicate = log.find("event=update_duplicate round=1 device=" + cli::dev_pki_device_id(4));
+    REQUIRE(committed != std::string::npos);
+    REQUIRE(duplicate != std::string::npos);
+    CHECK(committed < duplicate);
     server.signal(SIGTERM);
     CHECK(server.wait_exit(10000) == 0);
   }
