@@ -1835,6 +1835,25 @@ TEST_SUITE("server.rounds.logic") {
     return s.rounds->hello(device, hello, s.now).message;
   }
   // A Commit alone (no upload), as a device whose upload finished before the round closed sends it.
+  // The ledger's row of `device` in `round_id` (which must be there).
+  UpdateRecord ledger_row(Server & s, uint64_t round_id, const std::string& device) {
+    std::optional<UpdateRecord> row;
+    std::string error;
+    REQUIRE(s.storage->find_update(round_id, device, &row, &error) == Status::kOk);
+    REQUIRE(row.has_value());
+    return *row;
+  }
+  // A Commit of the update in `row`, under `offer` (its upload id, digest, size and samples).
+  wire::Commit commit_of(const UpdateRecord& row, const wire::TaskOffer& offer) {
+    wire::Commit commit;
+    commit.round_id = offer.round_id;
+    commit.round_nonce = offer.round_nonce;
+    commit.upload_id = row.upload_id;
+    commit.digest = row.digest;
+    commit.total_bytes = row.payload_bytes;
+    commit.sample_count = row.sample_count;
+    return commit;
+  }
   wire::Message commit_only(Server & s, const wire::TaskOffer& offer, const std::string& device) {
     wire::Commit commit;
     commit.round_id = offer.round_id;
@@ -2024,18 +2043,9 @@ TEST_SUITE("server.rounds.logic") {
     REQUIRE(std::holds_alternative<wire::Error>(lost));
     CHECK(std::get<wire::Error>(lost).code == wire::ErrorCode::kInternal);
     // The same bytes under another upload id are another update.
-    std::optional<UpdateRecord> counted_a;
-    std::string error;
-    REQUIRE(s.storage->find_update(offer_a.round_id, "a", &counted_a, &error) == Status::kOk);
-    REQUIRE(counted_a.has_value());
-    wire::Commit same_bytes;
-    same_bytes.round_id = offer_a.round_id;
-    same_bytes.round_nonce = offer_a.round_nonce;
-    same_bytes.upload_id = counted_a->upload_id;
+    const UpdateRecord counted_a = ledger_row(s, offer_a.round_id, "a");
+    wire::Commit same_bytes = commit_of(counted_a, offer_a);
     same_bytes.upload_id[0] ^= 0xFF;
-    same_bytes.digest = counted_a->digest;
-    same_bytes.total_bytes = counted_a->payload_bytes;
-    same_bytes.sample_count = counted_a->sample_count;
     const wire::Message renamed = s.rounds->commit("a", same_bytes, s.now).message;
     CHECK(disposition(renamed) == wire::UpdateDisposition::kRejected);
     CHECK(std::get<wire::Ack>(renamed).reason == wire::RejectReason::kAlreadyCounted);
@@ -2049,14 +2059,14 @@ TEST_SUITE("server.rounds.logic") {
     wire::UploadStart start;
     start.round_id = offer_a.round_id;
     start.round_nonce = offer_a.round_nonce;
-    start.upload_id = counted_a->upload_id;
-    start.total_bytes = counted_a->payload_bytes;
+    start.upload_id = counted_a.upload_id;
+    start.total_bytes = counted_a.payload_bytes;
     const wire::Message unreadable = s.rounds->upload_start("a", start, s.now).message;
     REQUIRE(std::holds_alternative<wire::Error>(unreadable));
     CHECK(std::get<wire::Error>(unreadable).code == wire::ErrorCode::kInternal);
     const wire::Message readable = s.rounds->upload_start("a", start, s.now).message;  // then it is there
     REQUIRE(std::holds_alternative<wire::UploadStatus>(readable));
-    CHECK(std::get<wire::UploadStatus>(readable).offset == counted_a->payload_bytes);
+    CHECK(std::get<wire::UploadStatus>(readable).offset == counted_a.payload_bytes);
     fs::remove_all(dir);
   }
 
@@ -2075,17 +2085,8 @@ TEST_SUITE("server.rounds.logic") {
     // The two accepted before the restart are duplicates now; the third completes the round.
     const wire::TaskOffer offer_c = s.offer("c");
     CHECK(retry_reason(hello_of(s, "a")) == wire::RetryReason::kRoundFull);  // it contributed already
-    std::optional<UpdateRecord> counted_a;
-    std::string error;
-    REQUIRE(s.storage->find_update(offer_c.round_id, "a", &counted_a, &error) == Status::kOk);
-    REQUIRE(counted_a.has_value());
-    wire::Commit again;  // a's counted update committed again (its ack was lost)
-    again.round_id = offer_c.round_id;
-    again.round_nonce = offer_c.round_nonce;
-    again.upload_id = counted_a->upload_id;
-    again.digest = counted_a->digest;
-    again.total_bytes = counted_a->payload_bytes;
-    again.sample_count = counted_a->sample_count;
+    // a's counted update committed again (its ack was lost)
+    const wire::Commit again = commit_of(ledger_row(s, offer_c.round_id, "a"), offer_c);
     CHECK(disposition(s.rounds->commit("a", again, s.now).message) == wire::UpdateDisposition::kDuplicate);
     // Any other update of a's for this round is refused as such: it is not the counted one.
     const wire::Message other = commit_only(s, offer_c, "a");
