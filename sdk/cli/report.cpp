@@ -163,6 +163,7 @@ RunSummary summarize(const std::vector<RoundRecord>& records, double target_acc)
     for (size_t i = evals.size() - window; i < evals.size(); ++i) trailing += evals[i];
     if (!s.reached && trailing / double(window) >= target_acc) {
       s.reached = true;
+      s.rounds_to_target = r.round;
       s.bytes_to_target = double(r.cum_uplink_bytes);
       s.down_bytes_to_target = double(r.cum_downlink_bytes);
       s.time_to_target = r.sim_time_s;
@@ -175,6 +176,7 @@ RunSummary summarize(const std::vector<RoundRecord>& records, double target_acc)
     s.final_acc = sum / double(window);
   }
   if (!records.empty()) {
+    s.rounds = records.back().round;
     s.total_uplink_bytes = double(records.back().cum_uplink_bytes);
     s.total_downlink_bytes = double(records.back().cum_downlink_bytes);
     s.total_sim_s = records.back().sim_time_s;
@@ -200,16 +202,18 @@ struct Spread {
 
 // The table's columns for one codec, over seeds.
 struct CodecColumns {
-  Spread final_acc, vs_base_pp, up, up_x, down, down_x, total, total_x, time, time_x;
+  Spread rounds, final_acc, vs_base_pp, to_target, up, up_x, down, down_x, total, total_x, time, time_x;
   size_t reached = 0, runs = 0;
 };
 
 void add_run(const RunSummary& s, const RunSummary& base, CodecColumns* c) {
   ++c->runs;
+  c->rounds.values.push_back(double(s.rounds));
   c->final_acc.values.push_back(s.final_acc);
   c->vs_base_pp.values.push_back(100 * (s.final_acc - base.final_acc));
   if (!s.reached) return;
   ++c->reached;
+  c->to_target.values.push_back(double(s.rounds_to_target));
   const double total = s.bytes_to_target + s.down_bytes_to_target;
   c->up.values.push_back(s.bytes_to_target);
   c->down.values.push_back(s.down_bytes_to_target);
@@ -262,22 +266,24 @@ bool write_report(const std::string& dir, const std::vector<CodecRun>& runs, con
         "length prefixes), uplink and downlink; `UP@DOWN` names a run's downlink (round/downlink.h), "
         "`full` is the whole bf16 model every round. Each ratio divides by the baseline's bytes in the "
         "same direction (total: both ways) to its own target. Simulated time follows the link model and the"
-        " measured compute of the slowest selected client per round."
+        " measured compute of the slowest selected client per round. A run given more rounds than the "
+        "baseline (`--rounds` in its entry) is compared at its own final round; its target stays the "
+        "baseline's."
      << (seeds > 1 ? " With several seeds: mean [min, max]." : "") << "\n\n";
-  md << "| codec | final acc | vs " << b << " (pp) | uplink to target | x | downlink to target | x | "
-     << "total to target | x | sim time to target | x |\n";
-  md << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  md << "| codec | rounds | final acc | vs " << b << " (pp) | rounds to target | uplink to target | x | "
+     << "downlink to target | x | total to target | x | sim time to target | x |\n";
+  md << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (size_t i = 0; i < per_seed; ++i) {
     const CodecColumns& c = columns[i];
-    md << "| `" << runs[i].codec << "` | " << c.final_acc.text(4) << " | "
+    md << "| `" << runs[i].codec << "` | " << c.rounds.text(0) << " | " << c.final_acc.text(4) << " | "
        << (i == 0 ? std::string("-") : c.vs_base_pp.text(2)) << " | ";
     if (c.reached == 0) {
-      md << "not reached | - | - | - | - | - | - | - |\n";
+      md << "not reached | - | - | - | - | - | - | - | - |\n";
       continue;
     }
-    md << c.up.text(2, 1e-6) << " MB | " << c.up_x.text(4) << " | " << c.down.text(2, 1e-6) << " MB | "
-       << c.down_x.text(4) << " | " << c.total.text(2, 1e-6) << " MB | " << c.total_x.text(4) << " | "
-       << c.time.text(1) << " s | " << c.time_x.text(3) << " |";
+    md << c.to_target.text(0) << " | " << c.up.text(2, 1e-6) << " MB | " << c.up_x.text(4) << " | "
+       << c.down.text(2, 1e-6) << " MB | " << c.down_x.text(4) << " | " << c.total.text(2, 1e-6) << " MB | "
+       << c.total_x.text(4) << " | " << c.time.text(1) << " s | " << c.time_x.text(3) << " |";
     if (c.reached < c.runs) md << " (reached in " << c.reached << " of " << c.runs << ")";
     md << "\n";
   }

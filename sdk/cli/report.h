@@ -35,7 +35,9 @@ constexpr size_t kTargetWindow = 5;
 struct RunSummary {
   double final_acc = 0, best_acc = 0;
   double total_uplink_bytes = 0, total_downlink_bytes = 0, uplink_bytes_per_round = 0, total_sim_s = 0;
+  size_t rounds = 0;                // rounds run
   bool reached = false;             // the target accuracy was reached (trailing mean, see above)
+  size_t rounds_to_target = 0;      // the round at which it was reached
   double bytes_to_target = 0;       // cumulative uplink bytes at that round
   double down_bytes_to_target = 0;  // cumulative downlink bytes at that round
   double time_to_target = 0;        // simulated seconds at that round

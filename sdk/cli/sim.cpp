@@ -736,8 +736,10 @@ namespace {
 int set_sim_option(const std::string& arg, const std::string& v, SimConfig* c);
 
 // One --compare entry, "UPLINK[@DOWNLINK][ --option value ...]", applied to a copy of the base
-// configuration. The options are those of one run (--epochs, --server-opt, --lr, ...), not
-// --seed, --rounds or --json, which the comparison fixes. "" or what is wrong.
+// configuration. The options are those of one run (--epochs, --server-opt, --lr, --rounds, ...),
+// not --seed or --json, which the comparison fixes. A run's --rounds lets a codec that learns
+// more slowly show whether it reaches the baseline's target at all (the baseline's --rounds sets
+// the target). "" or what is wrong.
 std::string apply_entry(const std::string& entry, SimConfig* c) {
   std::istringstream words(entry);
   std::string codec, arg, value;
@@ -747,7 +749,7 @@ std::string apply_entry(const std::string& entry, SimConfig* c) {
   if (at != std::string::npos) c->downlink = codec.substr(at + 1);
   while (words >> arg) {
     if (!(words >> value)) return "missing value after " + arg;
-    if (arg == "--seed" || arg == "--rounds" || arg == "--json") return arg + " is the same for every run";
+    if (arg == "--seed" || arg == "--json") return arg + " is the same for every run";
     const int set = set_sim_option(arg, value, c);
     if (set != 0) return (set == 2 ? "unknown option " : "invalid value for ") + arg;
   }
@@ -863,7 +865,7 @@ const char kSimUsage[] =
     "  --codec SPEC         uplink codec (bf16)\n"
     "  --compare LIST       ';'-separated runs 'UPLINK[@DOWNLINK][ --option value ...]', the same\n"
     "                       seeds for each (the first is the baseline); options of one run such as\n"
-    "                       --epochs or --server-opt apply to that run only\n"
+    "                       --epochs, --server-opt or --rounds apply to that run only\n"
     "  --seeds LIST         ','-separated seeds for --compare: every run once per seed (--seed)\n"
     "  --reuse              --compare: take a run from its JSONL in --report when it is complete\n"
     "  --report DIR         where --compare writes report.md, the plots and the JSONL (sim-report)\n"

@@ -136,7 +136,7 @@ TEST_SUITE("sim") {
     CHECK(err.str().find("--seed is the same for every run") != std::string::npos);
     std::ifstream none(o.report_dir + "/bf16.jsonl");
     CHECK_FALSE(none.good());
-    o.codecs = {"bf16", "sparq:0.1@sparq:0.05 --epochs 2"};
+    o.codecs = {"bf16", "sparq:0.1@sparq:0.05 --epochs 2", "q8 --rounds 3"};
     o.seeds = {1, 2};
     REQUIRE(edgefl::cli::run_compare(c, o, out, err) == 0);
     std::vector<edgefl::cli::RoundRecord> r;
@@ -146,6 +146,11 @@ TEST_SUITE("sim") {
     REQUIRE(r.size() == 2);
     CHECK(r[0].downlink_bytes == 0);  // patches: version 1 comes from the seed
     CHECK(r[1].downlink_bytes > 0);
+    // A run's own --rounds: it runs longer than the baseline, and the table says so.
+    REQUIRE(edgefl::cli::read_jsonl(o.report_dir + "/q8_--rounds_3-seed1.jsonl", &r, &error));
+    CHECK(r.size() == 3);
+    CHECK(out.str().find("| `bf16` | 2 [2, 2] |") != std::string::npos);
+    CHECK(out.str().find("| `q8 --rounds 3` | 3 [3, 3] |") != std::string::npos);
     // Reused: the same report from the JSONL files, nothing trained again.
     o.reuse = true;
     std::ostringstream out2, err2;
@@ -186,6 +191,8 @@ TEST_SUITE("sim") {
     }
     const auto s = edgefl::cli::summarize(b.records, 0.8);
     CHECK(s.reached);
+    CHECK(s.rounds == 8);
+    CHECK(s.rounds_to_target == 6);
     CHECK(s.bytes_to_target == doctest::Approx(1500));
     CHECK(s.time_to_target == doctest::Approx(30));
     CHECK(s.final_acc == doctest::Approx(0.825));
@@ -201,8 +208,8 @@ TEST_SUITE("sim") {
     std::stringstream text;
     text << md.rdbuf();
     // At round 6: up 1500 of 6000 bytes, down 600 of 6000, total 2100 of 12000, 30 of 60 s.
-    CHECK(text.str().find("| `q4` | 0.8250 | 0.00 | 0.00 MB | 0.2500 | 0.00 MB | 0.1000 | 0.00 MB | 0.1750 | "
-                          "30.0 s | 0.500 |") != std::string::npos);
+    CHECK(text.str().find("| `q4` | 8 | 0.8250 | 0.00 | 6 | 0.00 MB | 0.2500 | 0.00 MB | 0.1000 | 0.00 MB | "
+                          "0.1750 | 30.0 s | 0.500 |") != std::string::npos);
     // Two seeds: the mean and the range of each column.
     edgefl::cli::CodecRun a2 = a, b2 = b;
     a.seed = b.seed = 1;
@@ -212,8 +219,8 @@ TEST_SUITE("sim") {
     std::ifstream md2(dir + "/report.md");
     std::stringstream text2;
     text2 << md2.rdbuf();
-    CHECK(text2.str().find("| `q4` | 0.8250 [0.8250, 0.8250] | 0.00 [0.00, 0.00] | 0.00 [0.00, 0.00] MB | "
-                           "0.1875 [0.1250, 0.2500] | ") != std::string::npos);
+    CHECK(text2.str().find("| `q4` | 8 [8, 8] | 0.8250 [0.8250, 0.8250] | 0.00 [0.00, 0.00] | 6 [6, 6] | "
+                           "0.00 [0.00, 0.00] MB | 0.1875 [0.1250, 0.2500] | ") != std::string::npos);
     // Total: (2100 and 1350 bytes) / 12000.
     CHECK(text2.str().find("| 0.1437 [0.1125, 0.1750] |") != std::string::npos);
     CHECK(text2.str().find("seeds 1, 2") != std::string::npos);
