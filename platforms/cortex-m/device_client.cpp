@@ -990,9 +990,13 @@ int try_upload(const Offer& offer, Update& update, const uint8_t* upload_id, boo
   status = receive(&reply);
   if (status != kExitOk) return status;
   if (reply.type == MessageType::kError) {
-    return reply.error.code == edgefl::wire::ErrorCode::kUnknownRound
-               ? round_ended(round_id, "the server neither takes nor holds the update")
-               : fail(kExitProtocol, "the server refused UploadStart");
+    // Asked about an ended round, a round of that id under another nonce (the server's state was
+    // started again) never held the update either.
+    const edgefl::wire::ErrorCode code = reply.error.code;
+    const bool not_held = code == edgefl::wire::ErrorCode::kUnknownRound ||
+                          (ask_the_ledger && code == edgefl::wire::ErrorCode::kNonceMismatch);
+    return not_held ? round_ended(round_id, "the server neither takes nor holds the update")
+                    : fail(kExitProtocol, "the server refused UploadStart");
   }
   if (reply.type != MessageType::kUploadStatus)
     return fail(kExitProtocol, "a reply to UploadStart not a status");

@@ -2579,6 +2579,73 @@ TEST_SUITE("e2e.faults") {
   }
 
   TEST_CASE(
+      "an ack lost, and the server back before the device: with another codec it hears kDuplicate and "
+      "its result names its update's codec; with its state wiped (a new nonce) the update is discarded") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 1);
+    const uint16_t port = free_port();
+    auto args_with = [&](const std::string& state, const std::string& codec) {
+      std::vector<std::string> args = server_args(pki, state, codec, {"--cohort", "1", "--min-quorum", "1"});
+      for (size_t i = 0; i + 1 < args.size(); ++i)
+        if (args[i] == "--listen") args[i + 1] = "127.0.0.1:" + std::to_string(port);
+      return args;
+    };
+    bool wiped = false;
+    SUBCASE("the same state, another codec") {
+      wiped = false;
+    }
+    SUBCASE("the state wiped: round 1 again, under a new nonce") {
+      wiped = true;
+    }
+    ServerProcess server(tmp);
+    START_SERVER(server, args_with(tmp / "state", "fp32"));
+    INFO("server logs:\n" << server.all_logs());
+    ClientOptions o = persistent_client(pki, "device-0001", port, 7);
+    o.test_disconnect_before_ack = true;
+    // Away long enough for the server to stop and come back (about a second; the jitter keeps a
+    // backoff above half of it).
+    o.backoff_initial_ms = 6000;
+    o.backoff_max_ms = 8000;
+    Client client(o);
+    std::string error;
+    REQUIRE_MESSAGE(client.init(&error) == Status::kOk, error);
+    FixedTrainer trainer(1, 10);
+    RoundResult r;
+    Status status = Status::kCancelled;
+    std::thread device([&] { status = client.run_round(trainer, &r, &error); });
+    const bool acked = server.wait_for_log({"event=update_accepted", "round=1", "device=device-0001"});
+    server.signal(SIGTERM);
+    const int first_exit = server.wait_exit(10000);
+    std::string restart_error;
+    const bool restarted =
+        server.start(args_with(tmp / (wiped ? "state2" : "state"), "bf16"), &restart_error);
+    device.join();
+    REQUIRE(acked);
+    CHECK(first_exit == 0);
+    REQUIRE_MESSAGE(restarted, restart_error);
+    REQUIRE_MESSAGE(status == Status::kOk, error);
+    CHECK(r.round_id == 1);
+    CHECK(r.codec == "fp32");  // what its update was encoded with; the new offer is bf16
+    if (!wiped) {
+      CHECK(r.outcome == RoundOutcome::kDuplicate);
+      // The second life answered from its ledger, and offered round 2 in bf16.
+      CHECK(server.wait_for_log({"event=update_duplicate", "round=1", "device=device-0001"}));
+    } else {
+      // This server's round 1 is another round (its nonce): the update cannot be in it, and is
+      // discarded at once (it was retried as a transient refusal until the device gave up).
+      CHECK((r.outcome == RoundOutcome::kLate || r.outcome == RoundOutcome::kStraggler));
+      CHECK(lines_with(server.log(), {"event=update_duplicate"}).empty());
+      CHECK(lines_with(server.log(), {"event=update_accepted"}).empty());
+    }
+    Client next(persistent_client(pki, "device-0001", port, 8));
+    REQUIRE_MESSAGE(next.init(&error) == Status::kOk, error);
+    REQUIRE_MESSAGE(next.run_round(trainer, &r, &error) == Status::kOk, error);
+    CHECK(r.outcome == RoundOutcome::kAccepted);
+    CHECK(r.round_id == (wiped ? 1u : 2u));
+    CHECK(r.codec == "bf16");
+  }
+
+  TEST_CASE(
       "random kill -9 of the server while devices participate: nobody gives up, every ack counts once") {
     crash_test(Crash::kServer);
   }

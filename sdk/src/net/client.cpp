@@ -110,6 +110,7 @@ struct Client::Pending {
   float loss = 0;
   std::chrono::steady_clock::time_point deadline;  // the round's reporting deadline, as offered
   uint64_t model_version = 0;                      // the model it was trained from
+  std::string codec;                               // the uplink codec it was encoded with
   bool commit_sent = false;  // a Commit went out: the server may hold it even if no ack came back
   // A secure aggregation round (TaskOffer.secure_aggregation): the device's SecAgg+ state. `bytes`
   // holds the encoding until the device masks it, then the masked vector.
@@ -394,10 +395,11 @@ struct Client::Attempt {
     done(Status::kOk);
   }
   Step ask_after_round_ended();
-  // The round result's fields that describe the pending update (its round, model and size).
+  // The round result's fields that describe the pending update (its round, model, codec and size).
   void report_pending(const Pending& p) {
     result->round_id = p.round_id;
     result->model_version = p.model_version;
+    result->codec = p.codec;
     result->update_bytes = p.bytes.size();
     result->samples = p.samples;
     result->train_loss = p.loss;
@@ -714,6 +716,7 @@ Client::Attempt::Step Client::Attempt::compute_update(LocalTrainer& trainer, con
   p->nonce = offer.round_nonce;
   p->deadline = deadline;
   p->model_version = offer.model_version;
+  p->codec = task.codec;
   if (offer.secure_aggregation) {
     const Step prepared = prepare_secure(offer, p.get());
     if (prepared != Step::kNext) return prepared;
@@ -819,7 +822,9 @@ Client::Attempt::Step Client::Attempt::commit_update() {
 // The pending update's round is over, and its Commit went out without an ack coming back (the
 // connection or the server died in between): the server may have counted it. Asks (an
 // UploadStart for that round: the server answers from its ledger) and, if it did, commits again
-// for the kDuplicate ack. kNext: the server does not hold it (the caller discards it).
+// for the kDuplicate ack. kNext: the server does not hold it (the caller discards it): the round
+// is unknown or closed without it, or the server's round of that id has another nonce (its state
+// was started again: the update was for a round this server never had).
 Client::Attempt::Step Client::Attempt::ask_after_round_ended() {
   Pending& p = *c.pending_;
   const Status s = exchange(wire::Message{upload_start(p)});
@@ -827,7 +832,9 @@ Client::Attempt::Step Client::Attempt::ask_after_round_ended() {
   const auto* status_message = std::get_if<wire::UploadStatus>(&reply);
   if (status_message == nullptr) {
     const auto* e = std::get_if<wire::Error>(&reply);
-    return e != nullptr && e->code == wire::ErrorCode::kUnknownRound ? Step::kNext : refused();
+    const bool not_held = e != nullptr && (e->code == wire::ErrorCode::kUnknownRound ||
+                                           e->code == wire::ErrorCode::kNonceMismatch);
+    return not_held ? Step::kNext : refused();
   }
   wire::DecodeDetail detail;
   if (wire::internal::expect_upload_status(*status_message, p.round_id,
