@@ -2071,6 +2071,13 @@ uint16_t free_port() {
   return ntohs(address.sin_port);
 }
 
+// Server arguments (server_args) that listen on `port` instead of an ephemeral one.
+void listen_on(std::vector<std::string>* args, uint16_t port) {
+  for (size_t i = 0; i + 1 < args->size(); ++i) {
+    if ((*args)[i] == "--listen") (*args)[i + 1] = "127.0.0.1:" + std::to_string(port);
+  }
+}
+
 ClientOptions persistent_client(const Pki& pki, const std::string& id, uint16_t port, uint64_t seed) {
   ClientOptions o;
   o.host = "127.0.0.1";
@@ -2227,9 +2234,7 @@ void crash_test(Crash what) {
   std::vector<std::string> args = server_args(pki, state, "fp32",
                                               {"--cohort", "3", "--over-selection", "1.4", "--deadline", "4",
                                                "--min-quorum", "2", "--max-connections", "4"});
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--listen") args[i + 1] = "127.0.0.1:" + std::to_string(port);
-  }
+  listen_on(&args, port);
   ServerProcess server(tmp);
   START_SERVER(server, args);
   INFO("server logs:\n" << server.all_logs());
@@ -2586,8 +2591,7 @@ TEST_SUITE("e2e.faults") {
     const uint16_t port = free_port();
     auto args_with = [&](const std::string& state, const std::string& codec) {
       std::vector<std::string> args = server_args(pki, state, codec, {"--cohort", "1", "--min-quorum", "1"});
-      for (size_t i = 0; i + 1 < args.size(); ++i)
-        if (args[i] == "--listen") args[i + 1] = "127.0.0.1:" + std::to_string(port);
+      listen_on(&args, port);
       return args;
     };
     bool wiped = false;
@@ -2806,9 +2810,7 @@ TEST_SUITE("e2e.aggregators") {
       args.push_back(server_args(pki, state, "fp32",
                                  {"--cohort", "4", "--over-selection", "1.5", "--deadline", "5",
                                   "--min-quorum", "2", "--aggregator-id", id, "--coordinator-lease", "1"}));
-      for (size_t i = 0; i < args[a].size(); ++i) {
-        if (args[a][i] == "--listen") args[a][i + 1] = "127.0.0.1:" + std::to_string(ports[a]);
-      }
+      listen_on(&args[a], ports[a]);
       servers.push_back(std::make_unique<ServerProcess>(tmp, "aggregator-" + id));
       START_SERVER(*servers[a], args[a]);
     }
@@ -3143,9 +3145,7 @@ TEST_SUITE("e2e.secure") {
                        // between attempts; the second life drains longer than that, so a device
                        // whose round it completes at once still reaches it to hear its outcome.
                        "--drain", "1500"});
-      for (size_t i = 0; i < args.size(); ++i) {
-        if (args[i] == "--listen") args[i + 1] = "127.0.0.1:" + std::to_string(port);
-      }
+      listen_on(&args, port);
       ServerProcess server(tmp);
       START_SERVER(server, args);
       INFO("server logs:\n" << server.all_logs());

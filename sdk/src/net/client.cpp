@@ -1098,18 +1098,16 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
                                                          {offer.round_nonce.data(), offer.round_nonce.size()})
                    : wire::internal::PendingUpload::kSameRound;
       const bool round_ended = meaning != wire::internal::PendingUpload::kSameRound;
-      if (round_ended && a.secure_vector_acked()) {
-        a.finish_secure_round();
-        return a.finish();
-      }
-      if (meaning == wire::internal::PendingUpload::kAskTheLedger) {
+      if (meaning == wire::internal::PendingUpload::kAskTheLedger && !a.secure_vector_acked()) {
         step = a.ask_after_round_ended();
         if (step == Step::kDone) return a.finish();
         if (step == Step::kAgain) continue;
-        if (a.secure_vector_acked()) {  // the ledger held its masked vector: it counted
-          a.finish_secure_round();
-          return a.finish();
-        }
+      }
+      if (round_ended && a.secure_vector_acked()) {
+        // Its masked vector is in (acked before, or held by the ledger just asked): it counted,
+        // and the round went on without this device's unmask answer.
+        a.finish_secure_round();
+        return a.finish();
       }
       if (round_ended) {
         // The round it was for ended while the device trained or was away: the update is
