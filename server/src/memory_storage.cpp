@@ -54,11 +54,15 @@ class MemoryStorage final : public Storage {
                                            " was recorded for another round");
       }
     }
+    uint64_t previous_commit = 0;  // payloads after it and up to this round go with a commit
+    for (const auto& [id, earlier] : rounds_) {
+      if (id < round_id && earlier.state == RoundState::kCommitted) previous_commit = id;
+    }
     uint32_t count = 0;
     for (auto& [key, update] : updates_) {
-      if (key.first != round_id) continue;
-      ++count;
-      std::vector<uint8_t>().swap(update.payload);  // the ledger row stays, its payload goes
+      if (key.first == round_id) ++count;
+      if (state == RoundState::kCommitted && key.first > previous_commit && key.first <= round_id)
+        std::vector<uint8_t>().swap(update.payload);  // the ledger row stays, its payload goes
     }
     events_.erase(round_id);
     partial_sums_.erase(partial_sums_.lower_bound({round_id, std::string()}),

@@ -756,9 +756,14 @@ Status PostgresStorage::close_round(uint64_t round_id, RoundState state, uint64_
           if (message != nullptr) *message = "postgresql: close round: no row changed";
           return Status::kIoError;
         }
-        EDGEFL_RETURN_IF_ERROR(command(
-            "drop payloads", "UPDATE updates SET payload = NULL WHERE round_id = $1 AND payload IS NOT NULL",
-            id, message));
+        if (state == RoundState::kCommitted) {
+          EDGEFL_RETURN_IF_ERROR(
+              command("drop payloads",
+                      "UPDATE updates SET payload = NULL WHERE round_id <= $1 AND payload IS NOT NULL AND "
+                      "round_id > (SELECT coalesce(max(round_id), 0) FROM rounds WHERE state = 2 AND "
+                      "round_id < $1)",
+                      id, message));
+        }
         EDGEFL_RETURN_IF_ERROR(
             command("drop round events", "DELETE FROM round_events WHERE round_id = $1", id, message));
         EDGEFL_RETURN_IF_ERROR(

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <sstream>
 
 #include "core/rng.h"
 #include "log.h"
@@ -20,6 +21,9 @@
 namespace edgefl::server {
 namespace {
 
+// The durable list of rounds whose updates the next round counts: "<base model version> <round
+// id> ..." (RoundManager::record_carried_rounds).
+constexpr const char* kCarriedRoundsKey = "carried_rounds";
 constexpr uint64_t kRoundsKept = 64;  // closed rounds remembered for straggler / late answers
 constexpr uint64_t kMaxStoredId = (uint64_t{1} << 63) - 1;  // storage.h: ids are below 2^63
 constexpr int64_t kCloseRetryMaxMs = 10000;                 // backoff cap of a failing round close
@@ -536,8 +540,9 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
     error->clear();
     return Status::kOk;
   }
+  EDGEFL_RETURN_IF_ERROR(find_carried_rounds(&round, error));
   EDGEFL_RETURN_IF_ERROR(rebuild_aggregate(&round, error));
-  const uint32_t rebuilt = round.accepted;
+  const uint32_t rebuilt = round.accepted + round.carried;
   // Several aggregators: a sealed ledger is final, so its rebuilt sum is the merge the close needs.
   round.ledger_merged = shared_ && open->sealed;
   open_ = std::move(round);
@@ -546,6 +551,7 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
   log_info("round_recovered")
       .kv("round", open->round_id)
       .kv("updates", uint64_t{rebuilt})
+      .kv("carried", uint64_t{open_->carried})
       .kv("deadline_in_ms", open->deadline_unix_ms - now_ms);
   // A close that fails on I/O here is retried by tick(): the server starts either way. A sealed
   // round (several aggregators) was being closed by a coordinator that is gone: its ledger is
@@ -564,11 +570,90 @@ Status RoundManager::decode_recorded(const UpdateRecord& u) {
   return check.verdict == UpdateVerdict::kAccepted ? Status::kOk : Status::kCorruptPayload;
 }
 
+Status RoundManager::find_carried_rounds(OpenRound* round, std::string* error) {
+  round->carried_rounds.clear();
+  std::optional<std::string> listed;
+  EDGEFL_RETURN_IF_ERROR(storage_->get_setting(kCarriedRoundsKey, &listed, error));
+  if (!listed) return Status::kOk;
+  std::istringstream in(*listed);
+  uint64_t base = 0, id = 0;
+  if (!(in >> base) || base != round->record.base_model_version) return Status::kOk;  // a model ago
+  std::vector<uint64_t> ids;
+  while (in >> id) {
+    if (id >= round->record.round_id) continue;  // written just before a close that did not happen
+    std::optional<RoundRecord> earlier;
+    EDGEFL_RETURN_IF_ERROR(storage_->get_round(id, &earlier, error));
+    if (earlier && earlier->state == RoundState::kAbandoned && earlier->base_model_version == base)
+      ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  if (ids.empty()) return Status::kOk;
+  if (options_.secure_aggregation.enabled) {
+    // A secure sum cannot take plain updates in; the rounds stay listed for a later plain round
+    // of this model version (a commit of this round moves the version on, and they are dropped).
+    log_warn("carried_updates_not_counted")
+        .kv("round", round->record.round_id)
+        .kv("carried_rounds", uint64_t(ids.size()))
+        .kv("reason", "secure aggregation");
+    return Status::kOk;
+  }
+  round->carried_rounds = std::move(ids);
+  return Status::kOk;
+}
+
+Status RoundManager::add_carried(OpenRound* round, StreamingAggregator* into, std::vector<float>* rows,
+                                 std::string* error) {
+  // The count and the devices change only when every row was read: a rebuild that fails part way
+  // (retried later) leaves the round's decisions on the whole count.
+  uint32_t carried = 0;
+  std::set<std::string> devices;
+  for (const uint64_t id : round->carried_rounds) {
+    const Status s = storage_->for_each_update(
+        id,
+        [&](const UpdateRecord& u) -> Status {
+          if (u.payload.size() != u.payload_bytes) return Status::kCorruptPayload;  // dropped by a commit
+          if (into != nullptr || rows != nullptr) EDGEFL_RETURN_IF_ERROR(decode_recorded(u));
+          if (rows != nullptr) rows->insert(rows->end(), scratch_.begin(), scratch_.begin() + long(n_));
+          if (into != nullptr)
+            EDGEFL_RETURN_IF_ERROR(
+                into->add_dense({scratch_.data(), n_}, static_cast<double>(u.sample_count)));
+          devices.insert(u.device_id);
+          ++carried;
+          return Status::kOk;
+        },
+        error);
+    if (s != Status::kOk) {
+      if (error->empty())
+        *error = "counting the updates of abandoned round " + std::to_string(id) + ": " + status_name(s);
+      return s;
+    }
+  }
+  round->carried = carried;
+  round->carried_devices = std::move(devices);
+  return Status::kOk;
+}
+
+Status RoundManager::record_carried_rounds(const OpenRound& round, std::string* error) {
+  uint64_t own = 0;
+  EDGEFL_RETURN_IF_ERROR(storage_->count_updates(round.record.round_id, &own, error));
+  std::vector<uint64_t> ids = round.carried_rounds;
+  if (own != 0) ids.push_back(round.record.round_id);
+  if (ids.empty()) return Status::kOk;
+  std::string value = std::to_string(round.record.base_model_version);
+  for (const uint64_t id : ids) {
+    value.push_back(' ');
+    value.append(std::to_string(id));
+  }
+  return storage_->put_setting(kCarriedRoundsKey, value, error);
+}
+
 Status RoundManager::rebuild_aggregate(OpenRound* round, std::string* error) {
   aggregate_.reset();
   round->aggregate_is_own = false;
   round->contributed.clear();
   round->upload_bytes = 0;
+  EDGEFL_RETURN_IF_ERROR(add_carried(round, &aggregate_, nullptr, error));
   uint32_t rebuilt = 0;
   const Status s = storage_->for_each_update(
       round->record.round_id,
@@ -797,6 +882,7 @@ Status RoundManager::merge_partial_sums(int64_t now_ms, bool* waiting, std::stri
              std::to_string(merged_.count());
     return Status::kIoError;
   }
+  EDGEFL_RETURN_IF_ERROR(add_carried(&round, &merged_, nullptr, error));
   aggregate_.reset();
   EDGEFL_RETURN_IF_ERROR(aggregate_.merge(merged_));
   round.aggregate_is_own = false;
@@ -809,6 +895,7 @@ Status RoundManager::merge_partial_sums(int64_t now_ms, bool* waiting, std::stri
       .kv("own", own)
       .kv("partial_sums", partial_sums)
       .kv("decoded", decoded)
+      .kv("carried", uint64_t{round.carried})
       .kv("waited_s", double(now_ms - round.sealed_ms) / 1000.0)
       .kv("merge_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return Status::kOk;
@@ -829,8 +916,11 @@ Status RoundManager::open_next_round(int64_t now_ms, std::string* error) {
   }
   round.opened_wall_ms = now_ms;
   round.norm_bound = update_norm_bound();
-  EDGEFL_RETURN_IF_ERROR(storage_->create_round(round.record, error));
   aggregate_.reset();
+  EDGEFL_RETURN_IF_ERROR(find_carried_rounds(&round, error));
+  // Several aggregators: aggregate_ is this server's own partial sum; the close adds them.
+  EDGEFL_RETURN_IF_ERROR(add_carried(&round, shared_ ? nullptr : &aggregate_, nullptr, error));
+  EDGEFL_RETURN_IF_ERROR(storage_->create_round(round.record, error));
   if (options_.secure_aggregation.enabled) EDGEFL_RETURN_IF_ERROR(start_secure_round(round.record, error));
   metrics_->round_id.store(round.record.round_id);
   log_info("round_open")
@@ -839,7 +929,8 @@ Status RoundManager::open_next_round(int64_t now_ms, std::string* error) {
       .kv("cohort", uint64_t{options_.cohort})
       .kv("offers", uint64_t{offers_per_round_})
       .kv("deadline_ms", uint64_t{options_.deadline_ms})
-      .kv("update_norm_bound", round.norm_bound);
+      .kv("update_norm_bound", round.norm_bound)
+      .kv("carried", uint64_t{round.carried});
   open_ = std::move(round);
   return Status::kOk;
 }
@@ -930,8 +1021,10 @@ Status RoundManager::close_round(bool commit, int64_t now_ms, std::string* error
 Status RoundManager::robust_combination(std::string* error) {
   // Every accepted update of the round, decoded as commit() decoded it, one row each.
   std::vector<float> rows;
-  rows.reserve(size_t(open_->accepted) * n_);
-  Status s = storage_->for_each_update(
+  rows.reserve(size_t(open_->accepted + open_->carried) * n_);
+  Status s = add_carried(&*open_, nullptr, &rows, error);
+  if (s != Status::kOk) return s;
+  s = storage_->for_each_update(
       open_->record.round_id,
       [&](const UpdateRecord& u) -> Status {
         EDGEFL_RETURN_IF_ERROR(decode_recorded(u));
@@ -994,7 +1087,7 @@ Status RoundManager::try_close(int64_t now_ms, std::string* error) {
       round.decided_on_seal = true;
       round.sealed_ms = now_ms;
       round.in_ledger = in_ledger;
-      round.closing_commit = in_ledger >= min_quorum_;
+      round.closing_commit = in_ledger + round.carried >= min_quorum_;
       log_info("round_sealed")
           .kv("round", round.record.round_id)
           .kv("in_ledger", in_ledger)
@@ -1093,6 +1186,20 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
     EDGEFL_RETURN_IF_ERROR(
         storage_->put_setting("secagg.dp.round." + std::to_string(round_id), spent, error));
   }
+  if (!commit && !secure_) {
+    // Acknowledged updates are never dropped: a round abandoned below its quorum passes them on to
+    // the next one, which trains the same model. One that failed otherwise (its model would not be
+    // finite) passes nothing on: the same updates would fail the same way.
+    if (abandon_reason_.empty()) {
+      EDGEFL_RETURN_IF_ERROR(record_carried_rounds(round, error));
+    } else if (!round.carried_rounds.empty()) {
+      EDGEFL_RETURN_IF_ERROR(storage_->put_setting(kCarriedRoundsKey, "0", error));
+      log_error("carried_updates_dropped")
+          .kv("round", round_id)
+          .kv("updates", uint64_t{round.carried})
+          .kv("reason", abandon_reason_);
+    }
+  }
   EDGEFL_RETURN_IF_ERROR(storage_->close_round(
       round_id, commit ? RoundState::kCommitted : RoundState::kAbandoned, result_version, now_ms, error));
   if (spends_privacy) {
@@ -1113,7 +1220,7 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
   RoundSummary summary;
   summary.round_id = round_id;
   summary.state = commit ? RoundState::kCommitted : RoundState::kAbandoned;
-  summary.accepted = round.accepted;
+  summary.accepted = round.accepted + round.carried;
   summary.upload_bytes = round.upload_bytes;
   summary.download_bytes = round.download_bytes;
   summary.seconds = double(now_ms - round.opened_wall_ms) / 1e3;
@@ -1126,16 +1233,17 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
   {
     LogLine line(LogLevel::kInfo, commit ? "round_committed" : "round_abandoned");
     line.kv("round", round_id)
-        .kv("updates", uint64_t{round.accepted})
+        .kv("updates", uint64_t{round.accepted + round.carried})
+        .kv("carried", uint64_t{round.carried})
         .kv("model_version", model_version_)
         .kv("upload_bytes", round.upload_bytes)
         .kv("download_bytes", round.download_bytes)
         .kv("seconds", summary.seconds);
     if (!commit) {
-      line.kv("reason", !abandon_reason_.empty()
-                            ? abandon_reason_
-                            : "quorum not reached by the deadline (" + std::to_string(round.accepted) +
-                                  " of " + std::to_string(min_quorum_) + ")");
+      line.kv("reason", !abandon_reason_.empty() ? abandon_reason_
+                                                 : "quorum not reached by the deadline (" +
+                                                       std::to_string(round.accepted + round.carried) +
+                                                       " of " + std::to_string(min_quorum_) + ")");
     }
     if (round.close_failures != 0) line.kv("close_failures", uint64_t{round.close_failures});
     if (summary.test_accuracy >= 0)
@@ -1215,10 +1323,14 @@ void RoundManager::tick(int64_t now_ms) {
   if (open_->ledger_in_doubt) {
     if (reconcile_ledger(&error) != Status::kOk) {
       fatal("reading the ledger after a write in doubt", error);  // the next tick tries again
-    } else if (open_->accepted >= options_.cohort) {
+    } else if (open_->accepted + open_->carried >= options_.cohort) {
       (void)close_round(true, now_ms, &error);
       return;
     }
+  }
+  if (open_->carried != 0 && open_->accepted + open_->carried >= options_.cohort) {
+    (void)close_round(true, now_ms, &error);  // carried in full (a cohort smaller than before)
+    return;
   }
   if (shared_ && now_ms >= next_look_ms_) {
     // Updates acknowledged by the other aggregators count towards the cohort.
@@ -1226,14 +1338,14 @@ void RoundManager::tick(int64_t now_ms) {
     uint64_t in_ledger = 0;
     if (storage_->count_updates(open_->record.round_id, &in_ledger, &error) == Status::kOk) {
       open_->in_ledger = in_ledger;
-      if (in_ledger >= options_.cohort) {
+      if (in_ledger + open_->carried >= options_.cohort) {
         (void)close_round(true, now_ms, &error);
         return;
       }
     }
   }
   if (now_ms >= open_->record.deadline_unix_ms) {
-    bool commit = open_->accepted >= min_quorum_;
+    bool commit = open_->accepted + open_->carried >= min_quorum_;
     if (open_->ledger_in_doubt) {
       // The ledger could not be read in full: decide on its count (the close rebuilds the sum
       // from it). A store that cannot even count acknowledges nothing either: decide next tick.
@@ -1242,7 +1354,7 @@ void RoundManager::tick(int64_t now_ms) {
         fatal("counting the ledger at the deadline", error);
         return;
       }
-      commit = in_ledger >= min_quorum_;
+      commit = in_ledger + open_->carried >= min_quorum_;
       open_->aggregate_stale = true;
     }
     // Several aggregators: the decision is taken again on the sealed ledger (try_close).
@@ -1401,6 +1513,9 @@ Status RoundManager::follow(int64_t now_ms, std::string* error) {
     OpenRound round;
     round.record = *open;
     round.opened_wall_ms = now_ms;
+    // Which devices the round counts from abandoned rounds (the coordinator adds their updates).
+    EDGEFL_RETURN_IF_ERROR(find_carried_rounds(&round, error));
+    EDGEFL_RETURN_IF_ERROR(add_carried(&round, nullptr, nullptr, error));
     aggregate_.reset();
     open_ = std::move(round);
     open_->norm_bound = update_norm_bound();
@@ -1409,6 +1524,7 @@ Status RoundManager::follow(int64_t now_ms, std::string* error) {
         .kv("round", open->round_id)
         .kv("model_version", model_version_)
         .kv("in_ledger", in_ledger)
+        .kv("carried", uint64_t{open_->carried})
         .kv("update_norm_bound", open_->norm_bound);
   }
   open_->in_ledger = in_ledger;
@@ -1549,9 +1665,11 @@ Reply RoundManager::hello(const std::string& device, const wire::Hello& hello, i
   if (!existing && !already_offered && round.offered.size() >= offers_per_round_)
     reclaim_expired_offers(now_ms);
   // Several aggregators: a cohort already in the shared ledger closes the round at the next look.
-  const bool cohort_in = shared_ && round.in_ledger >= options_.cohort;
-  if (existing || (!already_offered && (round.offered.size() >= offers_per_round_ || cohort_in))) {
-    // Full (or this device already contributed): come back around the next round's opening.
+  const bool cohort_in = shared_ && round.in_ledger + round.carried >= options_.cohort;
+  if (existing || round.carried_devices.count(device) != 0 ||
+      (!already_offered && (round.offered.size() >= offers_per_round_ || cohort_in))) {
+    // Full (or this device already contributed, here or in an abandoned round this one counts):
+    // come back around the next round's opening.
     return retry_later(
         wire::RetryReason::kRoundFull,
         static_cast<uint32_t>(std::clamp<int64_t>(
@@ -1656,6 +1774,11 @@ Reply RoundManager::upload_start(const std::string& device, const wire::UploadSt
   if (round.closing) {
     return error_reply(wire::ErrorCode::kUnknownRound,
                        "round " + std::to_string(round.record.round_id) + " is closing");
+  }
+  if (round.carried_devices.count(device) != 0) {
+    return error_reply(wire::ErrorCode::kUnauthorized,
+                       "this device's update of an abandoned round is counted in round " +
+                           std::to_string(round.record.round_id));
   }
   if (shared_ && round.offered.count(device) == 0 && expired_offers_.count(device) == 0) {
     // Several aggregators: the round's nonce comes only with an offer, so this device was offered
@@ -1928,7 +2051,7 @@ Reply RoundManager::count_update(const std::string& device, const wire::Commit& 
       .kv("upload_to_ack_s", latency_s);
   Reply reply = ack(record.round_id, record.upload_id, wire::UpdateDisposition::kAccepted);
   // A close that fails on I/O is logged and retried by tick(); this update is durable either way.
-  if (!shared_ && round.accepted >= options_.cohort) (void)close_round(true, now_ms, &error);
+  if (!shared_ && round.accepted + round.carried >= options_.cohort) (void)close_round(true, now_ms, &error);
   return reply;
 }
 

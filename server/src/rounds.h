@@ -218,6 +218,8 @@ class RoundManager {
   const std::vector<RoundSummary>& history() const { return history_; }
   size_t parameter_count() const { return n_; }
   uint64_t model_version() const { return model_version_; }
+  // Updates of abandoned rounds the open round counts (OpenRound::carried); 0 without one.
+  uint32_t carried_updates() const { return open_ ? open_->carried : 0; }
   // The directory of the current model's files (its global.safetensors): state_dir, or with
   // several aggregators the directory of the coordinator that wrote it.
   const std::string& model_dir() const { return model_dir_; }
@@ -262,6 +264,14 @@ class RoundManager {
     bool ledger_merged = false;        // the coordinator's aggregate_ is the sealed ledger's sum
     uint32_t close_failures = 0;
     int64_t next_close_attempt_ms = 0;
+    // The updates of the rounds abandoned below their quorum since the last commit (plain
+    // rounds): they were acknowledged Accepted and trained this same model version, so this round
+    // counts them. In the mean (one server: aggregate_ from the opening; several aggregators: the
+    // coordinator's merge) and the robust rules' rows, towards the cohort and the quorum;
+    // `accepted`, `contributed` and `in_ledger` stay this round's own. Their devices get no task.
+    std::vector<uint64_t> carried_rounds;  // ascending
+    std::set<std::string> carried_devices;
+    uint32_t carried = 0;
   };
   struct ClosedRound {
     int64_t deadline_ms = 0;
@@ -287,6 +297,18 @@ class RoundManager {
   // Sets the aggregate, round->accepted, contributed and upload_bytes from the round's ledger
   // (the plain rounds' rule: every ledger update decoded and added, in acceptance order).
   Status rebuild_aggregate(OpenRound* round, std::string* error);
+  // Sets round->carried_rounds from the durable list of abandoned rounds (setting
+  // kCarriedRoundsKey) that trained the round's base model version and are still abandoned;
+  // none for a secure round or several aggregators.
+  Status find_carried_rounds(OpenRound* round, std::string* error);
+  // Sets round->carried and carried_devices from the carried rounds' ledgers (unchanged on
+  // failure); adds their updates to `into` and appends them decoded to `rows`, either or both
+  // when not null (both null: they are only counted).
+  Status add_carried(OpenRound* round, StreamingAggregator* into, std::vector<float>* rows,
+                     std::string* error);
+  // Before a plain round is abandoned below its quorum: the list the next round reads, this
+  // round added when its ledger holds an update.
+  Status record_carried_rounds(const OpenRound& round, std::string* error);
   // After a ledger write in doubt (OpenRound::ledger_in_doubt), counts what the ledger holds and
   // this process missed: a plain round's aggregate is rebuilt from the ledger; a secure round in
   // its masked phase adds the masked vectors it lacks. Runs before any decision that counts the

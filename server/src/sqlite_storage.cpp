@@ -120,7 +120,9 @@ constexpr const char* kQuerySql[kQueryCount] = {
     /* kCloseRound */
     "UPDATE rounds SET state = ?2, result_model_version = ?3, closed_unix_ms = ?4, "
     "accepted_updates = (SELECT count(*) FROM updates WHERE round_id = ?1) WHERE round_id = ?1 AND state = 1",
-    /* kDropPayloads */ "UPDATE updates SET payload = NULL WHERE round_id = ?1 AND payload IS NOT NULL",
+    /* kDropPayloads */
+    "UPDATE updates SET payload = NULL WHERE round_id <= ?1 AND payload IS NOT NULL AND round_id > "
+    "(SELECT coalesce(max(round_id), 0) FROM rounds WHERE state = 2 AND round_id < ?1)",
     /* kFindUpdate */ "SELECT " EDGEFL_UPDATE_COLUMNS " FROM updates WHERE round_id = ?1 AND device_id = ?2",
     /* kInsertUpdate */
     "INSERT INTO updates (round_id, device_id, upload_id, sample_count, digest, payload_bytes, "
@@ -577,8 +579,8 @@ Status SqliteStorage::close_round(uint64_t round_id, RoundState state, uint64_t 
     if (b.rc() != SQLITE_OK || sqlite3_step(s) != SQLITE_DONE) return io_error("close round", error);
     if (sqlite3_changes(db_) != 1) return io_error("close round (no row changed)", error);
   }
-  EDGEFL_RETURN_IF_ERROR(statement(kDropPayloads, &s, error));
-  {
+  if (state == RoundState::kCommitted) {
+    EDGEFL_RETURN_IF_ERROR(statement(kDropPayloads, &s, error));
     StatementScope scope(s);
     if (sqlite3_bind_int64(s, 1, int64_t(round_id)) != SQLITE_OK || sqlite3_step(s) != SQLITE_DONE) {
       return io_error("drop payloads", error);

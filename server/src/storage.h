@@ -192,8 +192,11 @@ class Storage {
 
   // Marks the open round `round_id` committed or abandoned, stores the result version (committed:
   // a version recorded with record_model for this round, which must happen first; abandoned: 0)
-  // and the ledger count, and, in the same transaction, drops the round's payloads (the ledger
-  // rows with their digests stay) and partial sums. kInvalidArgument if the round is not open.
+  // and the ledger count, and, in the same transaction, drops the round's events and partial
+  // sums. Payloads: a commit drops those of this round and of every round after the previous
+  // committed one (the rounds abandoned in between, whose updates the next round may have
+  // counted); an abandonment keeps them. The ledger rows with their digests stay.
+  // kInvalidArgument if the round is not open.
   virtual Status close_round(uint64_t round_id, RoundState state, uint64_t result_model_version,
                              int64_t closed_unix_ms, std::string* error) = 0;
 

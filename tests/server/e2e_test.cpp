@@ -2179,8 +2179,9 @@ struct Participants {
 };
 
 // Checks each committed round of the state `state`: model_of(its version) is model_of(the
-// version before) plus the FedAvg of the round's ledger (the Participants' synthetic updates).
-// Returns the number of committed rounds checked.
+// version before) plus the FedAvg of the round's ledger and of the ledgers of the rounds
+// abandoned since the last commit (the Participants' synthetic updates). Returns the number of
+// committed rounds checked.
 uint64_t check_models_against_ledgers(const std::string& state,
                                       const std::function<std::vector<float>(uint64_t)>& model_of) {
   std::unique_ptr<server::Storage> storage = open_state(state);
@@ -2188,10 +2189,11 @@ uint64_t check_models_against_ledgers(const std::string& state,
   uint64_t last = 0, committed = 0;
   REQUIRE(storage->last_round_id(&last, &error) == Status::kOk);
   const size_t n = parameter_count(model_spec());
+  std::vector<Update> carried;  // the ledgers of the rounds abandoned since the last commit
   for (uint64_t r = 1; r <= last; ++r) {
     std::optional<server::RoundRecord> round;
     REQUIRE(storage->get_round(r, &round, &error) == Status::kOk);
-    if (!round || round->state != server::RoundState::kCommitted) continue;
+    if (!round || round->state == server::RoundState::kOpen) continue;
     CAPTURE(r);
     std::vector<Update> updates;
     REQUIRE(storage->for_each_update(
@@ -2205,6 +2207,14 @@ uint64_t check_models_against_ledgers(const std::string& state,
                   return Status::kOk;
                 },
                 &error) == Status::kOk);
+    if (round->state == server::RoundState::kAbandoned) {
+      carried.insert(carried.end(), updates.begin(), updates.end());
+      continue;
+    }
+    if (!carried.empty())
+      MESSAGE("round " << r << " counts " << carried.size() << " updates of abandoned rounds");
+    updates.insert(updates.begin(), carried.begin(), carried.end());
+    carried.clear();
     REQUIRE(!updates.empty());
     std::vector<const Update*> counted;
     for (const Update& u : updates) counted.push_back(&u);
@@ -2288,7 +2298,8 @@ void crash_test(Crash what) {
             << " storage failures logged; " << lines_with(logs, {"event=round_close_failed"}).size()
             << " closes retried");
   }
-  // Each committed model is its predecessor plus the FedAvg of its round's ledger, once.
+  // Each committed model is its predecessor plus the FedAvg of its round's ledger and of the
+  // ledgers of the rounds abandoned since the last commit, once.
   const uint64_t committed =
       check_models_against_ledgers(state, [&](uint64_t v) { return read_model(model_path(state, v)); });
   MESSAGE(committed << " committed models checked against their ledgers");

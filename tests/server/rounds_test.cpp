@@ -399,6 +399,14 @@ std::vector<float> fedavg(const std::vector<float>& global, const std::vector<Up
   return out;
 }
 
+// The largest |a[j] - b[j]| (a and b of one size).
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t j = 0; j < a.size(); ++j) worst = std::max(worst, std::fabs(double(a[j] - b[j])));
+  return worst;
+}
+
 // Runs one round of `updates` (cohort = updates.size()) to its close attempt.
 void run_round(Server& s, const std::vector<Update>& updates) {
   for (const Update& u : updates) {
@@ -463,6 +471,7 @@ struct PlainWalk {
   uint32_t hostile_sent = 0;
   uint32_t told_already_counted = 0;                 // hostile commits of a counted device answered so
   uint64_t rounds_committed = 0, rounds_closed = 0;  // by check()
+  uint64_t commits_carrying = 0;                     // by check(): commits that counted abandoned rounds
 
   explicit PlainWalk(uint32_t seed) : rng(seed * 0xD1B54A32D192ED03ull), s(make_temp_dir(), options(seed)) {
     s.in_memory = seed % 2 == 1;
@@ -473,8 +482,11 @@ struct PlainWalk {
     RoundOptions o;
     o.cohort = 2 + seed % 3;
     o.over_selection = 1.5;
-    o.min_quorum = 1;
-    o.deadline_ms = 5000;
+    // Odd seeds: a round commits what it has at its deadline. Even seeds: only a full cohort
+    // commits, and a round abandoned below it passes its updates on to the next one.
+    // (with deadlines short enough that rounds end mid-walk).
+    o.min_quorum = seed % 2 == 1 ? 1 : o.cohort;
+    o.deadline_ms = seed % 2 == 1 ? 5000 : 1500;
     return o;
   }
   uint32_t below(uint32_t n) { return uint32_t(splitmix64_next(&rng) % n); }
@@ -537,14 +549,17 @@ struct PlainWalk {
     check();
   }
 
-  // Every closed round: its model is the previous one plus the FedAvg of its ledger; every
-  // acknowledged update is in its round's ledger, once; no refused or hostile update is.
+  // Every closed round: its model is the previous one plus the FedAvg of its ledger and of the
+  // ledgers of the rounds abandoned since the last commit; every acknowledged update is in its
+  // round's ledger, once, and so in one model or carried by the open round; no refused or hostile
+  // update is.
   void check() {
     std::string error;
     uint64_t last = 0;
     REQUIRE(s.storage->last_round_id(&last, &error) == Status::kOk);
     uint64_t version = 1, committed = 0;
     std::set<std::tuple<uint64_t, std::string, wire::Digest>> in_ledger;
+    std::vector<Update> carried;  // the ledgers of the rounds abandoned since the last commit
     for (uint64_t r = 1; r <= last; ++r) {
       CAPTURE(r);
       std::optional<RoundRecord> round;
@@ -568,12 +583,18 @@ struct PlainWalk {
                   &error) == Status::kOk);
       // One server decides on its ledger: a round is abandoned only below the quorum (an update
       // whose ledger write was in doubt counts, as after a restart).
-      if (round->state == RoundState::kAbandoned)
-        CHECK_MESSAGE(counted.size() < s.options.min_quorum,
-                      "round " << r << " abandoned with " << counted.size() << " updates in its ledger");
+      if (round->state == RoundState::kAbandoned) {
+        CHECK_MESSAGE(carried.size() + counted.size() < s.options.min_quorum,
+                      "round " << r << " abandoned with " << counted.size() << " updates in its ledger and "
+                               << carried.size() << " carried");
+        carried.insert(carried.end(), counted.begin(), counted.end());
+      }
       if (round->state == RoundState::kCommitted) {
         ++committed;
         REQUIRE(round->result_model_version == version + 1);
+        commits_carrying += carried.empty() ? 0 : 1;
+        counted.insert(counted.begin(), carried.begin(), carried.end());
+        carried.clear();
         const std::vector<float> before = s.model_file(version), after = s.model_file(version + 1);
         const std::vector<float> expected = fedavg(before, counted);
         double worst = 0;
@@ -590,6 +611,8 @@ struct PlainWalk {
     rounds_committed = committed;
     std::optional<RoundRecord> open;
     REQUIRE(s.storage->open_round(&open, &error) == Status::kOk);
+    // The updates of the last rounds, abandoned, are counted by the round open now.
+    if (open) CHECK(s.rounds->carried_updates() == carried.size());
     rounds_closed = last - (open ? 1 : 0);
   }
 
@@ -1395,6 +1418,41 @@ TEST_SUITE("server.rounds.aggregators") {
     CHECK(fs::exists(p.dir + "/coordinator-1/model-v000002.safetensors"));
   }
 
+  TEST_CASE(
+      "a round abandoned below its quorum passes its updates, acknowledged by either aggregator, to the "
+      "next one; their devices get no task at either") {
+    Pair p(4);  // the quorum is the cohort
+    const std::vector<float> v1 = p.a->model();
+    const Update c = honest("c", 3, 5), d = honest("d", 4, 7), e = honest("e", 5, 11), f = honest("f", 6, 13);
+    CHECK(disposition(p.a->upload(p.a->offer("c"), c)) == wire::UpdateDisposition::kAccepted);
+    CHECK(disposition(p.b->upload(p.b->offer("d"), d)) == wire::UpdateDisposition::kAccepted);
+    p.advance(120001);  // the deadline: 2 of 4, sealed, abandoned
+    p.advance(100);     // round 2 opens; the follower follows it
+    REQUIRE(p.a->rounds->history().size() == 1);
+    CHECK(p.a->rounds->history()[0].state == RoundState::kAbandoned);
+    CHECK(p.a->rounds->model_version() == 1);
+    CHECK(p.a->rounds->carried_updates() == 2);
+    CHECK(p.b->rounds->carried_updates() == 2);
+    for (Server* via : {p.a.get(), p.b.get()}) {
+      for (const char* device : {"c", "d"}) {
+        CAPTURE(device);
+        const Reply again = via->rounds->hello(device, wire::Hello{}, via->now);
+        CHECK(std::holds_alternative<wire::RetryLater>(again.message));
+      }
+    }
+    // Nor can a carried device adopt a task it was never given at the follower.
+    wire::TaskOffer forged = p.b->offer("e");
+    CHECK(std::holds_alternative<wire::Error>(p.b->upload(forged, honest("c", 9, 5))));
+    CHECK(disposition(p.b->upload(forged, e)) == wire::UpdateDisposition::kAccepted);
+    CHECK(disposition(p.a->upload(p.a->offer("f"), f)) == wire::UpdateDisposition::kAccepted);
+    p.advance(100);  // 2 carried + 2 in the ledger: the cohort; sealed
+    p.advance(100);  // merged with the carried updates, committed
+    REQUIRE(p.a->rounds->model_version() == 2);
+    REQUIRE(p.a->rounds->history().size() == 2);
+    CHECK(p.a->rounds->history()[1].accepted == 4);
+    CHECK(max_abs_diff(p.a->model(), fedavg(v1, {c, d, e, f})) < 1e-7);
+  }
+
   TEST_CASE("a device offered by one aggregator uploads through another: its task stands there") {
     Pair p(2);
     const std::vector<float> v1 = p.a->model();
@@ -1945,6 +2003,108 @@ TEST_SUITE("server.rounds.logic") {
   }
 
   TEST_CASE(
+      "below the quorum, acknowledged updates are not lost: the next round counts them, across a restart and "
+      "a second abandonment, and their devices get no second task on that model") {
+    for (const bool in_memory : {false, true}) {
+      CAPTURE(in_memory);
+      const std::string dir = make_temp_dir();
+      RoundOptions o;
+      o.cohort = 4;
+      o.min_quorum = 3;
+      o.deadline_ms = 10000;
+      Server s(dir, o);
+      s.in_memory = in_memory;
+      REQUIRE(s.open() == Status::kOk);
+      const std::vector<float> v1 = s.model();
+      const Update c = honest("c", 3, 5), d = honest("d", 4, 7), e = honest("e", 5, 11),
+                   f = honest("f", 6, 13);
+      // Round 1: c only, acknowledged Accepted; abandoned at the deadline (1 of 3).
+      const wire::TaskOffer round1 = s.offer("c");
+      REQUIRE(disposition(s.upload(round1, c)) == wire::UpdateDisposition::kAccepted);
+      s.now += 10001;
+      s.rounds->tick(s.now);
+      REQUIRE(s.rounds->history().size() == 1);
+      CHECK(s.rounds->history()[0].state == RoundState::kAbandoned);
+      CHECK(s.model() == v1);
+      CHECK(s.rounds->carried_updates() == 1);
+      // Round 2: c already counts here; d is accepted; a restart rebuilds both.
+      CHECK(retry_reason(s.rounds->hello("c", wire::Hello{}, s.now).message) ==
+            wire::RetryReason::kRoundFull);
+      run_round(s, {d});
+      s.reopen();
+      CHECK(s.rounds->carried_updates() == 1);
+      CHECK(retry_reason(s.rounds->hello("c", wire::Hello{}, s.now).message) ==
+            wire::RetryReason::kRoundFull);
+      // Abandoned again (1 carried + 1 of 3): round 3 counts both.
+      s.now += 10001;
+      s.rounds->tick(s.now);
+      REQUIRE(s.rounds->history().size() == 1);  // the restart began a new history
+      CHECK(s.rounds->history()[0].state == RoundState::kAbandoned);
+      CHECK(s.rounds->history()[0].accepted == 2);
+      CHECK(s.rounds->carried_updates() == 2);
+      CHECK(retry_reason(s.rounds->hello("c", wire::Hello{}, s.now).message) ==
+            wire::RetryReason::kRoundFull);
+      CHECK(retry_reason(s.rounds->hello("d", wire::Hello{}, s.now).message) ==
+            wire::RetryReason::kRoundFull);
+      // c's ack of round 1 was lost: its retried commit hears Duplicate, it is counted.
+      CHECK(disposition(s.upload(round1, c)) == wire::UpdateDisposition::kDuplicate);
+      // e and f make the cohort of 4 with the two carried: round 3 commits at once.
+      run_round(s, {e, f});
+      REQUIRE(s.rounds->history().size() == 2);
+      CHECK(s.rounds->history()[1].state == RoundState::kCommitted);
+      CHECK(s.rounds->history()[1].accepted == 4);
+      CHECK(max_abs_diff(s.model(), fedavg(v1, {c, d, e, f})) < 1e-7);
+      CHECK(s.rounds->model_version() == 2);
+      // The next model: nothing carried, every device may take part again; payloads dropped.
+      CHECK(s.rounds->carried_updates() == 0);
+      (void)s.offer("c");
+      std::string error;
+      for (uint64_t r = 1; r <= 3; ++r) {
+        CAPTURE(r);
+        REQUIRE(s.storage->for_each_update(
+                    r,
+                    [&](const UpdateRecord& u) {
+                      CHECK(u.payload.empty());
+                      return Status::kOk;
+                    },
+                    &error) == Status::kOk);
+      }
+      fs::remove_all(dir);
+    }
+  }
+
+  TEST_CASE(
+      "a round whose model would not be finite is abandoned and passes nothing on, its carried updates "
+      "included") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 3;
+    o.min_quorum = 2;
+    o.deadline_ms = 10000;
+    o.optimizer = "fedavg:lr=1000000";  // each update passes its checks; the step overflows
+    o.max_update_norm = 1e38;
+    Server s(dir, o);
+    REQUIRE(s.open() == Status::kOk);
+    const std::vector<float> v1 = s.model();
+    run_round(s, {honest("a", 1, 5)});
+    s.now += 10001;
+    s.rounds->tick(s.now);
+    REQUIRE(s.rounds->carried_updates() == 1);
+    Update huge = honest("b", 2, 5);
+    for (float& v : huge.values) v = 1.0e34f;
+    Update huge2 = huge;
+    huge2.device = "c";
+    run_round(s, {huge, huge2});  // 1 carried + 2: the cohort; the step overflows the model
+    REQUIRE(s.rounds->history().size() == 2);
+    CHECK(s.rounds->history()[1].state == RoundState::kAbandoned);
+    CHECK(s.model() == v1);
+    CHECK(s.rounds->carried_updates() == 0);
+    s.reopen();
+    CHECK(s.rounds->carried_updates() == 0);
+    fs::remove_all(dir);
+  }
+
+  TEST_CASE(
       "plain rounds walked at random (chunked uploads resumed after lost connections, retried commits, a "
       "hostile device, failing storage calls, commits that took effect but reported failure, restarts, "
       "deadlines): every acknowledged update is in its round's model once, each model is the FedAvg of its "
@@ -1955,13 +2115,15 @@ TEST_SUITE("server.rounds.logic") {
     if (const char* env = std::getenv("EDGEFL_ROUND_FIRST_WALK"))
       first = uint32_t(std::strtoul(env, nullptr, 10));
     REQUIRE(walks > 0);
-    uint64_t rounds = 0, committed = 0, updates = 0, acked = 0, hostile = 0, already_counted = 0;
+    uint64_t rounds = 0, committed = 0, updates = 0, acked = 0, hostile = 0, already_counted = 0,
+             carrying = 0;
     for (uint32_t seed = first; seed < first + walks; ++seed) {
       INFO("seed " << seed);
       PlainWalk walk(seed);
       walk.run();
       rounds += walk.rounds_closed;
       committed += walk.rounds_committed;
+      carrying += walk.commits_carrying;
       hostile += walk.hostile_sent;
       already_counted += walk.told_already_counted;
       updates += walk.sent.size();
@@ -1970,8 +2132,10 @@ TEST_SUITE("server.rounds.logic") {
     MESSAGE(walks << " walks: " << committed << " of " << rounds
                   << " rounds committed (all those opened but the last); " << updates << " commits sent, "
                   << acked << " acknowledged; " << hostile << " hostile messages (" << already_counted
-                  << " commits of another update by a counted device, answered already_counted)");
+                  << " commits of another update by a counted device, answered already_counted); " << carrying
+                  << " commits counted the updates of rounds abandoned below their quorum");
     CHECK(already_counted > 0);
+    if (walks >= 4) CHECK(carrying > 0);
     CHECK(committed > 0);
   }
   TEST_CASE("duplicates, stragglers and late commits are answered as such and counted nowhere") {

@@ -649,6 +649,50 @@ TEST_SUITE("server.storage") {
     }
   }
 
+  TEST_CASE("an abandoned round keeps its payloads until a later round commits, which drops them") {
+    STORAGE_BACKENDS();
+    TempDir dir;
+    const std::string path = dir.file("state.db");
+    auto s = open_backend(path);
+    auto payloads_kept = [&](uint64_t round) {
+      size_t kept = 0;
+      for (const UpdateRecord& u : all_updates(*s, round)) kept += u.payload.size() == u.payload_bytes;
+      return kept;
+    };
+    create(*s, make_round(1));
+    CHECK(record(*s, make_update(1, "dev-a", 1, 100)) == InsertResult::kInserted);
+    record_model_for(*s, 2, 1);
+    REQUIRE(s->close_round(1, RoundState::kCommitted, 2, 10, nullptr) == Status::kOk);
+    CHECK(payloads_kept(1) == 0);
+    // Rounds 2 and 3 are abandoned: the next round may count their updates.
+    create(*s, make_round(2));
+    CHECK(record(*s, make_update(2, "dev-a", 2, 200)) == InsertResult::kInserted);
+    CHECK(record(*s, make_update(2, "dev-b", 3, 300)) == InsertResult::kInserted);
+    REQUIRE(s->close_round(2, RoundState::kAbandoned, 0, 20, nullptr) == Status::kOk);
+    create(*s, make_round(3));
+    CHECK(record(*s, make_update(3, "dev-c", 4, 400)) == InsertResult::kInserted);
+    REQUIRE(s->close_round(3, RoundState::kAbandoned, 0, 30, nullptr) == Status::kOk);
+    CHECK(payloads_kept(2) == 2);
+    CHECK(payloads_kept(3) == 1);
+    std::optional<RoundRecord> round;
+    REQUIRE(s->get_round(2, &round, nullptr) == Status::kOk);
+    REQUIRE(round.has_value());
+    CHECK(round->accepted_updates == 2);
+    // Round 4 commits: its payloads and those of the rounds abandoned since round 1 go.
+    create(*s, make_round(4));
+    CHECK(record(*s, make_update(4, "dev-d", 5, 500)) == InsertResult::kInserted);
+    record_model_for(*s, 3, 4);
+    REQUIRE(s->close_round(4, RoundState::kCommitted, 3, 40, nullptr) == Status::kOk);
+    for (uint64_t r = 1; r <= 4; ++r) {
+      CAPTURE(r);
+      CHECK(payloads_kept(r) == 0);
+      CHECK(count(*s, r) == (r == 2 ? 2 : 1));  // the ledger stays
+    }
+    if (g_backend != Backend::kMemory) {
+      CHECK(backend_query(path, "SELECT count(*) FROM updates WHERE payload IS NOT NULL") == "0");
+    }
+  }
+
   TEST_CASE("round events: durable in append order, only for an open round, deleted at close") {
     STORAGE_BACKENDS();
     TempDir dir;
@@ -1205,7 +1249,7 @@ TEST_SUITE("server.storage.shared") {
     CHECK(calls == 1);
     REQUIRE(s.a->close_round(1, RoundState::kAbandoned, 0, 9, &error) == Status::kOk);
     read = partial_sums(*s.a, 1, true);
-    CHECK(read.empty());                                                   // dropped with the payloads
+    CHECK(read.empty());                                                   // dropped at close
     CHECK(s.a->put_partial_sum(sum, &error) == Status::kInvalidArgument);  // closed
     REQUIRE(s.a->ledger_shares(1, &shares, &error) == Status::kOk);
     CHECK(shares.size() == 2);  // the ledger stays
