@@ -2073,6 +2073,31 @@ TEST_SUITE("server.rounds.logic") {
     }
   }
 
+  TEST_CASE("an abandoned last round (--rounds) leaves its updates to the next start of the state") {
+    const std::string dir = make_temp_dir();
+    RoundOptions o;
+    o.cohort = 2;
+    o.rounds = 1;
+    o.deadline_ms = 10000;
+    Server s(dir, o);
+    REQUIRE(s.open() == Status::kOk);
+    const std::vector<float> v1 = s.model();
+    const Update a = honest("a", 1, 5), b = honest("b", 2, 9);
+    run_round(s, {a});
+    s.now += 10001;
+    s.rounds->tick(s.now);
+    CHECK(s.rounds->finished());
+    CHECK(s.rounds->carried_updates() == 0);  // no round open
+    s.options.rounds = 2;
+    s.reopen();
+    CHECK(s.rounds->carried_updates() == 1);
+    CHECK(retry_reason(s.rounds->hello("a", wire::Hello{}, s.now).message) == wire::RetryReason::kRoundFull);
+    run_round(s, {b});
+    REQUIRE(s.rounds->model_version() == 2);
+    CHECK(max_abs_diff(s.model(), fedavg(v1, {a, b})) < 1e-7);
+    fs::remove_all(dir);
+  }
+
   TEST_CASE(
       "a round whose model would not be finite is abandoned and passes nothing on, its carried updates "
       "included") {
