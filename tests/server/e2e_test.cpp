@@ -1690,6 +1690,41 @@ TEST_SUITE("e2e.rejections") {
     check_fedavg(read_model(model_path(tmp / "state", 1)), {&u1}, read_model(model_path(tmp / "state", 2)));
   }
 
+  TEST_CASE(
+      "an update acknowledged in a round abandoned below its quorum is in the next model; its device takes "
+      "part again once the model moves") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 3);
+    ServerProcess server(tmp);
+    std::vector<std::string> args = server_args(pki, tmp / "state", "fp32", {"--cohort", "2"});
+    args.push_back("--deadline");  // (a later --deadline wins)
+    args.push_back("2");
+    START_SERVER(server, args);
+    INFO("server log:\n" << server.all_logs());
+    const uint16_t port = server.port();
+    const auto d1 = device_credentials(pki, "device-0001");
+    const auto d2 = device_credentials(pki, "device-0002");
+    const Update u1 = contribute(port, *d1, "device-0001", 1, 2);  // acked; 1 of 2 by the deadline
+    REQUIRE(server.wait_for_log({"event=round_abandoned", "round=1 ", "updates=1 "}, 1, 10000));
+    REQUIRE(server.wait_for_log({"event=round_open", "round=2 ", "carried=1"}, 1, 10000));
+    Link a;
+    REQUIRE_MESSAGE(a.connect(port, d1.get()) == Status::kOk, a.error);
+    wire::Message reply;
+    REQUIRE_MESSAGE(a.exchange(wire::Message{make_hello(1)}, &reply) == Status::kOk, a.error);
+    const auto* retry = std::get_if<wire::RetryLater>(&reply);
+    REQUIRE_MESSAGE(retry != nullptr, describe(reply));
+    CHECK(retry->reason == wire::RetryReason::kRoundFull);
+    // With the carried update, one more makes the cohort: round 2 commits both.
+    const Update u2 = contribute(port, *d2, "device-0002", 2, 3);
+    REQUIRE(server.wait_for_log({"event=round_committed", "round=2 ", "updates=2 ", "carried=1"}, 1, 10000));
+    check_fedavg(read_model(model_path(tmp / "state", 1)), {&u1, &u2},
+                 read_model(model_path(tmp / "state", 2)));
+    wire::TaskOffer offer;
+    std::string what;
+    REQUIRE_MESSAGE(await_offer(a, &offer, &what, 2) == Status::kOk, what);
+    CHECK(offer.round_id == 3);
+  }
+
 }  // TEST_SUITE("e2e.rejections")
 
 // === e2e.resume ==================================================================================
