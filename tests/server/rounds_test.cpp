@@ -112,6 +112,7 @@ class FaultyStorage final : public Storage {
     return inner_->open_round(out, e);
   }
   Status get_round(uint64_t id, std::optional<RoundRecord>* out, std::string* e) override {
+    if (fail("get_round", e)) return Status::kIoError;
     return inner_->get_round(id, out, e);
   }
   Status last_round_id(uint64_t* out, std::string* e) override { return inner_->last_round_id(out, e); }
@@ -136,6 +137,7 @@ class FaultyStorage final : public Storage {
     return inner_->find_update(id, d, out, e);
   }
   Status count_updates(uint64_t id, uint64_t* out, std::string* e) override {
+    if (fail("count_updates", e)) return Status::kIoError;
     return inner_->count_updates(id, out, e);
   }
   Status for_each_update(uint64_t id, const std::function<Status(const UpdateRecord&)>& fn,
@@ -161,9 +163,11 @@ class FaultyStorage final : public Storage {
     return inner_->latest_model(out, e);
   }
   Status put_setting(const std::string& k, const std::string& v, std::string* e) override {
+    if (fail("put_setting", e)) return Status::kIoError;
     return inner_->put_setting(k, v, e);
   }
   Status get_setting(const std::string& k, std::optional<std::string>* v, std::string* e) override {
+    if (fail("get_setting", e)) return Status::kIoError;
     return inner_->get_setting(k, v, e);
   }
   Status acquire_lease(const std::string& h, uint32_t ttl, int64_t now, Lease* out, std::string* e) override {
@@ -492,6 +496,13 @@ struct PlainWalk {
   uint32_t below(uint32_t n) { return uint32_t(splitmix64_next(&rng) % n); }
   // Where the server stands: what a refusal must leave as it was, and a restart rebuild.
   std::string where() {
+    // Read past the armed faults (they stay armed for the server).
+    const std::map<std::string, int> armed = std::exchange(s.faults->failing, {});
+    struct Rearm {
+      FaultyStorage* faults;
+      const std::map<std::string, int>& armed;
+      ~Rearm() { faults->failing = armed; }
+    } rearm{s.faults, armed};
     std::string out = "version " + std::to_string(s.rounds->model_version());
     std::optional<RoundRecord> open;
     std::string error;
@@ -522,9 +533,10 @@ struct PlainWalk {
         hostile();
       } else if (roll < 85) {
         static const char* const kCalls[] = {"for_each_update", "record_update", "close_round",
-                                             "record_model", "create_round"};
-        const uint32_t pick = below(6);
-        if (pick == 5) {
+                                             "record_model",    "create_round",  "count_updates",
+                                             "get_round",       "put_setting",   "get_setting"};
+        const uint32_t pick = below(10);
+        if (pick == 9) {
           s.faults->record_update_in_doubt = 1;
           note("armed: a commit that takes effect and reports failure");
         } else {
