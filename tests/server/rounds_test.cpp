@@ -924,6 +924,44 @@ TEST_SUITE("server.rounds.influence") {
     fs::remove_all(s.dir);
   }
 
+  TEST_CASE(
+      "median and trimmed-mean count the updates an abandoned round passes on, the crafted one included") {
+    for (const char* rule : {"median", "trimmed-mean:beta=0.2"}) {
+      CAPTURE(rule);
+      const std::string dir = make_temp_dir();
+      RoundOptions o;
+      o.cohort = 5;
+      o.aggregation = rule;
+      o.deadline_ms = 10000;
+      o.max_update_norm = 1e30;
+      Server s(dir, o);
+      REQUIRE(s.open() == Status::kOk);
+      const std::vector<float> v1 = s.model();
+      Update crafted = honest("e", 5, 1000);
+      for (float& v : crafted.values) v = 1e4f;
+      const std::vector<Update> first = {honest("a", 1, 1), crafted};
+      const std::vector<Update> second = {honest("b", 2, 50), honest("c", 3, 1), honest("d", 4, 1)};
+      run_round(s, first);
+      s.now += 10001;
+      s.rounds->tick(s.now);  // 2 of 5: abandoned
+      REQUIRE(s.rounds->carried_updates() == 2);
+      run_round(s, second);  // 2 carried + 3: the cohort
+      REQUIRE(s.rounds->model_version() == 2);
+      const std::vector<float> model = s.model();
+      for (size_t i = 0; i < model.size(); ++i) {
+        std::vector<float> column;
+        for (const Update& u : first) column.push_back(u.values[i]);
+        for (const Update& u : second) column.push_back(u.values[i]);
+        std::sort(column.begin(), column.end());
+        const float expect = std::string(rule) == "median"
+                                 ? column[2]
+                                 : float((double(column[1]) + double(column[2]) + double(column[3])) / 3);
+        REQUIRE(model[i] == v1[i] + expect);
+      }
+      fs::remove_all(dir);
+    }
+  }
+
   TEST_CASE("an fp32 update of 3e38 per coordinate is rejected before its ack; rounds go on; restarts work") {
     const std::string dir = make_temp_dir();
     RoundOptions o;
