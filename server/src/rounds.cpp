@@ -24,6 +24,10 @@ namespace {
 // The durable list of rounds whose updates the next round counts: "<base model version> <round
 // id> ..." (RoundManager::record_carried_rounds).
 constexpr const char* kCarriedRoundsKey = "carried_rounds";
+// The model version whose commit counted the updates of an abandoned round.
+std::string counted_key(uint64_t round_id) {
+  return "round." + std::to_string(round_id) + ".counted_in";
+}
 constexpr uint64_t kRoundsKept = 64;  // closed rounds remembered for straggler / late answers
 constexpr uint64_t kMaxStoredId = (uint64_t{1} << 63) - 1;  // storage.h: ids are below 2^63
 constexpr int64_t kCloseRetryMaxMs = 10000;                 // backoff cap of a failing round close
@@ -468,6 +472,10 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
   EDGEFL_RETURN_IF_ERROR(storage_->latest_model(&latest, error));
   if (latest && latest->round_id == open->round_id) {
     // The crash came between writing the round's model and marking the round committed.
+    OpenRound finishing;
+    finishing.record = *open;
+    EDGEFL_RETURN_IF_ERROR(find_carried_rounds(&finishing, error));
+    EDGEFL_RETURN_IF_ERROR(record_counted_rounds(finishing.carried_rounds, latest->version, error));
     EDGEFL_RETURN_IF_ERROR(
         storage_->close_round(open->round_id, RoundState::kCommitted, latest->version, now_ms, error));
     log_info("round_commit_completed").kv("round", open->round_id).kv("version", latest->version);
@@ -646,6 +654,32 @@ Status RoundManager::record_carried_rounds(const OpenRound& round, std::string* 
     value.append(std::to_string(id));
   }
   return storage_->put_setting(kCarriedRoundsKey, value, error);
+}
+
+Status RoundManager::record_counted_rounds(const std::vector<uint64_t>& rounds, uint64_t version,
+                                           std::string* error) {
+  for (const uint64_t id : rounds)
+    EDGEFL_RETURN_IF_ERROR(storage_->put_setting(counted_key(id), std::to_string(version), error));
+  return Status::kOk;
+}
+
+Status RoundManager::abandoned_rows_counted(uint64_t round_id, bool* counted, std::string* error) {
+  *counted = true;
+  std::optional<RoundRecord> round;
+  EDGEFL_RETURN_IF_ERROR(storage_->get_round(round_id, &round, error));
+  if (!round || round->state != RoundState::kAbandoned) return Status::kOk;
+  std::optional<std::string> value;
+  EDGEFL_RETURN_IF_ERROR(storage_->get_setting(counted_key(round_id), &value, error));
+  if (value) return Status::kOk;  // a later commit counted them
+  // Still to be counted: listed for the next round of the current model.
+  EDGEFL_RETURN_IF_ERROR(storage_->get_setting(kCarriedRoundsKey, &value, error));
+  *counted = false;
+  if (!value) return Status::kOk;
+  std::istringstream in(*value);
+  uint64_t base = 0, id = 0;
+  if (!(in >> base) || base != round->base_model_version || base != model_version_) return Status::kOk;
+  while (in >> id) *counted = *counted || id == round_id;
+  return Status::kOk;
 }
 
 Status RoundManager::rebuild_aggregate(OpenRound* round, std::string* error) {
@@ -1177,6 +1211,7 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
       return Status::kCorruptPayload;
     }
   }
+  if (commit) EDGEFL_RETURN_IF_ERROR(record_counted_rounds(round.carried_rounds, result_version, error));
   const bool spends_privacy = commit && secure_ && secure_->noise_variance() > 0;
   if (spends_privacy) {
     char spent[128];
@@ -1891,6 +1926,17 @@ std::optional<Reply> RoundManager::commit_outside_open_round(const std::string& 
   if (storage_->find_update(commit.round_id, device, &existing, &error) != Status::kOk) {
     fatal("find_update", error);
     return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+  }
+  if (existing && (!open_ || commit.round_id != open_->record.round_id)) {
+    // A closed round's row counts only if its round committed, or was abandoned and its updates
+    // passed on to a commit (or to the next round of the current model). The others (a secure
+    // round abandoned after its masked phase, carried updates a failed commit dropped) are late.
+    bool counted = true;
+    if (abandoned_rows_counted(commit.round_id, &counted, &error) != Status::kOk) {
+      fatal("reading an abandoned round", error);
+      return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+    }
+    if (!counted) return straggler_or_late(device, commit, true);
   }
   if (existing) return answer_counted_before(device, commit, *existing);
   // A round that is no longer open: straggler (closed with its quorum before the deadline) or late.

@@ -309,6 +309,11 @@ class RoundManager {
   // Before a plain round is abandoned below its quorum: the list the next round reads, this
   // round added when its ledger holds an update.
   Status record_carried_rounds(const OpenRound& round, std::string* error);
+  // Before a commit to `version` is durable: the abandoned rounds whose updates it counts.
+  Status record_counted_rounds(const std::vector<uint64_t>& rounds, uint64_t version, std::string* error);
+  // *counted: false when round_id was abandoned and its updates reached no model and wait for no
+  // round (a secure round; carried updates a commit that could not succeed dropped).
+  Status abandoned_rows_counted(uint64_t round_id, bool* counted, std::string* error);
   // After a ledger write in doubt (OpenRound::ledger_in_doubt), counts what the ledger holds and
   // this process missed: a plain round's aggregate is rebuilt from the ledger; a secure round in
   // its masked phase adds the masked vectors it lacks. Runs before any decision that counts the

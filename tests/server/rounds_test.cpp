@@ -2107,6 +2107,7 @@ TEST_SUITE("server.rounds.logic") {
       CHECK(s.rounds->model_version() == 2);
       // The next model: nothing carried, every device may take part again; payloads dropped.
       CHECK(s.rounds->carried_updates() == 0);
+      CHECK(disposition(s.upload(round1, c)) == wire::UpdateDisposition::kDuplicate);  // counted in v2
       (void)s.offer("c");
       std::string error;
       for (uint64_t r = 1; r <= 3; ++r) {
@@ -2161,10 +2162,13 @@ TEST_SUITE("server.rounds.logic") {
     Server s(dir, o);
     REQUIRE(s.open() == Status::kOk);
     const std::vector<float> v1 = s.model();
-    run_round(s, {honest("a", 1, 5)});
+    const Update a = honest("a", 1, 5);
+    const wire::TaskOffer round1 = s.offer("a");
+    REQUIRE(disposition(s.upload(round1, a)) == wire::UpdateDisposition::kAccepted);
     s.now += 10001;
     s.rounds->tick(s.now);
     REQUIRE(s.rounds->carried_updates() == 1);
+    CHECK(disposition(s.upload(round1, a)) == wire::UpdateDisposition::kDuplicate);  // still to count
     Update huge = honest("b", 2, 5);
     for (float& v : huge.values) v = 1.0e34f;
     Update huge2 = huge;
@@ -2176,6 +2180,8 @@ TEST_SUITE("server.rounds.logic") {
     CHECK(s.rounds->carried_updates() == 0);
     s.reopen();
     CHECK(s.rounds->carried_updates() == 0);
+    // a's ack was lost: its update reached no model and waits for none, so its retry is late.
+    CHECK(disposition(s.upload(round1, a)) == wire::UpdateDisposition::kLate);
     fs::remove_all(dir);
   }
 
@@ -3569,6 +3575,7 @@ TEST_SUITE("server.rounds.secure") {
         d[i].start(s.offer(d[i].id, 0, wire::kCapabilitySecureAggregation));
         d[i].update.assign(s.model().size(), 0.001f * float(i + 1));
       }
+      std::vector<std::vector<uint8_t>> masked;
       if (!at_unmask) {
         // One device advertises; the keys deadline passes with no tick: the poll's own tick fails
         // the round (fewer than t + 1 keys) and opens the next.
@@ -3588,7 +3595,8 @@ TEST_SUITE("server.rounds.secure") {
         for (SecureDevice& x : d) {
           const wire::SecAggInbox inbox = expect<wire::SecAggInbox>(
               s.rounds->secagg_poll(x.id, x.poll(wire::SecAggPhase::kShares), s.now).message);
-          CHECK(expect<wire::Ack>(s.upload_bytes(x.offer, x.id, x.mask(inbox), 1)).disposition ==
+          masked.push_back(x.mask(inbox));
+          CHECK(expect<wire::Ack>(s.upload_bytes(x.offer, x.id, masked.back(), 1)).disposition ==
                 wire::UpdateDisposition::kAccepted);
         }
         REQUIRE(s.rounds->secure_round()->phase() == SecurePhase::kUnmask);
@@ -3602,6 +3610,11 @@ TEST_SUITE("server.rounds.secure") {
       REQUIRE(s.storage->get_round(1, &first, &error) == Status::kOk);
       CHECK(first->state == RoundState::kAbandoned);
       CHECK(s.rounds->secure_round()->assigned() == 0);  // round 2, which knows none of them
+      if (at_unmask) {
+        // A device whose ack was lost asks again: its masked vector reached no model, so late.
+        CHECK(expect<wire::Ack>(s.upload_bytes(d[1].offer, d[1].id, masked[1], 1)).disposition ==
+              wire::UpdateDisposition::kLate);
+      }
     }
   }
   TEST_CASE("a restart that would change an open round's kind (secure or not) is refused, with the reason") {
