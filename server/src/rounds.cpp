@@ -578,16 +578,25 @@ Status RoundManager::decode_recorded(const UpdateRecord& u) {
   return check.verdict == UpdateVerdict::kAccepted ? Status::kOk : Status::kCorruptPayload;
 }
 
-Status RoundManager::find_carried_rounds(OpenRound* round, std::string* error) {
-  round->carried_rounds.clear();
+Status RoundManager::listed_carried_rounds(uint64_t base_model_version, std::vector<uint64_t>* ids,
+                                           std::string* error) {
+  ids->clear();
   std::optional<std::string> listed;
   EDGEFL_RETURN_IF_ERROR(storage_->get_setting(kCarriedRoundsKey, &listed, error));
   if (!listed) return Status::kOk;
   std::istringstream in(*listed);
   uint64_t base = 0, id = 0;
-  if (!(in >> base) || base != round->record.base_model_version) return Status::kOk;  // a model ago
-  std::vector<uint64_t> ids;
-  while (in >> id) {
+  if (!(in >> base) || base != base_model_version) return Status::kOk;  // a model ago
+  while (in >> id) ids->push_back(id);
+  return Status::kOk;
+}
+
+Status RoundManager::find_carried_rounds(OpenRound* round, std::string* error) {
+  round->carried_rounds.clear();
+  const uint64_t base = round->record.base_model_version;
+  std::vector<uint64_t> listed, ids;
+  EDGEFL_RETURN_IF_ERROR(listed_carried_rounds(base, &listed, error));
+  for (const uint64_t id : listed) {
     if (id >= round->record.round_id) continue;  // written just before a close that did not happen
     std::optional<RoundRecord> earlier;
     EDGEFL_RETURN_IF_ERROR(storage_->get_round(id, &earlier, error));
@@ -672,13 +681,10 @@ Status RoundManager::abandoned_rows_counted(uint64_t round_id, bool* counted, st
   EDGEFL_RETURN_IF_ERROR(storage_->get_setting(counted_key(round_id), &value, error));
   if (value) return Status::kOk;  // a later commit counted them
   // Still to be counted: listed for the next round of the current model.
-  EDGEFL_RETURN_IF_ERROR(storage_->get_setting(kCarriedRoundsKey, &value, error));
-  *counted = false;
-  if (!value) return Status::kOk;
-  std::istringstream in(*value);
-  uint64_t base = 0, id = 0;
-  if (!(in >> base) || base != round->base_model_version || base != model_version_) return Status::kOk;
-  while (in >> id) *counted = *counted || id == round_id;
+  std::vector<uint64_t> listed;
+  if (round->base_model_version == model_version_)
+    EDGEFL_RETURN_IF_ERROR(listed_carried_rounds(model_version_, &listed, error));
+  *counted = std::find(listed.begin(), listed.end(), round_id) != listed.end();
   return Status::kOk;
 }
 
@@ -1355,16 +1361,12 @@ void RoundManager::tick(int64_t now_ms) {
     secure_tick(now_ms);
     return;
   }
-  if (open_->ledger_in_doubt) {
-    if (reconcile_ledger(&error) != Status::kOk) {
-      fatal("reading the ledger after a write in doubt", error);  // the next tick tries again
-    } else if (open_->accepted + open_->carried >= options_.cohort) {
-      (void)close_round(true, now_ms, &error);
-      return;
-    }
-  }
-  if (open_->carried != 0 && open_->accepted + open_->carried >= options_.cohort) {
-    (void)close_round(true, now_ms, &error);  // carried in full (a cohort smaller than before)
+  if (open_->ledger_in_doubt && reconcile_ledger(&error) != Status::kOk)
+    fatal("reading the ledger after a write in doubt", error);  // the next tick tries again
+  // The cohort reached outside count_update(): a row found in the ledger, or updates carried in
+  // full (a cohort smaller than before). Several aggregators count the shared ledger below.
+  if (!shared_ && open_->accepted + open_->carried >= options_.cohort) {
+    (void)close_round(true, now_ms, &error);
     return;
   }
   if (shared_ && now_ms >= next_look_ms_) {

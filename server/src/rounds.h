@@ -301,6 +301,8 @@ class RoundManager {
   // kCarriedRoundsKey) that trained the round's base model version and are still abandoned;
   // none for a secure round or several aggregators.
   Status find_carried_rounds(OpenRound* round, std::string* error);
+  // The round ids of kCarriedRoundsKey when it lists them for `base_model_version`; else none.
+  Status listed_carried_rounds(uint64_t base_model_version, std::vector<uint64_t>* ids, std::string* error);
   // Sets round->carried and carried_devices from the carried rounds' ledgers (unchanged on
   // failure); adds their updates to `into` and appends them decoded to `rows`, either or both
   // when not null (both null: they are only counted).
