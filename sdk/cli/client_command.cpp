@@ -228,6 +228,14 @@ void print_round(std::ostream& out, const RoundResult& r) {
     out.flush();
     return;
   }
+  if (r.outcome == RoundOutcome::kAbandoned) {
+    out << "round " << r.round_id << " (model v" << r.model_version
+        << "): abandoned: the secure round ended without a model that counts this device's update ("
+        << r.update_bytes << " B, " << r.samples
+        << " samples); with error feedback the next update carries it\n";
+    out.flush();
+    return;
+  }
   char line[768];
   std::snprintf(line, sizeof line,
                 "round %llu (model v%llu): %s; %u samples, loss %.4f, train %.2f s; update %llu B (%s)%s; "

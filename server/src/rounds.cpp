@@ -2313,19 +2313,64 @@ Reply RoundManager::secagg_shares(const std::string& device, const wire::SecAggS
 }
 
 Reply RoundManager::secagg_poll(const std::string& device, const wire::SecAggPoll& m, int64_t now_ms) {
+  const auto round_is_open = [&] {
+    return secure_ && open_ && !open_->closing && open_->record.round_id == m.round_id;
+  };
+  // Unmask polls of a round no longer open ask what became of the device's masked vector.
+  if (m.phase == wire::SecAggPhase::kUnmask && !round_is_open()) return secure_outcome(device, m);
   if (std::optional<Reply> refused = secagg_check(m.round_id, m.round_nonce)) return std::move(*refused);
   secure_tick(now_ms);  // a phase whose deadline passed ends before the answer
-  if (!secure_ || !open_ || open_->closing || open_->record.round_id != m.round_id) {
+  if (!round_is_open()) {
     // The round ended with this tick (the next one may be open already, without this device):
-    // a device waiting to unmask has nothing more to do in it; one waiting for keys or shares
-    // hears that the round is gone, as it would from its next poll.
-    if (m.phase == wire::SecAggPhase::kUnmask) {
-      wire::SecAggStatus done{m.round_id, wire::SecAggPhase::kDone, 0};
-      return Reply{wire::Message{done}, false};
-    }
+    // one waiting for keys or shares hears that the round is gone, as it would from its next poll.
+    if (m.phase == wire::SecAggPhase::kUnmask) return secure_outcome(device, m);
     return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(m.round_id) + " ended");
   }
   return Reply{secure_->poll(device, m, now_ms), false};
+}
+
+Reply RoundManager::secure_outcome(const std::string& device, const wire::SecAggPoll& m) {
+  std::optional<RoundRecord> round;
+  std::optional<UpdateRecord> row;
+  std::string error;
+  if (m.round_id > kMaxStoredId) {
+    return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(m.round_id) + " is unknown");
+  }
+  // A store that cannot be read is not "not counted": the device would add a counted vector back.
+  if (storage_->get_round(m.round_id, &round, &error) != Status::kOk ||
+      (round && storage_->find_update(m.round_id, device, &row, &error) != Status::kOk)) {
+    fatal("secure round outcome", error);
+    return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+  }
+  if (!round) {
+    return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(m.round_id) + " is unknown");
+  }
+  if (round->nonce != m.round_nonce) {
+    return error_reply(wire::ErrorCode::kNonceMismatch,
+                       "the round nonce does not match round " + std::to_string(m.round_id));
+  }
+  wire::SecAggStatus status{m.round_id, wire::SecAggPhase::kDone, 0, wire::SecAggOutcome::kNotCounted};
+  if (round->state == RoundState::kOpen) {  // closing: its commit or abandonment is under way
+    status.outcome = wire::SecAggOutcome::kPending;
+    status.retry_after_ms = SecureRound::kOutcomeRetryMs;
+  } else if (row && round->state == RoundState::kCommitted) {
+    status.outcome = wire::SecAggOutcome::kCounted;
+  } else if (row) {  // abandoned: counted only if a later round took its rows (plain rounds)
+    bool counted = false;
+    if (abandoned_rows_counted(m.round_id, &counted, &error) != Status::kOk) {
+      fatal("secure round outcome", error);
+      return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
+    }
+    if (counted) status.outcome = wire::SecAggOutcome::kCounted;
+  }
+  if (status.outcome != wire::SecAggOutcome::kPending) {
+    log_info("secagg_outcome")
+        .kv("round", m.round_id)
+        .kv("device", device)
+        .kv("state", round_state_name(round->state))
+        .kv("outcome", status.outcome == wire::SecAggOutcome::kCounted ? "counted" : "not_counted");
+  }
+  return Reply{wire::Message{status}, false};
 }
 
 Reply RoundManager::secagg_unmask(const std::string& device, const wire::SecAggUnmaskResponse& m,

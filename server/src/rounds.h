@@ -175,6 +175,9 @@ class RoundManager {
   Reply secagg_shares(const std::string& device, const wire::SecAggShares& m, int64_t now_ms);
   Reply secagg_poll(const std::string& device, const wire::SecAggPoll& m, int64_t now_ms);
   Reply secagg_unmask(const std::string& device, const wire::SecAggUnmaskResponse& m, int64_t now_ms);
+  // kUnmask polls of a round that is not open: kDone with the outcome of the device's masked
+  // vector, read from the round's record and ledger (kPending while its close is under way).
+  Reply secure_outcome(const std::string& device, const wire::SecAggPoll& m);
   // The open secure round, for tests (null when none).
   const SecureRound* secure_round() const { return secure_ ? &*secure_ : nullptr; }
 

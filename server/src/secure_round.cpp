@@ -392,11 +392,18 @@ Status SecureRound::tick(int64_t now_ms, std::string* error) {
 
 // --- messages ---------------------------------------------------------------------------------
 
-wire::Message SecureRound::status_reply(wire::SecAggPhase waiting_for, int64_t now_ms) const {
+wire::Message SecureRound::status_reply(wire::SecAggPhase waiting_for, int64_t now_ms,
+                                        const Device* d) const {
   wire::SecAggStatus st;
   st.round_id = round_id_;
   st.phase = waiting_for;
   st.retry_after_ms = waiting_for == wire::SecAggPhase::kDone ? 0 : retry_ms(now_ms);
+  if (waiting_for == wire::SecAggPhase::kDone && d != nullptr) {
+    // The round is still open: a device whose masked vector is in waits to hear whether the
+    // round's model counts it (the round may yet be abandoned); one without has none counted.
+    st.outcome = d->masked ? wire::SecAggOutcome::kPending : wire::SecAggOutcome::kNotCounted;
+    if (d->masked) st.retry_after_ms = kOutcomeRetryMs;
+  }
   return wire::Message{st};
 }
 
@@ -446,7 +453,7 @@ wire::Message SecureRound::take(Kind kind, const std::string& device, Device* d,
   if (s != Status::kOk) {
     return refuse(d, kind, wire::ErrorCode::kBadMessage, std::string(what) + " refused: " + status_name(s));
   }
-  return status_reply(waiting_for, now_ms);
+  return status_reply(waiting_for, now_ms, d);
 }
 
 wire::Message SecureRound::advertise(const std::string& device, const wire::SecAggAdvertise& m,
@@ -524,7 +531,7 @@ wire::Message SecureRound::poll(const std::string& device, const wire::SecAggPol
       if (d->shares.empty()) return error_message(wire::ErrorCode::kUnexpectedMessage, "send shares first");
       if (phase_ <= SecurePhase::kMasked) return status_reply(wire::SecAggPhase::kUnmask, now_ms);
       if (!d->unmask.empty() || phase_ == SecurePhase::kDone)
-        return status_reply(wire::SecAggPhase::kDone, now_ms);
+        return status_reply(wire::SecAggPhase::kDone, now_ms, d);
       return unmask_request_reply(d->index);
     default: return error_message(wire::ErrorCode::kBadMessage, "poll for keys, shares or unmask");
   }
@@ -550,7 +557,7 @@ wire::Message SecureRound::unmask(const std::string& device, const wire::SecAggU
   if (!d->unmask.empty()) {
     if (payload != d->unmask)
       return refuse(d, kUnmask, wire::ErrorCode::kUnexpectedMessage, "unmask answered already");
-    return status_reply(wire::SecAggPhase::kDone, now_ms);
+    return status_reply(wire::SecAggPhase::kDone, now_ms, d);
   }
   if (phase_ == SecurePhase::kFailed) return error_message(wire::ErrorCode::kUnknownRound, failure_);
   if (phase_ != SecurePhase::kUnmask) {

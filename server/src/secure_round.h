@@ -66,6 +66,8 @@ const char* secure_phase_name(SecurePhase phase);
 class SecureRound {
  public:
   static constexpr uint32_t kMaxAttempts = 3;  // refused messages of one device in one phase
+  // A device waiting for its masked vector's outcome polls again after this long.
+  static constexpr uint32_t kOutcomeRetryMs = 200;
 
   // `cohort`: the devices the graph is made for; `like`: the encoding of the round's codec at the
   // model's dimension whose integer codes devices mask (read_integer_codes() must accept it:
@@ -166,7 +168,8 @@ class SecureRound {
   void end_phase(Kind kind, int64_t unix_ms);
   int64_t phase_deadline() const;
   uint32_t retry_ms(int64_t now_ms) const;
-  wire::Message status_reply(wire::SecAggPhase waiting_for, int64_t now_ms) const;
+  // kDone to device `d` (may be null) carries its vector's outcome while the round is open.
+  wire::Message status_reply(wire::SecAggPhase waiting_for, int64_t now_ms, const Device* d = nullptr) const;
   wire::Message keys_reply(uint32_t index) const;
   wire::Message inbox_reply(uint32_t index) const;
   wire::Message unmask_request_reply(uint32_t index) const;

@@ -192,6 +192,7 @@ static void test_status_names(void) {
   }
   CHECK(strcmp(edgefl_round_outcome_name(EDGEFL_ROUND_ACCEPTED), "accepted") == 0);
   CHECK(strcmp(edgefl_round_outcome_name(EDGEFL_ROUND_SERVER_DRAINING), "server_draining") == 0);
+  CHECK(strcmp(edgefl_round_outcome_name(EDGEFL_ROUND_ABANDONED), "abandoned") == 0);
   CHECK(strcmp(edgefl_round_outcome_name((edgefl_round_outcome)77), "unknown") == 0);
 }
 

@@ -38,6 +38,7 @@ struct Client {
     }
     return s;
   }
+  bool residual_sq_norm_is_zero() const { return ef.residual_sq_norm() == 0.0; }
   std::vector<float> residual() const {
     std::vector<float> r(n);
     for (size_t i = 0; i < n; ++i) r[i] = ef.residual(i);
@@ -245,6 +246,78 @@ TEST_SUITE("error_feedback") {
         CHECK(c.storage == storage_before);
       }
     }
+  }
+
+  TEST_CASE("restore gives an uncounted update back: the residual is the compensated input again") {
+    // Round 1 is encoded and never counted (a secure round abandoned after its ack): restore()
+    // makes the residual update + previous residual, so round 2 sends what both rounds owed.
+    const size_t n = 2053;
+    for (ResidualPrecision p : {ResidualPrecision::kFp32, ResidualPrecision::kBf16}) {
+      for (const char* text : {"q8:shared=0.05", "topk:0.01+q4", "q2", "randk:0.1+q8"}) {
+        INFO("spec: ", std::string(text), ", bf16: ", p == ResidualPrecision::kBf16);
+        const CodecSpec spec = parse_or_fail(text);
+        Client c(n, p);
+        std::vector<uint8_t> first, lost;
+        REQUIRE(c.encode(spec, edgefl_test::gaussian_vector(n, 1), 3, &first) == Status::kOk);
+        const std::vector<float> before = c.residual();
+        const std::vector<float> update = edgefl_test::gaussian_vector(n, 2);
+        REQUIRE(c.encode(spec, update, 4, &lost) == Status::kOk);
+        std::vector<float> scratch(n);
+        std::vector<uint8_t> work(edgefl::workspace_size(spec, n));
+        REQUIRE(c.ef.restore({lost.data(), lost.size()}, {scratch.data(), n}, {work.data(), work.size()}) ==
+                Status::kOk);
+        const std::vector<float> r = c.residual();
+        const std::vector<float> decoded = decode_ok(lost, n);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const double owed = double(update[i]) + double(before[i]);
+          // Two roundings: of owed - decoded (the encode's residual), then of owed (the restore);
+          // 2^-8 relative each in bf16, float rounding in fp32.
+          const double scale = fabs(owed - double(decoded[i])) + fabs(owed);
+          const double tolerance = (p == ResidualPrecision::kBf16 ? 0.004 : 2.5e-7) * scale + 1e-30;
+          if (fabs(double(r[i]) - owed) > tolerance) ++bad;
+        }
+        CHECK(bad == 0);
+      }
+    }
+  }
+
+  TEST_CASE(
+      "restore refuses another dimension, a corrupt encoding and non-finite values, and changes nothing") {
+    const size_t n = 1000;
+    const CodecSpec spec = parse_or_fail("q8:shared=0.05");
+    Client c(n, ResidualPrecision::kFp32);
+    std::vector<uint8_t> bytes;
+    REQUIRE(c.encode(spec, edgefl_test::gaussian_vector(n, 1), 1, &bytes) == Status::kOk);
+    const std::vector<uint8_t> storage_before = c.storage;
+    std::vector<float> scratch(n);
+    std::vector<uint8_t> work(edgefl::workspace_size(spec, n));
+    CHECK(c.ef.restore({bytes.data(), bytes.size()}, {scratch.data(), n - 1}, {work.data(), work.size()}) ==
+          Status::kDimensionMismatch);
+    CHECK(c.storage == storage_before);
+    Client other(n + 1, ResidualPrecision::kFp32);  // an encoding of another dimension
+    std::vector<float> scratch1(n + 1);
+    CHECK(other.ef.restore({bytes.data(), bytes.size()}, {scratch1.data(), n + 1},
+                           {work.data(), work.size()}) != Status::kOk);
+    CHECK(other.residual_sq_norm_is_zero());
+    std::vector<uint8_t> truncated(bytes.begin(), bytes.end() - 1);
+    CHECK(c.ef.restore({truncated.data(), truncated.size()}, {scratch.data(), n},
+                       {work.data(), work.size()}) != Status::kOk);
+    CHECK(c.storage == storage_before);
+    // A residual near the float maximum plus a decoded value overflows to infinity: refused.
+    std::vector<float> huge(n, 3.0e38f);
+    Client big(n, ResidualPrecision::kFp32);
+    std::vector<uint8_t> huge_bytes;
+    const CodecSpec fp32 = parse_or_fail("fp32");
+    REQUIRE(big.encode(parse_or_fail("topk:0.001+fp32"), huge, 1, &huge_bytes) == Status::kOk);
+    const std::vector<uint8_t> big_before = big.storage;
+    std::vector<uint8_t> dense;
+    Client sender(n, ResidualPrecision::kFp32);
+    REQUIRE(sender.encode(fp32, huge, 1, &dense) == Status::kOk);
+    std::vector<uint8_t> work32(edgefl::workspace_size(fp32, n));
+    CHECK(big.ef.restore({dense.data(), dense.size()}, {scratch.data(), n}, {work32.data(), work32.size()}) ==
+          Status::kNonFiniteInput);
+    CHECK(big.storage == big_before);
   }
 
   TEST_CASE("reset zeroes the residual") {

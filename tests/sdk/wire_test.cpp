@@ -338,6 +338,7 @@ void check_fields(const w::SecAggStatus& a, const w::SecAggStatus& b) {
   CHECK(a.round_id == b.round_id);
   CHECK(a.phase == b.phase);
   CHECK(a.retry_after_ms == b.retry_after_ms);
+  CHECK(a.outcome == b.outcome);
 }
 void check_fields(const w::SecAggUnmaskRequest& a, const w::SecAggUnmaskRequest& b) {
   CHECK(a.round_id == b.round_id);
@@ -477,6 +478,9 @@ std::vector<w::Message> largest_messages() {
   out.push_back(samples::secagg_poll());
   w::SecAggStatus status_message = samples::secagg_status();
   status_message.retry_after_ms = w::kMaxRetryMs;
+  out.push_back(status_message);
+  status_message.phase = w::SecAggPhase::kDone;
+  status_message.outcome = w::SecAggOutcome::kNotCounted;  // the largest outcome
   out.push_back(status_message);
   w::SecAggUnmaskRequest unmask;
   unmask.round_id = 1;
@@ -1490,6 +1494,17 @@ std::vector<RuleCase> rule_cases() {
   c.push_back(rule(
       "status: retry above 7 days", ss, [](w::SecAggStatus& m) { m.retry_after_ms = w::kMaxRetryMs + 1; },
       V::kOutOfRange, "SecAggStatus.retry_after_ms"));
+  c.push_back(rule(
+      "status: outcome 4", ss,
+      [](w::SecAggStatus& m) {
+        m.phase = w::SecAggPhase::kDone;
+        m.outcome = static_cast<w::SecAggOutcome>(4);
+      },
+      V::kOutOfRange, "SecAggStatus.outcome"));
+  c.push_back(rule(
+      "status: an outcome before the round is done", ss,
+      [](w::SecAggStatus& m) { m.outcome = w::SecAggOutcome::kCounted; }, V::kInconsistent,
+      "SecAggStatus.outcome"));
   const w::SecAggUnmaskRequest req = samples::secagg_unmask_request();
   c.push_back(rule(
       "unmask request: survivor also dropped", req, [](w::SecAggUnmaskRequest& m) { m.dropped.push_back(3); },

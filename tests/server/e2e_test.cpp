@@ -3166,6 +3166,67 @@ TEST_SUITE("e2e.secure") {
     CHECK(server.wait_exit(10000) == 0);
   }
   TEST_CASE(
+      "secure aggregation: a round abandoned after its devices masked (below its quorum) tells each "
+      "device its acked vector was not counted; each says kAbandoned and keeps the update in its "
+      "error-feedback residual") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 5);
+    const std::string state = tmp / "state";
+    ServerProcess server(tmp);
+    // Five devices are chosen and five updates needed; the fifth shares its keys and vanishes, so
+    // the round holds four masked vectors when its masked phase ends and is abandoned.
+    START_SERVER(server,
+                 server_args(pki, state, kSecureCodec,
+                             {"--cohort", "5", "--over-selection", "1", "--min-quorum", "5", "--rounds", "2",
+                              "--secure-aggregation", "on", "--secagg-phase", "2", "--deadline", "30"}));
+    INFO("server log:\n" << server.all_logs());
+    struct Device {
+      std::thread thread;
+      Status status = Status::kOk;
+      std::string error, notes;
+      RoundResult result;
+    };
+    std::vector<Device> devices(4);
+    std::mutex notes_mutex;
+    for (uint32_t d = 0; d < 4; ++d) {
+      devices[d].thread = std::thread([&, d] {
+        Device& me = devices[d];
+        ClientOptions o = persistent_client(pki, cli::dev_pki_device_id(d + 1), server.port(), 70 + d);
+        o.log = [&](LogLevel, const std::string& line) {
+          std::lock_guard<std::mutex> lock(notes_mutex);
+          me.notes += line + "\n";
+        };
+        Client client(o);
+        if (client.init(&me.error) != Status::kOk) {
+          me.status = Status::kInvalidArgument;
+          return;
+        }
+        FixedTrainer trainer(d + 1, 1);
+        me.status = client.run_round(trainer, &me.result, &me.error);
+      });
+    }
+    const std::unique_ptr<tls::TlsCredentials> creds5 = device_credentials(pki, cli::dev_pki_device_id(5));
+    const std::string dropped = share_then_drop(server.port(), *creds5);
+    for (Device& d : devices) d.thread.join();
+    CHECK_MESSAGE(dropped.empty(), dropped);
+    for (uint32_t d = 0; d < 4; ++d) {
+      CAPTURE(d);
+      INFO("device notes:\n" << devices[d].notes);
+      CHECK_MESSAGE(devices[d].status == Status::kOk, devices[d].error);
+      CHECK(devices[d].result.round_id == 1);
+      CHECK(devices[d].result.outcome == RoundOutcome::kAbandoned);
+      CHECK(devices[d].notes.find("went back into the error-feedback residual") != std::string::npos);
+    }
+    const std::string log = server.log();
+    CHECK(lines_with(log, {"event=masked_vector_accepted"}).size() == 4);
+    CHECK(lines_with(log, {"event=round_abandoned", "round=1"}).size() == 1);
+    CHECK(lines_with(log, {"event=round_committed"}).empty());
+    CHECK(lines_with(log, {"event=secagg_outcome", "round=1", "outcome=not_counted"}).size() == 4);
+    CHECK(lines_with(log, {"event=secagg_outcome", "outcome=counted"}).empty());
+    server.signal(SIGTERM);
+    CHECK(server.wait_exit(10000) == 0);
+  }
+  TEST_CASE(
       "secure aggregation keeps its promises across kill -9 in each phase: the round commits with the "
       "exact mean of the survivors' codes") {
     // Four devices run edgefl::Client; a fifth advertises and shares, then vanishes, so the masked

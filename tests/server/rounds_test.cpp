@@ -3517,12 +3517,41 @@ TEST_SUITE("server.rounds.secure") {
       expect_error(s.rounds->secagg_unmask(d[0].id, wrong, s.now).message, wire::ErrorCode::kBadMessage,
                    "answer refused");
       s.reopen();  // a restart in the unmask phase
-      expect<wire::SecAggStatus>(s.rounds->secagg_unmask(d[0].id, answers[0], s.now).message);
-      expect<wire::SecAggStatus>(s.rounds->secagg_unmask(d[1].id, answers[1], s.now).message);
-      expect<wire::SecAggStatus>(s.rounds->secagg_unmask(d[2].id, answers[2], s.now).message);
+      // Until the round commits, a device that answered hears its vector's outcome is pending.
+      for (size_t i = 0; i < 3; ++i) {
+        const wire::SecAggStatus answered =
+            expect<wire::SecAggStatus>(s.rounds->secagg_unmask(d[i].id, answers[i], s.now).message);
+        CHECK(answered.phase == wire::SecAggPhase::kDone);
+        CHECK(answered.outcome == wire::SecAggOutcome::kPending);
+        CHECK(answered.retry_after_ms > 0);
+      }
       CHECK(s.rounds->model_version() == 2);       // committed
       CHECK(s.rounds->secure_round() != nullptr);  // the next round, secure too
       CHECK(s.rounds->secure_round()->assigned() == 0);
+
+      // The closed round's outcomes, from its record and ledger: counted for the three vectors,
+      // not counted for device 3 (no vector); a wrong nonce, an unknown round and a store that
+      // cannot be read are refused, and change nothing.
+      const auto outcome_of = [&](size_t i) {
+        const wire::SecAggStatus st = expect<wire::SecAggStatus>(
+            s.rounds->secagg_poll(d[i].id, d[i].poll(wire::SecAggPhase::kUnmask), s.now).message);
+        CHECK(st.phase == wire::SecAggPhase::kDone);
+        return st.outcome;
+      };
+      for (size_t i = 0; i < 3; ++i) CHECK(outcome_of(i) == wire::SecAggOutcome::kCounted);
+      CHECK(outcome_of(3) == wire::SecAggOutcome::kNotCounted);
+      wire::SecAggPoll forged_nonce = d[0].poll(wire::SecAggPhase::kUnmask);
+      forged_nonce.round_nonce[0] ^= 1;
+      expect_error(s.rounds->secagg_poll(d[0].id, forged_nonce, s.now).message,
+                   wire::ErrorCode::kNonceMismatch, "nonce");
+      wire::SecAggPoll unknown = d[0].poll(wire::SecAggPhase::kUnmask);
+      unknown.round_id = 99;
+      expect_error(s.rounds->secagg_poll(d[0].id, unknown, s.now).message, wire::ErrorCode::kUnknownRound,
+                   "unknown");
+      s.faults->failing["find_update"] = 1;
+      expect_error(s.rounds->secagg_poll(d[0].id, d[0].poll(wire::SecAggPhase::kUnmask), s.now).message,
+                   wire::ErrorCode::kInternal, "storage");
+      CHECK(outcome_of(0) == wire::SecAggOutcome::kCounted);
 
       // The model moved by the mean of devices 0, 1 and 2: their summed codes, decoded, over 3
       // (for a Count Sketch, the heavy hitters of the summed sketch).
@@ -3601,9 +3630,11 @@ TEST_SUITE("server.rounds.secure") {
         }
         REQUIRE(s.rounds->secure_round()->phase() == SecurePhase::kUnmask);
         s.now += 1001;
-        CHECK(expect<wire::SecAggStatus>(
-                  s.rounds->secagg_poll(d[0].id, d[0].poll(wire::SecAggPhase::kUnmask), s.now).message)
-                  .phase == wire::SecAggPhase::kDone);
+        // The round ends unanswered: a device that masked hears its vector was not counted.
+        const wire::SecAggStatus ended = expect<wire::SecAggStatus>(
+            s.rounds->secagg_poll(d[0].id, d[0].poll(wire::SecAggPhase::kUnmask), s.now).message);
+        CHECK(ended.phase == wire::SecAggPhase::kDone);
+        CHECK(ended.outcome == wire::SecAggOutcome::kNotCounted);
       }
       std::optional<RoundRecord> first;
       std::string error;
@@ -3611,9 +3642,13 @@ TEST_SUITE("server.rounds.secure") {
       CHECK(first->state == RoundState::kAbandoned);
       CHECK(s.rounds->secure_round()->assigned() == 0);  // round 2, which knows none of them
       if (at_unmask) {
-        // A device whose ack was lost asks again: its masked vector reached no model, so late.
+        // A device whose ack was lost asks again: its masked vector reached no model, so late;
+        // asked directly, the server says so too.
         CHECK(expect<wire::Ack>(s.upload_bytes(d[1].offer, d[1].id, masked[1], 1)).disposition ==
               wire::UpdateDisposition::kLate);
+        CHECK(expect<wire::SecAggStatus>(
+                  s.rounds->secagg_poll(d[1].id, d[1].poll(wire::SecAggPhase::kUnmask), s.now).message)
+                  .outcome == wire::SecAggOutcome::kNotCounted);
       }
     }
   }

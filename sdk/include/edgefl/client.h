@@ -173,6 +173,10 @@ enum class RoundOutcome : uint8_t {
   kLate = 4,            // after the deadline
   kRejected = 5,        // the server refused the update (RoundResult::reject_reason says why)
   kServerDraining = 6,  // the server is shutting down: no task
+  // A secure round the server acked the masked vector in ended without a model that counts it
+  // (abandoned): with error feedback the update went back into the residual (the next update
+  // carries it); without, it is lost.
+  kAbandoned = 7,
 };
 const char* round_outcome_name(RoundOutcome outcome);
 

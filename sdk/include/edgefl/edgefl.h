@@ -304,6 +304,8 @@ typedef enum edgefl_round_outcome {
   EDGEFL_ROUND_LATE = 4,             /* after the deadline */
   EDGEFL_ROUND_REJECTED = 5,         /* the server refused the update */
   EDGEFL_ROUND_SERVER_DRAINING = 6,  /* the server is shutting down: no task */
+  EDGEFL_ROUND_ABANDONED = 7,        /* a secure round ended without counting the acked update;
+                                        with error feedback the next update carries it */
   EDGEFL_ROUND_MAX_ENUM = 0x7FFFFFFF /* not an outcome: keeps the type 32 bits wide */
 } edgefl_round_outcome;
 

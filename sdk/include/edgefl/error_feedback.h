@@ -34,6 +34,12 @@ class ErrorFeedback {
   [[nodiscard]] Status encode(const CodecSpec& spec, Span<float> update, uint64_t seed,
                               Span<uint8_t> workspace, Span<uint8_t> out, size_t* written);
 
+  // Adds back an encoding that encode() produced and the model never counted (residual +=
+  // decoded), so the next update carries it. `scratch`: size() floats, contents unspecified
+  // afterwards; `workspace` as for decode_add(). On failure the residual is unchanged. Fails:
+  // kDimensionMismatch; kNonFiniteInput; decode_add()'s failures.
+  [[nodiscard]] Status restore(Span<const uint8_t> encoded, Span<float> scratch, Span<uint8_t> workspace);
+
   // Sets the residual to zero (e.g. when the model is replaced).
   void reset();
 
@@ -44,6 +50,7 @@ class ErrorFeedback {
   double residual_sq_norm() const;
 
  private:
+  void store(const float* x);  // residual := x (size() floats), rounded to the precision
   uint8_t* storage_ = nullptr;
   size_t n_ = 0;
   ResidualPrecision precision_ = ResidualPrecision::kFp32;

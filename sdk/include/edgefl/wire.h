@@ -478,11 +478,21 @@ struct SecAggPoll {
   SecAggPhase phase = SecAggPhase::kKeys;  // kKeys, kShares or kUnmask
 };
 
-// server -> client: not yet (poll again after retry_after_ms), or kDone.
+// SecAggStatus.outcome: what became of a device's acked masked vector (with kDone only).
+enum class SecAggOutcome : uint8_t {
+  kUnspecified = 0,  // not said (other phases; a server older than this field)
+  kPending = 1,      // the round is still open: poll (kUnmask) again after retry_after_ms
+  kCounted = 2,      // the round committed a model that counts the vector
+  kNotCounted = 3,   // the round ended without counting it (abandoned, or no vector of this device)
+};
+
+// server -> client: not yet (poll again after retry_after_ms), or kDone (with the vector's
+// outcome for a device whose masked vector the server acked).
 struct SecAggStatus {
   uint64_t round_id = 0;  // > 0
   SecAggPhase phase = SecAggPhase::kKeys;
-  uint32_t retry_after_ms = 0;  // 0 .. kMaxRetryMs
+  uint32_t retry_after_ms = 0;                          // 0 .. kMaxRetryMs
+  SecAggOutcome outcome = SecAggOutcome::kUnspecified;  // kUnspecified unless phase is kDone
 };
 
 // server -> client: R3's question.

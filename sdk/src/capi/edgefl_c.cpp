@@ -81,7 +81,8 @@ static_assert(int(edgefl::RoundOutcome::kAccepted) == EDGEFL_ROUND_ACCEPTED &&
                   int(edgefl::RoundOutcome::kStraggler) == EDGEFL_ROUND_STRAGGLER &&
                   int(edgefl::RoundOutcome::kLate) == EDGEFL_ROUND_LATE &&
                   int(edgefl::RoundOutcome::kRejected) == EDGEFL_ROUND_REJECTED &&
-                  int(edgefl::RoundOutcome::kServerDraining) == EDGEFL_ROUND_SERVER_DRAINING,
+                  int(edgefl::RoundOutcome::kServerDraining) == EDGEFL_ROUND_SERVER_DRAINING &&
+                  int(edgefl::RoundOutcome::kAbandoned) == EDGEFL_ROUND_ABANDONED,
               "edgefl.h: edgefl_round_outcome");
 // The C++ client's log lines: EDGEFL_LOG_* is edgefl::LogLevel + 1.
 static_assert(int(edgefl::LogLevel::kError) + 1 == EDGEFL_LOG_ERROR &&

@@ -48,6 +48,29 @@ double ErrorFeedback::residual_sq_norm() const {
   return sum;
 }
 
+void ErrorFeedback::store(const float* x) {
+  if (precision_ == ResidualPrecision::kBf16) {
+    for (size_t i = 0; i < n_; ++i) {
+      const uint16_t h = float_to_bf16(x[i]);
+      memcpy(storage_ + 2 * i, &h, 2);
+    }
+  } else {
+    memcpy(storage_, x, n_ * 4);
+  }
+}
+
+Status ErrorFeedback::restore(Span<const uint8_t> encoded, Span<float> scratch, Span<uint8_t> workspace) {
+  if (scratch.size() != n_) return Status::kDimensionMismatch;
+  float* x = scratch.data();
+  for (size_t i = 0; i < n_; ++i) x[i] = residual(i);
+  EDGEFL_RETURN_IF_ERROR(decode_add(encoded, 1.0f, scratch, workspace));
+  bool finite = true;
+  for (size_t i = 0; i < n_; ++i) finite &= !is_nonfinite_bits(float_bits(x[i]));
+  if (!finite) return Status::kNonFiniteInput;
+  store(x);
+  return Status::kOk;
+}
+
 Status ErrorFeedback::encode(const CodecSpec& spec, Span<float> update, uint64_t seed,
                              Span<uint8_t> workspace, Span<uint8_t> out, size_t* written) {
   if (written == nullptr) return Status::kInvalidArgument;
@@ -70,14 +93,7 @@ Status ErrorFeedback::encode(const CodecSpec& spec, Span<float> update, uint64_t
   // (workspace_size() covers decode_workspace_size() for them).
   const Status s = decode_add(Span<const uint8_t>(out.data(), bytes), -1.0f, update, workspace);
   if (s != Status::kOk) return s;
-  if (precision_ == ResidualPrecision::kBf16) {
-    for (size_t i = 0; i < n_; ++i) {
-      const uint16_t h = float_to_bf16(x[i]);
-      memcpy(storage_ + 2 * i, &h, 2);
-    }
-  } else {
-    memcpy(storage_, x, n_ * 4);
-  }
+  store(x);
   *written = bytes;
   return Status::kOk;
 }

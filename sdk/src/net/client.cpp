@@ -89,6 +89,7 @@ const char* round_outcome_name(RoundOutcome outcome) {
     case RoundOutcome::kLate: return "late";
     case RoundOutcome::kRejected: return "rejected";
     case RoundOutcome::kServerDraining: return "server_draining";
+    case RoundOutcome::kAbandoned: return "abandoned";
   }
   return "unknown";
 }
@@ -111,7 +112,8 @@ struct Client::Pending {
   std::chrono::steady_clock::time_point deadline;  // the round's reporting deadline, as offered
   uint64_t model_version = 0;                      // the model it was trained from
   std::string codec;                               // the uplink codec it was encoded with
-  bool commit_sent = false;  // a Commit went out: the server may hold it even if no ack came back
+  bool commit_sent = false;     // a Commit went out: the server may hold it even if no ack came back
+  bool error_feedback = false;  // encoded through the residual (which assumes the update counts)
   // A secure aggregation round (TaskOffer.secure_aggregation): the device's SecAgg+ state. `bytes`
   // holds the encoding until the device masks it, then the masked vector.
   struct Secure {
@@ -120,6 +122,10 @@ struct Client::Pending {
     wire::SecAggConfig config;
     secagg::SecAggClient client;
     std::vector<uint32_t> words;  // the (noisy) integer codes modulo 2^m, wiped once masked
+    // The plain encoding, kept after masking when error feedback encoded it: should the round
+    // end without counting the masked vector, it goes back into the residual.
+    std::vector<uint8_t> encoding;
+    bool outcome_seen = false;  // the server told this round's outcomes (SecAggStatus.outcome)
     wire::SecAggAdvertise advertise;
     wire::SecAggShares shares;
     std::optional<wire::SecAggUnmaskResponse> answer;
@@ -394,6 +400,40 @@ struct Client::Attempt {
     c.pending_.reset();
     done(Status::kOk);
   }
+  // The secure round ended without a model that counts the acked masked vector (abandoned): the
+  // update goes back into the error-feedback residual, and the result says kAbandoned.
+  void secure_round_not_counted(const std::string& why) {
+    Pending& p = *c.pending_;
+    result->outcome = RoundOutcome::kAbandoned;
+    report_pending(p);
+    const bool kept = give_back_secure_update(p);
+    c.note(LogLevel::kWarn, "secure aggregation round " + std::to_string(p.round_id) + " " + why +
+                                (kept ? ": the update went back into the error-feedback residual"
+                                      : ": the update is lost (no error feedback to keep it)"));
+    c.secure_round_over_ = p.round_id;
+    c.pending_.reset();
+    done(Status::kOk);
+  }
+  // A secure update the model never counted: its plain encoding goes back into the residual (the
+  // next update carries it). False when there is nothing to give back, or the decode failed (the
+  // residual then starts again from 0).
+  bool give_back_secure_update(const Pending& p) {
+    if (!p.error_feedback || !p.secure) return false;
+    const std::vector<uint8_t>& encoding = p.secure->encoding.empty() ? p.bytes : p.secure->encoding;
+    const Status s =
+        c.feedback_.restore({encoding.data(), encoding.size()}, {c.delta_.data(), c.delta_.size()},
+                            {c.workspace_.data(), c.workspace_.size()});
+    if (s == Status::kOk) return true;
+    c.note(LogLevel::kWarn, std::string("the update could not go back into the residual (") + status_name(s) +
+                                "): the residual starts again from 0");
+    c.forget_residual();
+    return false;
+  }
+  // The acked masked vector's outcome: from `reply` when it says, else by polling (kUnmask) while
+  // the round is open or closing. kDone once known (kAccepted or kAbandoned).
+  Step settle_secure_round();
+  // The same, for a round that ended while this device was away: asks first.
+  Step ask_secure_outcome();
   Step ask_after_round_ended();
   // The round result's fields that describe the pending update (its round, model, codec and size).
   void report_pending(const Pending& p) {
@@ -403,6 +443,14 @@ struct Client::Attempt {
     result->update_bytes = p.bytes.size();
     result->samples = p.samples;
     result->train_loss = p.loss;
+  }
+  // A secure round's poll for `phase` (kUnmask after the ack: what became of the masked vector?).
+  static wire::SecAggPoll poll_of(const Pending& p, wire::SecAggPhase phase) {
+    wire::SecAggPoll poll;
+    poll.round_id = p.round_id;
+    poll.round_nonce = p.nonce;
+    poll.phase = phase;
+    return poll;
   }
   // The UploadStart of a pending upload: where does the server stand with it?
   static wire::UploadStart upload_start(const Pending& p) {
@@ -480,6 +528,8 @@ Client::Attempt::Step Client::Attempt::say_hello(wire::TaskOffer* offer) {
   silent_refusals = 0;
   if (const auto* retry = std::get_if<wire::RetryLater>(&reply)) {
     if (retry->reason == wire::RetryReason::kDraining) {
+      // The server finished its rounds: one may have been this device's acked masked vector's.
+      if (secure_vector_acked()) return ask_secure_outcome();
       c.connection_->close();
       result->outcome = RoundOutcome::kServerDraining;
       result->retry_after_ms = retry->retry_after_ms;
@@ -717,6 +767,7 @@ Client::Attempt::Step Client::Attempt::compute_update(LocalTrainer& trainer, con
   p->deadline = deadline;
   p->model_version = offer.model_version;
   p->codec = task.codec;
+  p->error_feedback = feedback != nullptr;
   if (offer.secure_aggregation) {
     const Step prepared = prepare_secure(offer, p.get());
     if (prepared != Step::kNext) return prepared;
@@ -814,7 +865,12 @@ Client::Attempt::Step Client::Attempt::commit_update() {
     p.secure->stage = Pending::Secure::Stage::kUnmask;
     return Step::kNext;
   }
-  if (!counted) c.forget_residual();
+  if (!counted) {
+    // A secure update the server holds no vector of (late, straggler) goes back into the residual;
+    // a rejected one does not (the same update would be rejected again).
+    if (!p.secure || ack->disposition == wire::UpdateDisposition::kRejected || !give_back_secure_update(p))
+      c.forget_residual();
+  }
   c.pending_.reset();
   return done(Status::kOk);
 }
@@ -935,6 +991,8 @@ Client::Attempt::Step Client::Attempt::secure_exchange(const wire::Message& out,
                                   (ended ? std::string("the round ended")
                                          : "the server refused a step ('" + e->message + "')") +
                                   ": this device drops out");
+      if (p.secure->stage == Pending::Secure::Stage::kUnmask)
+        return ask_secure_outcome();  // its vector is in
       c.secure_round_over_ = p.round_id;
       if (p.secure->stage < Pending::Secure::Stage::kUnmask) result->outcome = RoundOutcome::kStraggler;
       c.pending_.reset();
@@ -949,11 +1007,7 @@ Client::Attempt::Step Client::Attempt::secure_exchange(const wire::Message& out,
     }
     const Status slept = c.sleep_ms(status_message->retry_after_ms);
     if (slept != Status::kOk) return done(slept);
-    wire::SecAggPoll poll;
-    poll.round_id = p.round_id;
-    poll.round_nonce = p.nonce;
-    poll.phase = phase;
-    s = exchange(wire::Message{poll});
+    s = exchange(wire::Message{poll_of(p, phase)});
   }
 }
 
@@ -1004,6 +1058,7 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
     s = secagg::pack_words({masked.data(), masked.size()}, sa.config.modulus_bits,
                            {packed.data(), packed.size()});
     if (s != Status::kOk) return failed("packing the masked vector", s);
+    if (p.error_feedback) sa.encoding = std::move(p.bytes);
     p.bytes = std::move(packed);
     const tls::Sha256Digest digest = tls::sha256({p.bytes.data(), p.bytes.size()});
     std::memcpy(p.digest.data(), digest.data(), digest.size());
@@ -1016,20 +1071,14 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
   }
   // Unmask: the server's question once the masked phase has ended, then this device's answer.
   if (!sa.answer) {
-    wire::SecAggPoll poll;
-    poll.round_id = p.round_id;
-    poll.round_nonce = p.nonce;
-    poll.phase = wire::SecAggPhase::kUnmask;
-    const Step st = secure_exchange(wire::Message{poll}, wire::SecAggPhase::kUnmask);
+    const Step st =
+        secure_exchange(wire::Message{poll_of(p, wire::SecAggPhase::kUnmask)}, wire::SecAggPhase::kUnmask);
     if (st != Step::kNext) return st;
     if (const auto* e = std::get_if<wire::Error>(&reply);
-        e != nullptr && e->code == wire::ErrorCode::kUnknownRound) {
-      finish_secure_round();  // the round ended without needing this device's answer
-      return Step::kDone;
-    }
-    if (std::holds_alternative<wire::SecAggStatus>(reply)) {  // kDone: nothing asked of it
-      finish_secure_round();
-      return Step::kDone;
+        (e != nullptr &&
+         (e->code == wire::ErrorCode::kUnknownRound || e->code == wire::ErrorCode::kNonceMismatch)) ||
+        std::holds_alternative<wire::SecAggStatus>(reply)) {
+      return settle_secure_round();  // the round went on (or ended) without needing its answer
     }
     const auto* request = std::get_if<wire::SecAggUnmaskRequest>(&reply);
     if (request == nullptr || request->round_id != p.round_id) return refused();
@@ -1049,11 +1098,65 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
   if (st != Step::kNext) return st;
   const auto* e = std::get_if<wire::Error>(&reply);
   if (!std::holds_alternative<wire::SecAggStatus>(reply) &&
-      (e == nullptr || e->code != wire::ErrorCode::kUnknownRound)) {
+      (e == nullptr ||
+       (e->code != wire::ErrorCode::kUnknownRound && e->code != wire::ErrorCode::kNonceMismatch))) {
     return refused();
   }
-  finish_secure_round();
-  return Step::kDone;
+  return settle_secure_round();
+}
+
+Client::Attempt::Step Client::Attempt::ask_secure_outcome() {
+  Pending& p = *c.pending_;
+  const Status s = exchange(wire::Message{poll_of(p, wire::SecAggPhase::kUnmask)});
+  if (s != Status::kOk) return connection_lost(s);
+  return settle_secure_round();
+}
+
+Client::Attempt::Step Client::Attempt::settle_secure_round() {
+  Pending& p = *c.pending_;
+  Pending::Secure& sa = *p.secure;
+  // The server closes a round by its deadline; its outcome is known soon after. Past this, the
+  // device keeps its pending vector and asks again on its next call.
+  const auto give_up_at = p.deadline + std::chrono::milliseconds(4 * uint64_t(sa.config.phase_ms) + 10000);
+  for (;;) {
+    const auto* status_message = std::get_if<wire::SecAggStatus>(&reply);
+    const auto* e = std::get_if<wire::Error>(&reply);
+    if (status_message != nullptr && status_message->round_id == p.round_id &&
+        status_message->phase == wire::SecAggPhase::kDone) {
+      switch (status_message->outcome) {
+        case wire::SecAggOutcome::kUnspecified:  // a server older than outcomes: kDone meant counted
+        case wire::SecAggOutcome::kCounted: finish_secure_round(); return Step::kDone;
+        case wire::SecAggOutcome::kNotCounted:
+          secure_round_not_counted("ended without a model that counts this device's masked vector");
+          return Step::kDone;
+        case wire::SecAggOutcome::kPending: sa.outcome_seen = true; break;
+      }
+      if (Clock::now() >= give_up_at) {
+        return fail("secure aggregation round " + std::to_string(p.round_id) +
+                        ": the server did not say whether its model counts this device's masked vector",
+                    Status::kTimeout);
+      }
+      const Status slept = c.sleep_ms(status_message->retry_after_ms);
+      if (slept != Status::kOk) return done(slept);
+    } else if (e != nullptr && e->code == wire::ErrorCode::kNonceMismatch) {
+      // The server's round of this id is another: its state started again without this round.
+      secure_round_not_counted("is unknown to the server (its state started again)");
+      return Step::kDone;
+    } else if (e != nullptr && e->code == wire::ErrorCode::kUnknownRound) {
+      // A server that tells outcomes knows every round it acked a vector in. One that does not
+      // (older) answers this for every closed round, after a kDone that meant counted.
+      if (!sa.outcome_seen) {
+        finish_secure_round();
+        return Step::kDone;
+      }
+      secure_round_not_counted("is unknown to the server");
+      return Step::kDone;
+    } else {
+      return refused();  // a transient refusal (storage, rate) says Hello again after backoff
+    }
+    const Status s = exchange(wire::Message{poll_of(p, wire::SecAggPhase::kUnmask)});
+    if (s != Status::kOk) return connection_lost(s);
+  }
 }
 
 Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string* error) {
@@ -1082,10 +1185,6 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
     a.sample_heap();
     wire::TaskOffer offer;
     Step step = a.say_hello(&offer);
-    if (step == Step::kDone && result->outcome == RoundOutcome::kServerDraining && a.secure_vector_acked()) {
-      a.finish_secure_round();  // the server finished the round before this device heard so
-      return a.finish();
-    }
     if (step == Step::kNext) {
       const RoundTask task = task_of(offer);
       result->round_id = task.round_id;
@@ -1104,10 +1203,11 @@ Status Client::run_round(LocalTrainer& trainer, RoundResult* result, std::string
         if (step == Step::kAgain) continue;
       }
       if (round_ended && a.secure_vector_acked()) {
-        // Its masked vector is in (acked before, or held by the ledger just asked): it counted,
-        // and the round went on without this device's unmask answer.
-        a.finish_secure_round();
-        return a.finish();
+        // Its masked vector is in (acked before, or held by the ledger just asked), and the round
+        // went on without this device's unmask answer: did its model count the vector?
+        step = a.ask_secure_outcome();
+        if (step == Step::kDone) return a.finish();
+        continue;
       }
       if (round_ended) {
         // The round it was for ended while the device trained or was away: the update is

@@ -293,6 +293,7 @@ Status convert(const fb::SecAggStatus& t, SecAggStatus* m, DecodeDetail*) {
   m->round_id = t.round_id();
   m->phase = static_cast<SecAggPhase>(t.phase());
   m->retry_after_ms = t.retry_after_ms();
+  m->outcome = static_cast<SecAggOutcome>(t.outcome());
   return Status::kOk;
 }
 

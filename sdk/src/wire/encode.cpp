@@ -286,6 +286,7 @@ Offset<fb::SecAggStatus> build(FlatBufferBuilder& b, const SecAggStatus& m) {
   t.add_round_id(m.round_id);
   t.add_phase(static_cast<fb::SecAggPhase>(m.phase));
   t.add_retry_after_ms(m.retry_after_ms);
+  t.add_outcome(static_cast<fb::SecAggOutcome>(m.outcome));
   return t.Finish();
 }
 

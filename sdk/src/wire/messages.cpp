@@ -122,7 +122,8 @@ bool operator==(const SecAggPoll& a, const SecAggPoll& b) {
 }
 
 bool operator==(const SecAggStatus& a, const SecAggStatus& b) {
-  return a.round_id == b.round_id && a.phase == b.phase && a.retry_after_ms == b.retry_after_ms;
+  return a.round_id == b.round_id && a.phase == b.phase && a.retry_after_ms == b.retry_after_ms &&
+         a.outcome == b.outcome;
 }
 
 bool operator==(const SecAggUnmaskRequest& a, const SecAggUnmaskRequest& b) {

@@ -259,6 +259,12 @@ Status check_message(const SecAggStatus& m, DecodeDetail* detail) {
   EDGEFL_RETURN_IF_ERROR(check_round_id(m.round_id, detail, "SecAggStatus.round_id"));
   EDGEFL_RETURN_IF_ERROR(check_range(static_cast<uint8_t>(m.phase), static_cast<uint8_t>(SecAggPhase::kKeys),
                                      static_cast<uint8_t>(SecAggPhase::kDone), detail, "SecAggStatus.phase"));
+  EDGEFL_RETURN_IF_ERROR(check_range(static_cast<uint8_t>(m.outcome), uint8_t{0},
+                                     static_cast<uint8_t>(SecAggOutcome::kNotCounted), detail,
+                                     "SecAggStatus.outcome"));
+  if (m.outcome != SecAggOutcome::kUnspecified && m.phase != SecAggPhase::kDone) {
+    return fail(detail, Violation::kInconsistent, "SecAggStatus.outcome");
+  }
   return check_range(m.retry_after_ms, 0, kMaxRetryMs, detail, "SecAggStatus.retry_after_ms");
 }
 
