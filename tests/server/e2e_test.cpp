@@ -3167,8 +3167,8 @@ TEST_SUITE("e2e.secure") {
   }
   TEST_CASE(
       "secure aggregation: a round abandoned after its devices masked (below its quorum) tells each "
-      "device its acked vector was not counted; each says kAbandoned and keeps the update in its "
-      "error-feedback residual") {
+      "device its acked vector was not counted; each says kAbandoned, keeps the update in its "
+      "error-feedback residual, and the next round's model holds both rounds' updates") {
     TempDir tmp;
     const Pki pki = make_pki(tmp / "pki", 5);
     const std::string state = tmp / "state";
@@ -3180,51 +3180,83 @@ TEST_SUITE("e2e.secure") {
                              {"--cohort", "5", "--over-selection", "1", "--min-quorum", "5", "--rounds", "2",
                               "--secure-aggregation", "on", "--secagg-phase", "2", "--deadline", "30"}));
     INFO("server log:\n" << server.all_logs());
+    // Devices 1-4 (trainer tags 5, 10, 15, 20: twice their update stays within q8's codes) take
+    // part in both rounds with one Client each; device 5 joins round 2 as a Client.
     struct Device {
       std::thread thread;
       Status status = Status::kOk;
       std::string error, notes;
-      RoundResult result;
+      std::vector<RoundResult> results;
     };
-    std::vector<Device> devices(4);
+    std::vector<Device> devices(5);
     std::mutex notes_mutex;
-    for (uint32_t d = 0; d < 4; ++d) {
-      devices[d].thread = std::thread([&, d] {
-        Device& me = devices[d];
-        ClientOptions o = persistent_client(pki, cli::dev_pki_device_id(d + 1), server.port(), 70 + d);
-        o.log = [&](LogLevel, const std::string& line) {
-          std::lock_guard<std::mutex> lock(notes_mutex);
-          me.notes += line + "\n";
-        };
-        Client client(o);
-        if (client.init(&me.error) != Status::kOk) {
-          me.status = Status::kInvalidArgument;
-          return;
-        }
-        FixedTrainer trainer(d + 1, 1);
-        me.status = client.run_round(trainer, &me.result, &me.error);
-      });
-    }
+    const auto run = [&](uint32_t d, uint32_t rounds) {
+      Device& me = devices[d];
+      ClientOptions o = persistent_client(pki, cli::dev_pki_device_id(d + 1), server.port(), 70 + d);
+      o.log = [&](LogLevel, const std::string& line) {
+        std::lock_guard<std::mutex> lock(notes_mutex);
+        me.notes += line + "\n";
+      };
+      Client client(o);
+      if (client.init(&me.error) != Status::kOk) {
+        me.status = Status::kInvalidArgument;
+        return;
+      }
+      FixedTrainer trainer(5 * (d + 1), 1);
+      for (uint32_t r = 0; r < rounds && me.status == Status::kOk; ++r) {
+        me.results.emplace_back();
+        me.status = client.run_round(trainer, &me.results.back(), &me.error);
+      }
+    };
+    for (uint32_t d = 0; d < 4; ++d) devices[d].thread = std::thread(run, d, 2);
     const std::unique_ptr<tls::TlsCredentials> creds5 = device_credentials(pki, cli::dev_pki_device_id(5));
     const std::string dropped = share_then_drop(server.port(), *creds5);
+    // Device 5's keys are gone with its helper: as a Client it can only join the next round.
+    CHECK(server.wait_for_log({"event=round_abandoned", "round=1"}, 1, 30000));
+    devices[4].thread = std::thread(run, 4, 1);
     for (Device& d : devices) d.thread.join();
     CHECK_MESSAGE(dropped.empty(), dropped);
-    for (uint32_t d = 0; d < 4; ++d) {
+    for (uint32_t d = 0; d < 5; ++d) {
       CAPTURE(d);
       INFO("device notes:\n" << devices[d].notes);
       CHECK_MESSAGE(devices[d].status == Status::kOk, devices[d].error);
-      CHECK(devices[d].result.round_id == 1);
-      CHECK(devices[d].result.outcome == RoundOutcome::kAbandoned);
-      CHECK(devices[d].notes.find("went back into the error-feedback residual") != std::string::npos);
+      REQUIRE(devices[d].results.size() == (d < 4 ? 2u : 1u));
+      if (d < 4) {
+        CHECK(devices[d].results[0].round_id == 1);
+        CHECK(devices[d].results[0].outcome == RoundOutcome::kAbandoned);
+        CHECK(devices[d].notes.find("went back into the error-feedback residual") != std::string::npos);
+      }
+      CHECK(devices[d].results.back().round_id == 2);
+      CHECK(devices[d].results.back().outcome == RoundOutcome::kAccepted);
     }
+    REQUIRE(server.wait_exit(20000) == 0);
     const std::string log = server.log();
-    CHECK(lines_with(log, {"event=masked_vector_accepted"}).size() == 4);
+    CHECK(lines_with(log, {"event=masked_vector_accepted", "round=1"}).size() == 4);
     CHECK(lines_with(log, {"event=round_abandoned", "round=1"}).size() == 1);
-    CHECK(lines_with(log, {"event=round_committed"}).empty());
     CHECK(lines_with(log, {"event=secagg_outcome", "round=1", "outcome=not_counted"}).size() == 4);
-    CHECK(lines_with(log, {"event=secagg_outcome", "outcome=counted"}).empty());
-    server.signal(SIGTERM);
-    CHECK(server.wait_exit(10000) == 0);
+    CHECK(lines_with(log, {"event=secagg_outcome", "round=1", "outcome=counted"}).empty());
+    CHECK(lines_with(log, {"event=round_committed", "round=2", "updates=5"}).size() == 1);
+    // Round 2's model (version 2: round 1 made none) moved by the mean of devices 1-4's two
+    // updates each (the restored one and the new one, within the codec's step) and device 5's one.
+    const std::vector<float> v1 = read_model(model_path(state, 1));
+    const std::vector<float> v2 = read_model(model_path(state, 2));
+    const size_t n = v1.size();
+    double with_restore = 0, without = 0;
+    for (size_t j = 0; j < n; ++j) {
+      double both = 0, once = 0;
+      for (uint32_t d = 0; d < 5; ++d) {
+        const double delta = synthetic_delta(n, 5 * (d + 1))[j];
+        both += d < 4 ? 2 * delta : delta;
+        once += delta;
+      }
+      const double moved = double(v2[j]) - double(v1[j]);
+      with_restore = std::max(with_restore, std::fabs(moved - both / 5));
+      without = std::max(without, std::fabs(moved - once / 5));
+    }
+    MESSAGE("round 2 moved the model within " << with_restore << " of both rounds' mean (" << without
+                                              << " of round 2's alone)");
+    CHECK(with_restore <= 1.5e-4);  // q8:shared=0.0002: each code within half a step
+    CHECK(without > 1e-3);
   }
   TEST_CASE(
       "secure aggregation keeps its promises across kill -9 in each phase: the round commits with the "
