@@ -3082,6 +3082,20 @@ struct SecureWalk {
       REQUIRE(contributors.size() >= 2);
       CHECK(off_secure_mean(before, contributors, s.model()) < 1e-6);
     }
+    // Every device asks what became of its masked vector: counted exactly when the round
+    // committed with it in the sum; the same answers after a restart.
+    for (int life = 0; life < 2; ++life) {
+      if (life == 1) s.reopen();
+      for (const Walker& d : w) {
+        CAPTURE(d.dev.id);
+        CAPTURE(life);
+        const wire::SecAggStatus outcome = expect<wire::SecAggStatus>(
+            s.rounds->secagg_poll(d.dev.id, d.dev.poll(wire::SecAggPhase::kUnmask), s.now).message);
+        CHECK(outcome.phase == wire::SecAggPhase::kDone);
+        CHECK(outcome.outcome ==
+              (committed && d.acked ? wire::SecAggOutcome::kCounted : wire::SecAggOutcome::kNotCounted));
+      }
+    }
   }
 
   // The next step of device i, as edgefl::Client would take it.
