@@ -3225,6 +3225,9 @@ TEST_SUITE("e2e.secure") {
         CHECK(devices[d].results[0].round_id == 1);
         CHECK(devices[d].results[0].outcome == RoundOutcome::kAbandoned);
         CHECK(devices[d].notes.find("went back into the error-feedback residual") != std::string::npos);
+        // The plan counts the SecAgg+ state: codes and masked words, and the kept encoding.
+        const RoundResult& first = devices[d].results[0];
+        CHECK(first.memory.secure_aggregation >= 8 * size_t(12730) + first.memory.encoded);
       }
       CHECK(devices[d].results.back().round_id == 2);
       CHECK(devices[d].results.back().outcome == RoundOutcome::kAccepted);

@@ -160,8 +160,13 @@ struct MemoryPlan {
   size_t encoded = 0;          // encoded_bound(codec, n)
   size_t trainer = 0;          // LocalTrainer::memory_bytes()
   size_t tls = 0;              // TLS record buffers and handshake state (estimate for our config)
+  // A secure round's SecAgg+ state: the integer codes, the masked vector and its packing, the
+  // sealed shares sent and received, and the plain encoding kept while error feedback may need
+  // it back (0 in other rounds).
+  size_t secure_aggregation = 0;
   size_t total() const {
-    return model + download + delta + residual + codec_workspace + encoded + trainer + tls;
+    return model + download + delta + residual + codec_workspace + encoded + trainer + tls +
+           secure_aggregation;
   }
   std::string describe() const;  // "model 221 kB + delta 221 kB + ... = 1.2 MB"
 };

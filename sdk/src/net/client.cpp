@@ -97,7 +97,9 @@ const char* round_outcome_name(RoundOutcome outcome) {
 std::string MemoryPlan::describe() const {
   return "model " + kb(model) + " + download " + kb(download) + " + delta " + kb(delta) + " + residual " +
          kb(residual) + " + codec workspace " + kb(codec_workspace) + " + encoded update " + kb(encoded) +
-         " + trainer " + kb(trainer) + " + TLS " + kb(tls) + " = " + kb(total());
+         " + trainer " + kb(trainer) + " + TLS " + kb(tls) +
+         (secure_aggregation != 0 ? " + secure aggregation " + kb(secure_aggregation) : std::string()) +
+         " = " + kb(total());
 }
 
 // An encoded update waiting for its ack, kept across reconnects so that the upload resumes.
@@ -564,6 +566,15 @@ Client::Attempt::Step Client::Attempt::say_hello(wire::TaskOffer* offer) {
 Client::Attempt::Step Client::Attempt::check_task(const wire::TaskOffer& offer, const RoundTask& task,
                                                   const LocalTrainer& trainer, CodecSpec* codec) {
   result->memory = c.plan_memory(task, trainer);
+  if (offer.secure_aggregation) {
+    // prepare_secure() and secure_steps(): codes and masked words (4 bytes each), the packed masked
+    // vector, two sealed shares per neighbour (sent and received), the kept plain encoding.
+    const wire::SecAggConfig& config = *offer.secure_aggregation;
+    const size_t words = config.words;
+    result->memory.secure_aggregation = 8 * words + (size_t(words) * config.modulus_bits + 7) / 8 +
+                                        2 * size_t(config.degree) * wire::kSecAggSealedBytes +
+                                        (result->memory.residual != 0 ? result->memory.encoded : 0);
+  }
   if (result->memory.total() > c.options_.memory_budget_bytes) {
     return fail("round " + std::to_string(task.round_id) + " needs " + result->memory.describe() +
                     ", above the memory budget of " + kb(c.options_.memory_budget_bytes),
