@@ -1300,6 +1300,9 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
   history_.push_back(summary);
 
   closed_[round_id] = ClosedRound{round.record.deadline_unix_ms, now_ms, commit};
+  // Its devices whose masked vectors are in the ledger poll for the outcome: a drain waits for them.
+  awaiting_outcome_.clear();
+  if (secure_) awaiting_outcome_ = round.contributed;
   secure_.reset();
   secure_mean_ready_ = false;
   while (closed_.size() > kRoundsKept) closed_.erase(closed_.begin());
@@ -2364,6 +2367,7 @@ Reply RoundManager::secure_outcome(const std::string& device, const wire::SecAgg
     if (counted) status.outcome = wire::SecAggOutcome::kCounted;
   }
   if (status.outcome != wire::SecAggOutcome::kPending) {
+    awaiting_outcome_.erase(device);
     log_info("secagg_outcome")
         .kv("round", m.round_id)
         .kv("device", device)
@@ -2378,6 +2382,12 @@ Reply RoundManager::secagg_unmask(const std::string& device, const wire::SecAggU
   if (std::optional<Reply> refused = secagg_check(m.round_id, m.round_nonce)) return std::move(*refused);
   Reply reply{secure_->unmask(device, m, now_ms), false};
   secure_tick(now_ms);
+  // The answer that completed the round: its device hears the outcome now, not after a poll.
+  const auto* status = std::get_if<wire::SecAggStatus>(&reply.message);
+  if (status != nullptr && status->outcome == wire::SecAggOutcome::kPending &&
+      !(secure_ && open_ && !open_->closing && open_->record.round_id == m.round_id)) {
+    return secure_outcome(device, wire::SecAggPoll{m.round_id, m.round_nonce, wire::SecAggPhase::kUnmask});
+  }
   return reply;
 }
 

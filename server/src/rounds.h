@@ -194,6 +194,8 @@ class RoundManager {
   int64_t drain_until_unix_ms(int64_t now_ms);
   // When the latest Hello came (Unix ms; 0: none yet): the server drains until devices are quiet.
   int64_t last_checkin_ms() const { return last_checkin_ms_; }
+  // Some device of the last closed secure round has not heard what became of its masked vector.
+  bool awaiting_secure_outcomes() const { return !awaiting_outcome_.empty(); }
 
   // All `rounds` rounds have ended (never, when rounds == 0).
   bool finished() const { return finished_; }
@@ -473,6 +475,9 @@ class RoundManager {
   int64_t drain_until_ms_ = 0;     // drain_until_unix_ms()'s own horizon, once finished
   int64_t last_checkin_ms_ = 0;
   std::set<std::string> drained_;  // devices told "draining"
+  // Devices whose masked vectors the last closed secure round acked and that have not heard its
+  // outcome (secure_outcome) since.
+  std::set<std::string> awaiting_outcome_;
 
   std::optional<SecureRound> secure_;  // the open round's, when secure aggregation is on
   EncodedInfo secure_like_{};          // the encoding whose integer codes its devices mask

@@ -349,7 +349,12 @@ int run_server(const ServerOptions& options) {
       const int64_t now = unix_ms_now();
       if (!drain_start) drain_start = now;
       const int64_t quiet_since = std::max(*drain_start, rounds.last_checkin_ms());
-      if (now >= rounds.drain_until_unix_ms(now) && now - quiet_since >= int64_t{options.drain_ms})
+      // Devices of a secure last round poll for their vectors' outcome (every 200 ms): they are
+      // waited for, up to kOutcomeWaitMs, so that none takes an abandoned update for counted.
+      constexpr int64_t kOutcomeWaitMs = 10000;
+      const bool outcomes_told = !rounds.awaiting_secure_outcomes() || now - *drain_start >= kOutcomeWaitMs;
+      if (now >= rounds.drain_until_unix_ms(now) && now - quiet_since >= int64_t{options.drain_ms} &&
+          outcomes_told)
         return stop("all rounds done");
     }
     ticker.expires_after(std::chrono::milliseconds(100));

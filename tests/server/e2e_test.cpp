@@ -3062,6 +3062,93 @@ struct SecureDevices {
   }
 };
 
+// A plaintext Transport (a blocking TCP socket, each wait bounded by poll()) that makes the
+// server look older than SecAggStatus.outcome: every SecAggStatus it carries to the client loses
+// its outcome, as a server without the field sends it.
+struct OutcomeStrippingTransport {
+  int fd = -1;
+  std::vector<uint8_t> in;   // bytes from the server, not yet a whole frame
+  std::vector<uint8_t> out;  // frames for the client, rewritten
+  size_t out_at = 0;
+  int stripped = 0;  // outcomes removed
+
+  Transport transport() {
+    Transport t;
+    t.user = this;
+    t.connect = [](void* u, const char* host, uint16_t port, uint32_t) -> Status {
+      auto* self = static_cast<OutcomeStrippingTransport*>(u);
+      const int socket_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (socket_fd < 0) return Status::kConnectionFailed;
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_port = htons(port);
+      if (::inet_pton(AF_INET, host, &address.sin_addr) != 1 ||
+          ::connect(socket_fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+        ::close(socket_fd);
+        return Status::kConnectionFailed;
+      }
+      self->fd = socket_fd;
+      return Status::kOk;
+    };
+    t.send = [](void* u, const uint8_t* data, size_t size, size_t* sent, uint32_t) -> Status {
+      auto* self = static_cast<OutcomeStrippingTransport*>(u);
+      const ssize_t n = ::send(self->fd, data, size, MSG_NOSIGNAL);
+      if (n <= 0) return Status::kConnectionFailed;
+      *sent = size_t(n);
+      return Status::kOk;
+    };
+    t.recv = [](void* u, uint8_t* data, size_t capacity, size_t* received, uint32_t timeout_ms) -> Status {
+      auto* self = static_cast<OutcomeStrippingTransport*>(u);
+      *received = 0;
+      while (self->out_at == self->out.size()) {
+        self->out.clear();
+        self->out_at = 0;
+        // Whole frames first; then more bytes from the server.
+        wire::FrameHeader h;
+        if (self->in.size() >= wire::kFrameHeaderBytes &&
+            wire::read_frame_header({self->in.data(), self->in.size()}, &h) == Status::kOk &&
+            self->in.size() >= wire::kFrameHeaderBytes + h.payload_length) {
+          const size_t length = wire::kFrameHeaderBytes + h.payload_length;
+          std::vector<uint8_t> frame(self->in.begin(), self->in.begin() + ptrdiff_t(length));
+          self->in.erase(self->in.begin(), self->in.begin() + ptrdiff_t(length));
+          wire::Message m;
+          if (wire::decode_frame({frame.data(), frame.size()}, &m) == Status::kOk) {
+            if (auto* status = std::get_if<wire::SecAggStatus>(&m);
+                status != nullptr && status->outcome != wire::SecAggOutcome::kUnspecified) {
+              status->outcome = wire::SecAggOutcome::kUnspecified;
+              ++self->stripped;
+              if (wire::encode(m, &frame) != Status::kOk) return Status::kConnectionFailed;
+            }
+          }
+          self->out = std::move(frame);
+          continue;
+        }
+        pollfd p{self->fd, POLLIN, 0};
+        const int ready = ::poll(&p, 1, int(std::min<uint32_t>(timeout_ms, 1u << 30)));
+        if (ready == 0) return Status::kTimeout;
+        uint8_t buffer[16384];
+        const ssize_t n = ready < 0 ? -1 : ::recv(self->fd, buffer, sizeof buffer, 0);
+        if (n <= 0) return Status::kConnectionFailed;
+        self->in.insert(self->in.end(), buffer, buffer + n);
+      }
+      const size_t n = std::min(capacity, self->out.size() - self->out_at);
+      std::memcpy(data, self->out.data() + self->out_at, n);
+      self->out_at += n;
+      *received = n;
+      return Status::kOk;
+    };
+    t.close = [](void* u) {
+      auto* self = static_cast<OutcomeStrippingTransport*>(u);
+      if (self->fd >= 0) ::close(self->fd);
+      self->fd = -1;
+      self->in.clear();
+      self->out.clear();
+      self->out_at = 0;
+    };
+    return t;
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("e2e.secure") {
@@ -3111,6 +3198,8 @@ TEST_SUITE("e2e.secure") {
     CHECK(lines_with(log, {"event=masked_vector_accepted"}).size() == 4);
     CHECK(lines_with(log, {"event=secagg_phase_end", "phase=unmask", "next=done", "masked=4"}).size() == 1);
     CHECK(lines_with(log, {"event=round_committed", "round=1", "updates=4"}).size() == 1);
+    // Each device heard its vector counted before the server (--rounds 1) drained and left.
+    CHECK(lines_with(log, {"event=secagg_outcome", "round=1", "outcome=counted"}).size() == 4);
     CHECK(lines_with(log, {"event=update_accepted"}).empty());  // no update in the clear
     CHECK(lines_with(log, {"level=error"}).empty());
   }
@@ -3260,6 +3349,63 @@ TEST_SUITE("e2e.secure") {
                                               << " of round 2's alone)");
     CHECK(with_restore <= 1.5e-4);  // q8:shared=0.0002: each code within half a step
     CHECK(without > 1e-3);
+  }
+  TEST_CASE(
+      "secure aggregation against a server older than the outcome field: devices take Done as counted, "
+      "as before, and the round commits with the exact mean") {
+    TempDir tmp;
+    const std::string state = tmp / "state";
+    // Plaintext, so that a transport can rewrite what the server says.
+    const Pki pki = make_pki(tmp / "pki", 1);
+    std::vector<std::string> args =
+        server_args(pki, state, kSecureCodec,
+                    {"--cohort", "4", "--over-selection", "1", "--rounds", "1", "--secure-aggregation", "on",
+                     "--secagg-phase", "2", "--deadline", "30", "--insecure-plaintext-for-tests"});
+    for (const char* flag : {"--ca", "--cert", "--key"}) {
+      const auto at = std::find(args.begin(), args.end(), std::string(flag));
+      REQUIRE(at != args.end());
+      args.erase(at, at + 2);
+    }
+    ServerProcess server(tmp);
+    START_SERVER(server, args);
+    INFO("server log:\n" << server.all_logs());
+    std::vector<OutcomeStrippingTransport> transports(4);
+    std::vector<RoundResult> results(4);
+    std::vector<Status> statuses(4, Status::kOk);
+    std::vector<std::string> errors(4);
+    std::vector<std::thread> threads;
+    for (uint32_t d = 0; d < 4; ++d) {
+      threads.emplace_back([&, d] {
+        ClientOptions o;
+        o.port = server.port();
+        o.insecure_plaintext_for_tests = true;
+        o.sdk_version = "old-server-" + std::to_string(d + 1);  // the device id: insecure-<this>
+        o.transport = transports[d].transport();
+        o.backoff_initial_ms = 20;
+        o.backoff_max_ms = 300;
+        o.give_up_after_ms = 60000;
+        o.seed = 90 + d;
+        Client client(o);
+        if ((statuses[d] = client.init(&errors[d])) != Status::kOk) return;
+        FixedTrainer trainer(d + 1, 1);
+        statuses[d] = client.run_round(trainer, &results[d], &errors[d]);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (uint32_t d = 0; d < 4; ++d) {
+      CAPTURE(d);
+      CHECK_MESSAGE(statuses[d] == Status::kOk, errors[d]);
+      CHECK(results[d].outcome == RoundOutcome::kAccepted);
+      CHECK(transports[d].stripped > 0);  // it heard Done without an outcome
+    }
+    REQUIRE(server.wait_exit(20000) == 0);
+    const std::vector<float> v1 = read_model(model_path(state, 1));
+    const std::vector<float> v2 = read_model(model_path(state, 2));
+    std::vector<Update> all;
+    for (uint32_t d = 1; d <= 4; ++d) all.push_back(secure_update(v1.size(), d));
+    std::vector<const Update*> updates;
+    for (const Update& u : all) updates.push_back(&u);
+    check_fedavg(v1, updates, v2);
   }
   TEST_CASE(
       "secure aggregation keeps its promises across kill -9 in each phase: the round commits with the "

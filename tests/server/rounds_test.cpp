@@ -3531,13 +3531,14 @@ TEST_SUITE("server.rounds.secure") {
       expect_error(s.rounds->secagg_unmask(d[0].id, wrong, s.now).message, wire::ErrorCode::kBadMessage,
                    "answer refused");
       s.reopen();  // a restart in the unmask phase
-      // Until the round commits, a device that answered hears its vector's outcome is pending.
+      // Until the round commits, a device that answered hears its vector's outcome is pending;
+      // the answer that completes the round hears it counted.
       for (size_t i = 0; i < 3; ++i) {
         const wire::SecAggStatus answered =
             expect<wire::SecAggStatus>(s.rounds->secagg_unmask(d[i].id, answers[i], s.now).message);
         CHECK(answered.phase == wire::SecAggPhase::kDone);
-        CHECK(answered.outcome == wire::SecAggOutcome::kPending);
-        CHECK(answered.retry_after_ms > 0);
+        CHECK(answered.outcome == (i < 2 ? wire::SecAggOutcome::kPending : wire::SecAggOutcome::kCounted));
+        CHECK((answered.retry_after_ms > 0) == (i < 2));
       }
       CHECK(s.rounds->model_version() == 2);       // committed
       CHECK(s.rounds->secure_round() != nullptr);  // the next round, secure too

@@ -1129,9 +1129,12 @@ Client::Attempt::Step Client::Attempt::settle_secure_round() {
   // The server closes a round by its deadline; its outcome is known soon after. Past this, the
   // device keeps its pending vector and asks again on its next call.
   const auto give_up_at = p.deadline + std::chrono::milliseconds(4 * uint64_t(sa.config.phase_ms) + 10000);
+  constexpr uint32_t kWaitingRetryMs = 200;  // while the round still waits for a phase to end
   for (;;) {
     const auto* status_message = std::get_if<wire::SecAggStatus>(&reply);
+    const auto* request = std::get_if<wire::SecAggUnmaskRequest>(&reply);
     const auto* e = std::get_if<wire::Error>(&reply);
+    uint32_t wait_ms = 0;
     if (status_message != nullptr && status_message->round_id == p.round_id &&
         status_message->phase == wire::SecAggPhase::kDone) {
       switch (status_message->outcome) {
@@ -1142,13 +1145,12 @@ Client::Attempt::Step Client::Attempt::settle_secure_round() {
           return Step::kDone;
         case wire::SecAggOutcome::kPending: sa.outcome_seen = true; break;
       }
-      if (Clock::now() >= give_up_at) {
-        return fail("secure aggregation round " + std::to_string(p.round_id) +
-                        ": the server did not say whether its model counts this device's masked vector",
-                    Status::kTimeout);
-      }
-      const Status slept = c.sleep_ms(status_message->retry_after_ms);
-      if (slept != Status::kOk) return done(slept);
+      wait_ms = status_message->retry_after_ms;
+    } else if ((status_message != nullptr && status_message->round_id == p.round_id) ||
+               (request != nullptr && request->round_id == p.round_id)) {
+      // The round still runs a phase (after a refused step, this device's answer is optional):
+      // its outcome comes once the round ends.
+      wait_ms = status_message != nullptr ? status_message->retry_after_ms : kWaitingRetryMs;
     } else if (e != nullptr && e->code == wire::ErrorCode::kNonceMismatch) {
       // The server's round of this id is another: its state started again without this round.
       secure_round_not_counted("is unknown to the server (its state started again)");
@@ -1165,6 +1167,13 @@ Client::Attempt::Step Client::Attempt::settle_secure_round() {
     } else {
       return refused();  // a transient refusal (storage, rate) says Hello again after backoff
     }
+    if (Clock::now() >= give_up_at) {
+      return fail("secure aggregation round " + std::to_string(p.round_id) +
+                      ": the server did not say whether its model counts this device's masked vector",
+                  Status::kTimeout);
+    }
+    const Status slept = c.sleep_ms(wait_ms);
+    if (slept != Status::kOk) return done(slept);
     const Status s = exchange(wire::Message{poll_of(p, wire::SecAggPhase::kUnmask)});
     if (s != Status::kOk) return connection_lost(s);
   }
