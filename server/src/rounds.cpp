@@ -676,15 +676,20 @@ Status RoundManager::abandoned_rows_counted(uint64_t round_id, bool* counted, st
   *counted = true;
   std::optional<RoundRecord> round;
   EDGEFL_RETURN_IF_ERROR(storage_->get_round(round_id, &round, error));
-  if (!round || round->state != RoundState::kAbandoned) return Status::kOk;
+  return round ? abandoned_rows_counted(*round, counted, error) : Status::kOk;
+}
+
+Status RoundManager::abandoned_rows_counted(const RoundRecord& round, bool* counted, std::string* error) {
+  *counted = true;
+  if (round.state != RoundState::kAbandoned) return Status::kOk;
   std::optional<std::string> value;
-  EDGEFL_RETURN_IF_ERROR(storage_->get_setting(counted_key(round_id), &value, error));
+  EDGEFL_RETURN_IF_ERROR(storage_->get_setting(counted_key(round.round_id), &value, error));
   if (value) return Status::kOk;  // a later commit counted them
   // Still to be counted: listed for the next round of the current model.
   std::vector<uint64_t> listed;
-  if (round->base_model_version == model_version_)
+  if (round.base_model_version == model_version_)
     EDGEFL_RETURN_IF_ERROR(listed_carried_rounds(model_version_, &listed, error));
-  *counted = std::find(listed.begin(), listed.end(), round_id) != listed.end();
+  *counted = std::find(listed.begin(), listed.end(), round.round_id) != listed.end();
   return Status::kOk;
 }
 
@@ -2202,7 +2207,7 @@ std::optional<Reply> RoundManager::secagg_check(uint64_t round_id, const std::ve
     return error_reply(wire::ErrorCode::kUnexpectedMessage,
                        "this server does not run secure aggregation rounds");
   }
-  if (!open_ || !secure_ || round_id != open_->record.round_id || open_->closing) {
+  if (!secure_round_open(round_id)) {
     return error_reply(wire::ErrorCode::kUnknownRound, "round " + std::to_string(round_id) + " is not open");
   }
   if (nonce != open_->record.nonce) {
@@ -2316,14 +2321,12 @@ Reply RoundManager::secagg_shares(const std::string& device, const wire::SecAggS
 }
 
 Reply RoundManager::secagg_poll(const std::string& device, const wire::SecAggPoll& m, int64_t now_ms) {
-  const auto round_is_open = [&] {
-    return secure_ && open_ && !open_->closing && open_->record.round_id == m.round_id;
-  };
   // Unmask polls of a round no longer open ask what became of the device's masked vector.
-  if (m.phase == wire::SecAggPhase::kUnmask && !round_is_open()) return secure_outcome(device, m);
+  if (m.phase == wire::SecAggPhase::kUnmask && !secure_round_open(m.round_id))
+    return secure_outcome(device, m);
   if (std::optional<Reply> refused = secagg_check(m.round_id, m.round_nonce)) return std::move(*refused);
   secure_tick(now_ms);  // a phase whose deadline passed ends before the answer
-  if (!round_is_open()) {
+  if (!secure_round_open(m.round_id)) {
     // The round ended with this tick (the next one may be open already, without this device):
     // one waiting for keys or shares hears that the round is gone, as it would from its next poll.
     if (m.phase == wire::SecAggPhase::kUnmask) return secure_outcome(device, m);
@@ -2360,7 +2363,7 @@ Reply RoundManager::secure_outcome(const std::string& device, const wire::SecAgg
     status.outcome = wire::SecAggOutcome::kCounted;
   } else if (row) {  // abandoned: counted only if a later round took its rows (plain rounds)
     bool counted = false;
-    if (abandoned_rows_counted(m.round_id, &counted, &error) != Status::kOk) {
+    if (abandoned_rows_counted(*round, &counted, &error) != Status::kOk) {
       fatal("secure round outcome", error);
       return error_reply(wire::ErrorCode::kInternal, "server storage failure", true);
     }
@@ -2385,7 +2388,7 @@ Reply RoundManager::secagg_unmask(const std::string& device, const wire::SecAggU
   // The answer that completed the round: its device hears the outcome now, not after a poll.
   const auto* status = std::get_if<wire::SecAggStatus>(&reply.message);
   if (status != nullptr && status->outcome == wire::SecAggOutcome::kPending &&
-      !(secure_ && open_ && !open_->closing && open_->record.round_id == m.round_id)) {
+      !secure_round_open(m.round_id)) {
     return secure_outcome(device, wire::SecAggPoll{m.round_id, m.round_nonce, wire::SecAggPhase::kUnmask});
   }
   return reply;

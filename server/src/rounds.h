@@ -321,6 +321,11 @@ class RoundManager {
   // *counted: false when round_id was abandoned and its updates reached no model and wait for no
   // round (a secure round; carried updates a commit that could not succeed dropped).
   Status abandoned_rows_counted(uint64_t round_id, bool* counted, std::string* error);
+  Status abandoned_rows_counted(const RoundRecord& round, bool* counted, std::string* error);
+  // The open round is a secure round of this id, not closing.
+  bool secure_round_open(uint64_t round_id) const {
+    return secure_ && open_ && !open_->closing && open_->record.round_id == round_id;
+  }
   // After a ledger write in doubt (OpenRound::ledger_in_doubt), counts what the ledger holds and
   // this process missed: a plain round's aggregate is rebuilt from the ledger; a secure round in
   // its masked phase adds the masked vectors it lacks. Runs before any decision that counts the

@@ -1085,14 +1085,10 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
     const Step st =
         secure_exchange(wire::Message{poll_of(p, wire::SecAggPhase::kUnmask)}, wire::SecAggPhase::kUnmask);
     if (st != Step::kNext) return st;
-    if (const auto* e = std::get_if<wire::Error>(&reply);
-        (e != nullptr &&
-         (e->code == wire::ErrorCode::kUnknownRound || e->code == wire::ErrorCode::kNonceMismatch)) ||
-        std::holds_alternative<wire::SecAggStatus>(reply)) {
-      return settle_secure_round();  // the round went on (or ended) without needing its answer
-    }
+    // Anything but this round's question: the round went on (or ended) without needing its
+    // answer, or the server refused (settle_secure_round() tells which).
     const auto* request = std::get_if<wire::SecAggUnmaskRequest>(&reply);
-    if (request == nullptr || request->round_id != p.round_id) return refused();
+    if (request == nullptr || request->round_id != p.round_id) return settle_secure_round();
     secagg::UnmaskRequest question;
     question.survivors = request->survivors;
     question.dropped = request->dropped;
