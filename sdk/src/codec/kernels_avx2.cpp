@@ -440,27 +440,45 @@ void tern_decode_avx2(const uint8_t* packed, uint32_t bytes, float a, float* out
   }
 }
 
-// Block Rice (index_coding.h), whole blocks of 16 gaps, a batch of blocks at a time: first the
-// scalar part of each (its parameter code; its 16 quotient ends from part B with tzcnt/blsr, four
-// at a time), then the vector part of each (per 8 gaps: the remainders by one gather, the
-// quotients by a lane shift of the ends, gap + 1 and a prefix sum). Two passes, so that the blocks
-// of one pass overlap in the core instead of waiting on each other. The twin is
+// The set bits of each byte value, lowest first, each row padded to 8 (for 8-byte loads), and
+// how many there are.
+struct BytePositions {
+  uint8_t position[256][8];
+  uint8_t count[256];
+};
+constexpr BytePositions make_byte_positions() {
+  BytePositions t{};
+  for (unsigned byte = 0; byte < 256; ++byte) {
+    unsigned c = 0;
+    for (unsigned bit = 0; bit < 8; ++bit) {
+      if ((byte >> bit & 1) != 0) t.position[byte][c++] = uint8_t(bit);
+    }
+    t.count[byte] = uint8_t(c);
+  }
+  return t;
+}
+constexpr BytePositions kBytePositions = make_byte_positions();
+
+// Block Rice (index_coding.h), whole blocks of 16 gaps, a batch of blocks at a time, in three
+// passes: the parameter codes of the batch's blocks (part A, scalar); the positions of the ones
+// of part B, a byte at a time from a table (eight positions stored, the byte's count kept: no
+// branch per one); then per block and 8 gaps, the remainders by one gather, the quotients by a
+// lane shift of the ones' positions, gap + 1 and a prefix sum. The twin is
 // BlockRiceWordReader::next_many's own loop (the kernels test compares them call by call); a block
 // outside the limits below is left to it.
 uint32_t block_rice_blocks_avx2(BlockRiceState* s, uint32_t* out, uint32_t count) {
   constexpr uint32_t kGaps = 16;  // index_coding::kBlockRiceGaps
   constexpr unsigned kMaxR = 24;  // (offset & 7) + r <= 31: one 32-bit load per remainder
-  // Quotient ends within 2^26 bits and gaps below 2^26 + 2^24: from a next index below 2^31, the
-  // 16 indices stay below 2^32 (32-bit lanes, no carry lost).
-  constexpr uint32_t kGapLimit = 1u << 26;
-  constexpr uint32_t kBatch = 4;  // blocks per pass (4 to 32 measured alike)
+  // Ones within 2^26 bits of the batch's start and gaps below 2^26 + 2^24: from a next index below
+  // 2^31, the 16 indices of a block stay below 2^32 (32-bit lanes, no carry lost).
+  constexpr uint64_t kOneLimit = uint64_t(1) << 26;
+  constexpr uint32_t kBatch = 8;  // blocks per pass
+  // The ones' positions: a batch's, and what the last word decoded holds beyond them (64), and
+  // the byte stores' overhang (8).
+  constexpr uint32_t kOnes = kBatch * kGaps + 64 + 8;
   struct Block {
-    uint32_t end[kGaps];  // the quotients' ends, relative to the previous block's last one + 1
-    uint64_t first_bit;   // the first remainder's bit in part A
+    uint64_t first_bit;  // the first remainder's bit in part A
     unsigned r;
-    // The stream after this block.
-    uint64_t a_bit, word, word_bit, previous_one;
-    size_t next_byte;
   };
   if (s->failed || s->left != 0) return 0;
   const uint8_t* const a = s->a;
@@ -472,16 +490,16 @@ uint32_t block_rice_blocks_avx2(BlockRiceState* s, uint32_t* out, uint32_t count
   const __m256i rotate_up = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
   const __m256i last_lane = _mm256_set1_epi32(7);
   const __m256i one = _mm256_set1_epi32(1);
-  const uint32_t n_limit = uint32_t(at.n < kGapLimit ? at.n : kGapLimit);
+  const uint32_t n_limit = uint32_t(at.n < kOneLimit ? at.n : kOneLimit);
   Block batch[kBatch];
+  alignas(32) uint32_t ones[kOnes];
   for (;;) {
     uint64_t wanted = (count - done) / kGaps;
     wanted = wanted < (at.k - at.decoded) / kGaps ? wanted : (at.k - at.decoded) / kGaps;
     wanted = wanted < kBatch ? wanted : kBatch;
-    // Pass 1, scalar: parameter codes and quotient ends.
+    // Pass 1, scalar: the parameter codes.
     uint32_t prepared = 0;
-    uint64_t a_bit = at.a_bit, w = at.word, w_bit = at.word_bit, previous_one = at.previous_one;
-    size_t nb = at.next_byte;
+    uint64_t a_bit = at.a_bit;
     unsigned r = at.r;
     for (; prepared < wanted; ++prepared) {
       // The parameter code (index_coding.h: 0 same, 10x one step, 11xxxxx absolute), without
@@ -496,55 +514,44 @@ uint32_t block_rice_blocks_avx2(BlockRiceState* s, uint32_t* out, uint32_t count
       const uint64_t first_bit = a_bit + used;
       if (size_t(first_bit >> 3) + ((unsigned(first_bit & 7) + (kGaps - 1) * block_r) >> 3) + 4 > a_size)
         break;
-      // The next 16 ones of part B, relative to the previous one + 1, four at a time while the
-      // word holds four.
-      Block& blk = batch[prepared];
-      uint64_t next_w = w, next_w_bit = w_bit, last = 0;  // last: the 16th end, 64 bits
-      size_t next_nb = nb;
-      const uint64_t base = previous_one + 1;
-      uint64_t relative = next_w_bit - base;  // the word's bit 0, relative (modulo 2^64)
-      uint32_t t = 0;
-      while (t < kGaps) {
-        if (next_w == 0) {
-          if (next_nb + 8 > b_size) break;
-          next_w = load_le64(b + next_nb);
-          next_w_bit = uint64_t(next_nb) * 8;
-          relative = next_w_bit - base;
-          next_nb += 8;
+      batch[prepared].first_bit = first_bit;
+      batch[prepared].r = block_r;
+      a_bit = first_bit + uint64_t(kGaps) * block_r;
+      r = block_r;
+    }
+    // Pass 2: the positions of part B's next ones (relative to the previous one + 1), whole
+    // 8-byte words (as the loop loads them) while fewer than the prepared blocks need are found.
+    const uint64_t base = at.previous_one + 1;
+    uint32_t found = 0;
+    {
+      uint64_t w = at.word, w_bit = at.word_bit;
+      size_t nb = at.next_byte;
+      const uint32_t need = prepared * kGaps;
+      while (found < need) {
+        if (w == 0) {
+          if (nb + 8 > b_size) break;
+          w = load_le64(b + nb);
+          w_bit = uint64_t(nb) * 8;
+          nb += 8;
           continue;
         }
-        const uint64_t w1 = _blsr_u64(next_w), w2 = _blsr_u64(w1), w3 = _blsr_u64(w2);
-        if (w3 != 0 && t + 4 <= kGaps) {
-          blk.end[t] = uint32_t(relative + _tzcnt_u64(next_w));
-          blk.end[t + 1] = uint32_t(relative + _tzcnt_u64(w1));
-          blk.end[t + 2] = uint32_t(relative + _tzcnt_u64(w2));
-          last = relative + _tzcnt_u64(w3);
-          blk.end[t + 3] = uint32_t(last);
-          next_w = _blsr_u64(w3);
-          t += 4;
-        } else {
-          last = relative + _tzcnt_u64(next_w);
-          blk.end[t] = uint32_t(last);
-          next_w = w1;
-          t += 1;
+        // The word's bit 0, relative (modulo 2^64: the first word's may precede base by < 64).
+        const uint64_t relative = w_bit - base;
+        if (relative + 64 > kOneLimit && relative < ~uint64_t(0) - 64) break;
+        for (unsigned byte = 0; byte < 8; ++byte) {
+          const unsigned bits = unsigned(w >> (8 * byte)) & 0xFFu;
+          const __m256i positions = _mm256_cvtepu8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(kBytePositions.position[bits])));
+          _mm256_storeu_si256(
+              reinterpret_cast<__m256i*>(ones + found),
+              _mm256_add_epi32(positions, _mm256_set1_epi32(int(uint32_t(relative) + 8 * byte))));
+          found += kBytePositions.count[bits];
         }
+        w = 0;
       }
-      if (t < kGaps || last >= kGapLimit) break;  // (then every end fits 32 bits)
-      blk.first_bit = first_bit;
-      blk.r = block_r;
-      a_bit = first_bit + uint64_t(kGaps) * block_r;
-      w = next_w;
-      w_bit = next_w_bit;
-      nb = next_nb;
-      previous_one = base + last;
-      r = block_r;
-      blk.a_bit = a_bit;
-      blk.word = w;
-      blk.word_bit = w_bit;
-      blk.previous_one = previous_one;
-      blk.next_byte = nb;
     }
-    // Pass 2, vector: the indices of the prepared blocks, in order, up to the first refused.
+    prepared = found / kGaps < prepared ? found / kGaps : prepared;
+    // Pass 3, vector: the indices of the prepared blocks, in order, up to the first refused.
     uint32_t decoded = 0;
     for (; decoded < prepared; ++decoded) {
       const Block& blk = batch[decoded];
@@ -555,12 +562,13 @@ uint32_t block_rice_blocks_avx2(BlockRiceState* s, uint32_t* out, uint32_t count
       const __m256i mask = _mm256_set1_epi32(block_r == 0 ? 0 : int((1u << block_r) - 1));
       const __m256i step = _mm256_mullo_epi32(lane, _mm256_set1_epi32(int(block_r)));
       const int* const a_at = reinterpret_cast<const int*>(a + size_t(blk.first_bit >> 3));
-      __m256i previous_end = _mm256_set1_epi32(-1);
+      const uint32_t* const end = ones + decoded * kGaps;
+      __m256i previous_end = _mm256_set1_epi32(decoded == 0 ? -1 : int(end[-1]));
       __m256i sum_before = _mm256_setzero_si256();  // the gaps + 1 of the half before
       __m256i too_far = _mm256_setzero_si256();
       __m256i sum[2];  // gap + 1, summed from the block's start
       for (unsigned h = 0; h < 2; ++h) {
-        const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.end + 8 * h));
+        const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(end + 8 * h));
         const __m256i before =
             _mm256_blend_epi32(_mm256_permutevar8x32_epi32(e, rotate_up), previous_end, 0x01);
         const __m256i quotient = _mm256_sub_epi32(_mm256_sub_epi32(e, before), one);
@@ -588,13 +596,26 @@ uint32_t block_rice_blocks_avx2(BlockRiceState* s, uint32_t* out, uint32_t count
       at.next_index += uint32_t(_mm256_extract_epi32(sum[1], 7));
     }
     if (decoded > 0) {
+      // The stream after the last decoded block: part A past its remainders; part B's word
+      // holding its last one, with the bits up to that one taken.
       const Block& last = batch[decoded - 1];
-      at.a_bit = last.a_bit;
-      at.word = last.word;
-      at.word_bit = last.word_bit;
-      at.previous_one = last.previous_one;
-      at.next_byte = last.next_byte;
+      at.a_bit = last.first_bit + uint64_t(kGaps) * last.r;
       at.r = last.r;
+      const uint64_t last_one = base + ones[decoded * kGaps - 1];
+      const uint64_t word_bit = last_one & ~uint64_t(63);
+      const unsigned taken = unsigned(last_one & 63) + 1;  // bits 0 .. last one of its word
+      // The scalar reader may have loaded that word zero-padded, past the part's end.
+      const size_t word_byte = size_t(word_bit >> 3);
+      uint64_t word = 0;
+      if (word_byte + 8 <= b_size) {
+        word = load_le64(b + word_byte);
+      } else {
+        for (size_t i = 0; word_byte + i < b_size; ++i) word |= uint64_t(b[word_byte + i]) << (8 * i);
+      }
+      at.word = taken == 64 ? 0 : word >> taken << taken;
+      at.word_bit = word_bit;
+      at.next_byte = size_t(word_bit >> 3) + 8;
+      at.previous_one = last_one;
       at.decoded += uint64_t(decoded) * kGaps;
       done += decoded * kGaps;
     }
