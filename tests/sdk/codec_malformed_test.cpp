@@ -695,6 +695,50 @@ TEST_SUITE("codec.malformed") {
     }
   }
 
+  TEST_CASE("a QSGD level above s is kCorruptPayload, at every code width and position") {
+    // 8 bits (s = 100: codes to 127), 4 bits (s = 5: to 7) and 3 bits (s = 2: to 3), so that the
+    // byte-wise checks of 8- and 4-bit codes and the bit reader of other widths each see one; in
+    // 4 bits, a level in the low and in the high nibble of a byte, and in a bucket's odd last code.
+    struct Case {
+      const char* spec;
+      unsigned bits, level;
+      size_t code;  // position in the first bucket, or in the last one when `last`
+      bool last;
+    };
+    const Case cases[] = {
+        {"qsgd:s=100", 8, 101, 0, false},
+        {"qsgd:s=100", 8, 127, 33, false},
+        {"qsgd:s=5", 4, 6, 2, false},
+        {"qsgd:s=5", 4, 7, 9, false},
+        {"qsgd:s=2", 3, 3, 5, false},
+        // Buckets of 11 (the last of 300 holds 3): a bucket's last code is half a byte.
+        {"qsgd:s=5,bucket=11", 4, 6, 10, false},
+        {"qsgd:s=5,bucket=11", 4, 7, 0, true},
+    };
+    for (const Case& c : cases) {
+      INFO("spec: ", std::string(c.spec), "  code: ", c.code, "  level: ", c.level);
+      std::vector<uint8_t> bad = valid_encoding(c.spec);
+      EncodedInfo info;
+      REQUIRE(edgefl::inspect({bad.data(), bad.size()}, &info) == Status::kOk);
+      REQUIRE(info.bits == c.bits);
+      const size_t values_at = wire::kHeaderBytes + load_u32(bad, wire::kIndexBytes);
+      const size_t bucket_bytes = 4 + (size_t(info.block) * c.bits + 7) / 8;
+      size_t bucket = 0, code = c.code;
+      if (c.last) {
+        bucket = (kN - 1) / info.block;
+        code = (kN - 1) % info.block;
+      }
+      const size_t bit = 8 * (values_at + bucket * bucket_bytes + 4) + code * c.bits;
+      for (unsigned b = 0; b < c.bits; ++b) {  // LSB first; the sign bit (the top one) stays 0
+        const unsigned value = b + 1 < c.bits ? (c.level >> b) & 1u : 0u;
+        uint8_t& byte = bad[(bit + b) / 8];
+        byte = uint8_t((byte & ~(1u << ((bit + b) % 8))) | (value << ((bit + b) % 8)));
+      }
+      fix_checksum(bad);
+      expect_rejected(bad, Status::kCorruptPayload);
+    }
+  }
+
   TEST_CASE(
       "a rANS value stream that does not end in its initial states is refused, whichever path decodes") {
     // run_all compares decoding without a workspace (the stream checked, then decoded again) and

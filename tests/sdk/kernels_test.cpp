@@ -354,6 +354,9 @@ TEST_SUITE("values") {
         {ValueCoderKind::kTernGrad, 2, 7, false},      {ValueCoderKind::kHadamard, 4, 256, false},
         {ValueCoderKind::kHadamard, 4, 1000, false},   {ValueCoderKind::kHadamard, 2, 7, false},
         {ValueCoderKind::kHadamard, 3, 64, false},     {ValueCoderKind::kHadamard, 1, 256, false},
+        {ValueCoderKind::kQsgd, 4, 512, false},        {ValueCoderKind::kQsgd, 4, 7, false},
+        {ValueCoderKind::kQsgd, 8, 256, false},        {ValueCoderKind::kQsgd, 8, 1000, false},
+        {ValueCoderKind::kQsgd, 3, 64, false},
     };
     for (const Layout& layout : layouts) {
       values::Params p;
@@ -364,6 +367,8 @@ TEST_SUITE("values") {
       p.step = 1.0f / 64.0f;
       p.round_key = 42;
       p.sign_key = 0x5EEDu;
+      // QSGD: s levels below the code's largest (8 bits: 100, not 127), or all of them (4 bits).
+      p.levels = uint16_t(layout.bits == 8 ? 100 : (1u << (layout.bits - 1)) - 1);
       for (uint32_t total : {1u, 255u, 256u, 257u, 3001u}) {
         CAPTURE(int(layout.kind));
         CAPTURE(int(layout.bits));

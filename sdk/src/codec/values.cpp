@@ -357,6 +357,23 @@ Status validate_region(const Params& p, const uint8_t* data, uint64_t total) {
       unsigned bad = 0;  // branch-free, so that the loop vectorises
       for (uint32_t i = 0; i < (count + 4) / 5; ++i) bad |= unsigned(g[4 + i] > 242);
       if (bad) return Status::kCorruptPayload;
+#if !defined(__OPTIMIZE_SIZE__)
+    } else if (p.kind == ValueCoderKind::kQsgd && (p.bits == 8 || p.bits == 4)) {
+      // The same check a byte at a time, branch-free (the loops vectorise).
+      const uint8_t* codes = g + 4;
+      const unsigned level_mask = p.bits == 8 ? 0x7Fu : 7u;
+      unsigned bad = 0;
+      if (p.bits == 8) {
+        for (uint32_t i = 0; i < count; ++i) bad |= unsigned((codes[i] & level_mask) > p.levels);
+      } else {
+        for (uint32_t i = 0; i < count / 2; ++i) {
+          bad |= unsigned((codes[i] & level_mask) > p.levels) |
+                 unsigned(((codes[i] >> 4) & level_mask) > p.levels);
+        }
+        if (count % 2 != 0) bad |= unsigned((codes[count / 2] & level_mask) > p.levels);
+      }
+      if (bad) return Status::kCorruptPayload;
+#endif
     } else if (p.kind == ValueCoderKind::kQsgd) {
       BitReader r(g + 4, size_t((uint64_t(count) * p.bits + 7) / 8));
       const uint64_t level_mask = (uint64_t(1) << (p.bits - 1)) - 1;

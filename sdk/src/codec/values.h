@@ -255,6 +255,7 @@ inline bool has_dense_runs(const Params& p) {
   if (p.kind == ValueCoderKind::kHadamard) return true;
 #endif
   const bool bits84 = p.bits == 8 || p.bits == 4;
+  if (p.kind == ValueCoderKind::kQsgd) return bits84;
   return p.kind == ValueCoderKind::kUniform && bits84 && (p.shared || !p.signmag);
 #endif
 }
@@ -350,6 +351,47 @@ void decode_hadamard_runs(const Params& p, const uint8_t* data, uint64_t total, 
 }
 #endif
 
+#if !defined(__OPTIMIZE_SIZE__)
+// QSGD groups of 4- or 8-bit codes (sign bit over the level) as runs: decode_region's values,
+// the negation as a flip of the sign bit (what IEEE negation is), so that the loops vectorise.
+template <typename Runs>
+void decode_qsgd_runs(const Params& p, const uint8_t* data, uint64_t total, Runs&& runs, float* buf) {
+  uint64_t pos = 0;
+  const uint8_t* g = data;
+  while (pos < total) {
+    const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
+    float a;
+    memcpy(&a, g, 4);
+    const uint8_t* codes = g + 4;
+    for (uint32_t done = 0; done < count; done += kFloatChunk) {
+      const uint32_t m = count - done < kFloatChunk ? count - done : kFloatChunk;
+      if (p.bits == 8) {
+        const uint8_t* c = codes + done;
+        for (uint32_t j = 0; j < m; ++j) {
+          const float mag = float(c[j] & 0x7Fu) * a;
+          buf[j] = bits_float(float_bits(mag) ^ (uint32_t(c[j] >> 7) << 31));
+        }
+      } else {
+        const uint8_t* c = codes + done / 2;  // kFloatChunk is even
+        // A byte (two codes) an iteration: the low nibble first.
+        for (uint32_t j = 0; j < m / 2; ++j) {
+          const unsigned low = c[j] & 15u, high = unsigned(c[j]) >> 4;
+          buf[2 * j] = bits_float(float_bits(float(low & 7u) * a) ^ (uint32_t(low >> 3) << 31));
+          buf[2 * j + 1] = bits_float(float_bits(float(high & 7u) * a) ^ (uint32_t(high >> 3) << 31));
+        }
+        if (m % 2 != 0) {
+          const unsigned low = c[m / 2] & 15u;
+          buf[m - 1] = bits_float(float_bits(float(low & 7u) * a) ^ (uint32_t(low >> 3) << 31));
+        }
+      }
+      runs(pos + done, static_cast<const float*>(buf), m);
+    }
+    g += group_bytes(p, count);
+    pos += count;
+  }
+}
+#endif
+
 // For a validated region with has_dense_runs(p): the values of decode_region (same arithmetic,
 // same order) as runs(first_position, values, count), count <= kFloatChunk, so that a dense
 // decode stores or adds whole runs.
@@ -370,10 +412,12 @@ void decode_dense_runs(const Params& p, const uint8_t* data, uint64_t total, Run
         for (uint32_t j = 0; j < m; ++j) buf[j] = float(int8_t(c[j])) * p.step;
       } else {
         const uint8_t* c = data + i / 2;
-        for (uint32_t j = 0; j < m; ++j) {
-          const int32_t code = int32_t(uint32_t(c[j >> 1] >> ((j & 1) * 4)) << 28) >> 28;
-          buf[j] = float(code) * p.step;
+        // A byte (two codes) an iteration, the low nibble first (the loop vectorises).
+        for (uint32_t j = 0; j < m / 2; ++j) {
+          buf[2 * j] = float(int32_t(uint32_t(c[j]) << 28) >> 28) * p.step;
+          buf[2 * j + 1] = float(int32_t(uint32_t(c[j]) << 24) >> 28) * p.step;
         }
+        if (m % 2 != 0) buf[m - 1] = float(int32_t(uint32_t(c[m / 2]) << 28) >> 28) * p.step;
       }
       runs(i, static_cast<const float*>(buf), m);
     }
@@ -389,6 +433,10 @@ void decode_dense_runs(const Params& p, const uint8_t* data, uint64_t total, Run
     return;
   }
 #endif
+  if (p.kind == ValueCoderKind::kQsgd) {
+    decode_qsgd_runs(p, data, total, runs, buf);
+    return;
+  }
   uint64_t pos = 0;
   const uint8_t* g = data;
   while (pos < total) {
@@ -404,7 +452,12 @@ void decode_dense_runs(const Params& p, const uint8_t* data, uint64_t total, Run
         for (uint32_t j = 0; j < m; ++j) buf[j] = a + float(c[j]) * b;
       } else {
         const uint8_t* c = codes + done / 2;
-        for (uint32_t j = 0; j < m; ++j) buf[j] = a + float((c[j >> 1] >> ((j & 1) * 4)) & 15u) * b;
+        // A byte (two codes) an iteration, the low nibble first (the loop vectorises).
+        for (uint32_t j = 0; j < m / 2; ++j) {
+          buf[2 * j] = a + float(c[j] & 15u) * b;
+          buf[2 * j + 1] = a + float(unsigned(c[j]) >> 4) * b;
+        }
+        if (m % 2 != 0) buf[m - 1] = a + float(c[m / 2] & 15u) * b;
       }
       runs(pos + done, static_cast<const float*>(buf), m);
     }
