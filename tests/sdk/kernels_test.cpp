@@ -341,6 +341,7 @@ TEST_SUITE("values") {
       uint8_t bits;
       uint32_t block;
       bool shared;
+      bool signmag = false;
     };
     const Layout layouts[] = {
         {ValueCoderKind::kFp32, 32, 0, false},         {ValueCoderKind::kFp16, 16, 0, false},
@@ -357,6 +358,8 @@ TEST_SUITE("values") {
         {ValueCoderKind::kQsgd, 4, 512, false},        {ValueCoderKind::kQsgd, 4, 7, false},
         {ValueCoderKind::kQsgd, 8, 256, false},        {ValueCoderKind::kQsgd, 8, 1000, false},
         {ValueCoderKind::kQsgd, 3, 64, false},
+        {ValueCoderKind::kUniform, 4, 256, false, true}, {ValueCoderKind::kUniform, 4, 7, false, true},
+        {ValueCoderKind::kUniform, 8, 1000, false, true}, {ValueCoderKind::kUniform, 3, 64, false, true},
     };
     for (const Layout& layout : layouts) {
       values::Params p;
@@ -364,6 +367,7 @@ TEST_SUITE("values") {
       p.bits = layout.bits;
       p.block = layout.block;
       p.shared = layout.shared;
+      p.signmag = layout.signmag;
       p.step = 1.0f / 64.0f;
       p.round_key = 42;
       p.sign_key = 0x5EEDu;
@@ -373,6 +377,7 @@ TEST_SUITE("values") {
         CAPTURE(int(layout.kind));
         CAPTURE(int(layout.bits));
         CAPTURE(layout.block);
+        CAPTURE(layout.signmag);
         CAPTURE(total);
         std::vector<float> x = test_vector(total, total * 7 + layout.bits);
         for (float& f : x) f = std::fmod(f, 1.5f);

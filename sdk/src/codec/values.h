@@ -255,8 +255,7 @@ inline bool has_dense_runs(const Params& p) {
   if (p.kind == ValueCoderKind::kHadamard) return true;
 #endif
   const bool bits84 = p.bits == 8 || p.bits == 4;
-  if (p.kind == ValueCoderKind::kQsgd) return bits84;
-  return p.kind == ValueCoderKind::kUniform && bits84 && (p.shared || !p.signmag);
+  return (p.kind == ValueCoderKind::kQsgd || p.kind == ValueCoderKind::kUniform) && bits84;
 #endif
 }
 
@@ -447,7 +446,25 @@ void decode_dense_runs(const Params& p, const uint8_t* data, uint64_t total, Run
     const uint8_t* codes = g + 8;
     for (uint32_t done = 0; done < count; done += kFloatChunk) {
       const uint32_t m = count - done < kFloatChunk ? count - done : kFloatChunk;
-      if (p.bits == 8) {
+      if (p.signmag) {
+        // uniform_value's sign-magnitude arithmetic, the negation as a flip of the sign bit
+        // (what IEEE negation is), so that the loops vectorise.
+        const unsigned mag_bits = p.bits - 1u, mag_mask = (1u << mag_bits) - 1;
+        auto value = [=](unsigned code) {
+          return bits_float(float_bits(a + float(code & mag_mask) * b) ^ (uint32_t(code >> mag_bits) << 31));
+        };
+        if (p.bits == 8) {
+          const uint8_t* c = codes + done;
+          for (uint32_t j = 0; j < m; ++j) buf[j] = value(c[j]);
+        } else {
+          const uint8_t* c = codes + done / 2;
+          for (uint32_t j = 0; j < m / 2; ++j) {
+            buf[2 * j] = value(c[j] & 15u);
+            buf[2 * j + 1] = value(unsigned(c[j]) >> 4);
+          }
+          if (m % 2 != 0) buf[m - 1] = value(c[m / 2] & 15u);
+        }
+      } else if (p.bits == 8) {
         const uint8_t* c = codes + done;
         for (uint32_t j = 0; j < m; ++j) buf[j] = a + float(c[j]) * b;
       } else {
