@@ -534,6 +534,9 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
         error);
     if (s != Status::kOk) return s;
     round.accepted = masked;
+    // Plain updates the round carries, counted (they join its mean when it commits).
+    EDGEFL_RETURN_IF_ERROR(find_carried_rounds(&round, error));
+    EDGEFL_RETURN_IF_ERROR(add_carried(&round, nullptr, nullptr, error));
     // An index is never taken back: its device may go on where it was, with or without a Hello.
     for (const std::string& device : secure_->devices())
       round.offered[device] = std::numeric_limits<int64_t>::max();
@@ -544,7 +547,8 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
         .kv("round", open->round_id)
         .kv("secure_phase", secure_phase_name(secure_->phase()))
         .kv("devices", uint64_t(secure_->assigned()))
-        .kv("masked", uint64_t{masked});
+        .kv("masked", uint64_t{masked})
+        .kv("carried", uint64_t{open_->carried});
     error->clear();
     return Status::kOk;
   }
@@ -605,16 +609,7 @@ Status RoundManager::find_carried_rounds(OpenRound* round, std::string* error) {
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  if (ids.empty()) return Status::kOk;
-  if (options_.secure_aggregation.enabled) {
-    // A secure sum cannot take plain updates in; the rounds stay listed for a later plain round
-    // of this model version (a commit of this round moves the version on, and they are dropped).
-    log_warn("carried_updates_not_counted")
-        .kv("round", round->record.round_id)
-        .kv("carried_rounds", uint64_t(ids.size()))
-        .kv("reason", "secure aggregation");
-    return Status::kOk;
-  }
+  // A secure round counts them too: they join its unmasked mean (secure_tick).
   round->carried_rounds = std::move(ids);
   return Status::kOk;
 }
@@ -648,6 +643,30 @@ Status RoundManager::add_carried(OpenRound* round, StreamingAggregator* into, st
   }
   round->carried = carried;
   round->carried_devices = std::move(devices);
+  return Status::kOk;
+}
+
+Status RoundManager::sum_carried(const OpenRound& round, std::vector<double>* sum, uint32_t* count,
+                                 std::string* error) {
+  sum->assign(n_, 0.0);
+  *count = 0;
+  for (const uint64_t id : round.carried_rounds) {
+    const Status s = storage_->for_each_update(
+        id,
+        [&](const UpdateRecord& u) -> Status {
+          if (u.payload.size() != u.payload_bytes) return Status::kCorruptPayload;
+          EDGEFL_RETURN_IF_ERROR(decode_recorded(u));
+          for (size_t j = 0; j < n_; ++j) (*sum)[j] += double(scratch_[j]);
+          ++*count;
+          return Status::kOk;
+        },
+        error);
+    if (s != Status::kOk) {
+      if (error->empty())
+        *error = "summing the updates of abandoned round " + std::to_string(id) + ": " + status_name(s);
+      return s;
+    }
+  }
   return Status::kOk;
 }
 
@@ -1272,7 +1291,7 @@ Status RoundManager::finish_close(int64_t now_ms, std::string* error) {
   summary.seconds = double(now_ms - round.opened_wall_ms) / 1e3;
   if (commit) evaluate(&summary);
   if (secure_) {
-    summary.accepted = secure_->phase() == SecurePhase::kDone ? secure_->contributors() : 0;
+    summary.accepted = secure_->phase() == SecurePhase::kDone ? secure_->contributors() + round.carried : 0;
     if (commit && secure_->noise_variance() > 0)
       summary.dp_epsilon = accountant_.epsilon(options_.secure_aggregation.dp_delta);
   }
@@ -2195,8 +2214,24 @@ void RoundManager::secure_tick(int64_t now_ms) {
       (void)close_round(false, now_ms, &error);
       return;
     }
-    const float scale = 1.0f / float(contributors);
-    for (float& v : mean_) v *= scale;
+    // Plain updates carried from rounds abandoned before the server ran secure rounds join the
+    // mean with one weight each, as every contributor has (secure rounds average uniformly).
+    // They were seen in the clear when they were acknowledged: the server still learns nothing
+    // of the contributors but their sum.
+    std::vector<double> carried_sum;
+    uint32_t carried = 0;
+    if (sum_carried(*open_, &carried_sum, &carried, &error) != Status::kOk) {
+      fatal("reading the updates a secure round carries", error);  // the next tick tries again
+      return;
+    }
+    open_->carried = carried;
+    if (carried == 0) {
+      const float scale = 1.0f / float(contributors);
+      for (float& v : mean_) v *= scale;
+    } else {
+      const double scale = 1.0 / double(contributors + carried);
+      for (size_t j = 0; j < n_; ++j) mean_[j] = float((double(mean_[j]) + carried_sum[j]) * scale);
+    }
     secure_mean_ready_ = true;
   }
   (void)close_round(true, now_ms, &error);
@@ -2227,9 +2262,12 @@ Reply RoundManager::secure_hello(const std::string& device, const wire::Hello& h
   const bool known = secure_->index_of(device).has_value();
   uint32_t index = 0;
   std::string error;
-  // A device that has done its part (or can no longer take it) waits for the next round.
-  const Status s = known && !secure_->can_act(device) ? Status::kSecAggRefused
-                                                      : secure_->assign(device, now_ms, &index, &error);
+  // A device that has done its part (or can no longer take it), or whose plain update this round
+  // carries (a device contributes once per round), waits for the next round.
+  const Status s =
+      (known && !secure_->can_act(device)) || (!known && round.carried_devices.count(device) != 0)
+          ? Status::kSecAggRefused
+          : secure_->assign(device, now_ms, &index, &error);
   if (s == Status::kSecAggRefused) {
     metrics_->retry_later.fetch_add(1);
     const uint32_t after = static_cast<uint32_t>(std::clamp<int64_t>(

@@ -303,9 +303,11 @@ class RoundManager {
   // (the plain rounds' rule: every ledger update decoded and added, in acceptance order).
   Status rebuild_aggregate(OpenRound* round, std::string* error);
   // Sets round->carried_rounds from the durable list of abandoned rounds (setting
-  // kCarriedRoundsKey) that trained the round's base model version and are still abandoned;
-  // none for a secure round or several aggregators.
+  // kCarriedRoundsKey) that trained the round's base model version and are still abandoned.
   Status find_carried_rounds(OpenRound* round, std::string* error);
+  // The carried rounds' updates, decoded and summed with one weight each (a secure round's
+  // mean), and their count; unchanged state on failure.
+  Status sum_carried(const OpenRound& round, std::vector<double>* sum, uint32_t* count, std::string* error);
   // The round ids of kCarriedRoundsKey when it lists them for `base_model_version`; else none.
   Status listed_carried_rounds(uint64_t base_model_version, std::vector<uint64_t>* ids, std::string* error);
   // Sets round->carried and carried_devices from the carried rounds' ledgers (unchanged on
