@@ -2915,6 +2915,27 @@ void expect_error(const wire::Message& m, wire::ErrorCode code, const std::strin
   CHECK_MESSAGE(e->message.find(text) != std::string::npos, e->message);
 }
 
+// Every device in `d` advertises its keys, shares them, masks its update and uploads it (acked):
+// the honest path of a secure round up to its unmask phase. Returns the masked vectors.
+std::vector<std::vector<uint8_t>> mask_all(Server& s, std::vector<SecureDevice>& d) {
+  for (SecureDevice& x : d)
+    expect<wire::SecAggStatus>(s.rounds->secagg_advertise(x.id, x.advertise(), s.now).message);
+  for (SecureDevice& x : d) {
+    const wire::SecAggKeys keys = expect<wire::SecAggKeys>(
+        s.rounds->secagg_poll(x.id, x.poll(wire::SecAggPhase::kKeys), s.now).message);
+    expect<wire::SecAggStatus>(s.rounds->secagg_shares(x.id, x.share(keys), s.now).message);
+  }
+  std::vector<std::vector<uint8_t>> masked;
+  for (SecureDevice& x : d) {
+    const wire::SecAggInbox inbox = expect<wire::SecAggInbox>(
+        s.rounds->secagg_poll(x.id, x.poll(wire::SecAggPhase::kShares), s.now).message);
+    masked.push_back(x.mask(inbox));
+    CHECK(expect<wire::Ack>(s.upload_bytes(x.offer, x.id, masked.back(), 1)).disposition ==
+          wire::UpdateDisposition::kAccepted);
+  }
+  return masked;
+}
+
 // One secure round walked at random from `seed` (the random-walk test in server.rounds.secure).
 // Honest devices take their next step in a random order; between steps come drop-outs, hostile
 // messages (an intruder, a wrong nonce, forged indices, replayed keys, misaddressed shares, wrong
@@ -3629,20 +3650,7 @@ TEST_SUITE("server.rounds.secure") {
                      wire::ErrorCode::kUnknownRound, "round 1 ended");
       } else {
         // Everyone masks, no one answers; the unmask deadline passes with no tick.
-        for (SecureDevice& x : d)
-          expect<wire::SecAggStatus>(s.rounds->secagg_advertise(x.id, x.advertise(), s.now).message);
-        for (SecureDevice& x : d) {
-          const wire::SecAggKeys keys = expect<wire::SecAggKeys>(
-              s.rounds->secagg_poll(x.id, x.poll(wire::SecAggPhase::kKeys), s.now).message);
-          expect<wire::SecAggStatus>(s.rounds->secagg_shares(x.id, x.share(keys), s.now).message);
-        }
-        for (SecureDevice& x : d) {
-          const wire::SecAggInbox inbox = expect<wire::SecAggInbox>(
-              s.rounds->secagg_poll(x.id, x.poll(wire::SecAggPhase::kShares), s.now).message);
-          masked.push_back(x.mask(inbox));
-          CHECK(expect<wire::Ack>(s.upload_bytes(x.offer, x.id, masked.back(), 1)).disposition ==
-                wire::UpdateDisposition::kAccepted);
-        }
+        masked = mask_all(s, d);
         REQUIRE(s.rounds->secure_round()->phase() == SecurePhase::kUnmask);
         s.now += 1001;
         // The round ends unanswered: a device that masked hears its vector was not counted.
@@ -3744,19 +3752,7 @@ TEST_SUITE("server.rounds.secure") {
       d[i].start(s.offer(d[i].id, 0, wire::kCapabilitySecureAggregation));
       d[i].update.assign(n, 0.001f * float(i + 1));
     }
-    for (SecureDevice& x : d)
-      expect<wire::SecAggStatus>(s.rounds->secagg_advertise(x.id, x.advertise(), s.now).message);
-    for (SecureDevice& x : d) {
-      const wire::SecAggKeys keys = expect<wire::SecAggKeys>(
-          s.rounds->secagg_poll(x.id, x.poll(wire::SecAggPhase::kKeys), s.now).message);
-      expect<wire::SecAggStatus>(s.rounds->secagg_shares(x.id, x.share(keys), s.now).message);
-    }
-    for (SecureDevice& x : d) {
-      const wire::SecAggInbox inbox = expect<wire::SecAggInbox>(
-          s.rounds->secagg_poll(x.id, x.poll(wire::SecAggPhase::kShares), s.now).message);
-      CHECK(expect<wire::Ack>(s.upload_bytes(x.offer, x.id, x.mask(inbox), 1)).disposition ==
-            wire::UpdateDisposition::kAccepted);
-    }
+    (void)mask_all(s, d);
     std::vector<wire::SecAggUnmaskResponse> answers;
     for (SecureDevice& x : d) {
       answers.push_back(x.unmask(expect<wire::SecAggUnmaskRequest>(
