@@ -20,7 +20,7 @@ namespace edgefl {
 namespace values {
 
 // Values per group for the unblocked coders (a multiple of 8, so codes stay byte-aligned).
-constexpr uint32_t kFloatChunk = 256;
+constexpr uint32_t kFloatChunk = 256;  // a multiple of 8: runs start on a code byte
 static_assert(kFloatChunk % 8 == 0, "sign runs start on a code byte");
 static_assert(kFloatChunk % 2 == 0, "4-bit runs start on a byte boundary");
 constexpr uint32_t kMaxHadamardBlock = 1024;
@@ -255,7 +255,8 @@ inline bool has_dense_runs(const Params& p) {
   if (p.kind == ValueCoderKind::kHadamard) return true;
 #endif
   const bool bits84 = p.bits == 8 || p.bits == 4;
-  return (p.kind == ValueCoderKind::kQsgd || p.kind == ValueCoderKind::kUniform) && bits84;
+  if (p.kind == ValueCoderKind::kUniform) return bits84 || p.bits == 2 || p.bits == 1;
+  return p.kind == ValueCoderKind::kQsgd && bits84;
 #endif
 }
 
@@ -351,6 +352,42 @@ void decode_hadamard_runs(const Params& p, const uint8_t* data, uint64_t total, 
 #endif
 
 #if !defined(__OPTIMIZE_SIZE__)
+// store(j, code j) for the m codes of kBits (1 or 2) bits packed LSB-first from c: a byte (8 / kBits
+// codes) an iteration, then the codes of a last partial byte.
+template <unsigned kBits, typename Store>
+inline void unpack_small_codes(const uint8_t* c, uint32_t m, Store&& store) {
+  constexpr unsigned kPerByte = 8 / kBits, kMask = (1u << kBits) - 1;
+  uint32_t j = 0;
+  for (; j + kPerByte <= m; j += kPerByte) {
+    const unsigned byte = c[j / kPerByte];
+    for (unsigned t = 0; t < kPerByte; ++t) store(j + t, (byte >> (t * kBits)) & kMask);
+  }
+  for (; j < m; ++j) store(j, (unsigned(c[j / kPerByte]) >> ((j % kPerByte) * kBits)) & kMask);
+}
+
+// decode_dense_runs's values of 1- or 2-bit uniform codes into buf[0..m): shared-scale codes
+// (sign-extended, times the step), sign-magnitude or plain blocked codes (a, b the block's min and
+// step), the arithmetic of decode_region.
+template <unsigned kBits>
+inline void small_uniform_values(const Params& p, const uint8_t* c, uint32_t m, float a, float b,
+                                 float* buf) {
+  if (p.shared) {
+    const float step = p.step;
+    unpack_small_codes<kBits>(c, m, [&](uint32_t j, unsigned code) {
+      buf[j] = float(int32_t(code << (32 - kBits)) >> (32 - kBits)) * step;
+    });
+  } else if (p.signmag) {
+    constexpr unsigned kMagBits = kBits - 1, kMagMask = (1u << kMagBits) - 1;
+    unpack_small_codes<kBits>(c, m, [&](uint32_t j, unsigned code) {
+      buf[j] = bits_float(float_bits(a + float(code & kMagMask) * b) ^ (uint32_t(code >> kMagBits) << 31));
+    });
+  } else {
+    unpack_small_codes<kBits>(c, m, [&](uint32_t j, unsigned code) { buf[j] = a + float(code) * b; });
+  }
+}
+#endif
+
+#if !defined(__OPTIMIZE_SIZE__)
 // QSGD groups of 4- or 8-bit codes (sign bit over the level) as runs: decode_region's values,
 // the negation as a flip of the sign bit (what IEEE negation is), so that the loops vectorise.
 template <typename Runs>
@@ -405,8 +442,15 @@ void decode_dense_runs(const Params& p, const uint8_t* data, uint64_t total, Run
   if (p.shared) {
     for (uint64_t i = 0; i < total; i += kFloatChunk) {
       const uint32_t m = uint32_t(total - i < kFloatChunk ? total - i : kFloatChunk);
-      // Pointers to the run's first code (kFloatChunk is even), so that the loops vectorise.
-      if (p.bits == 8) {
+      // Pointers to the run's first code (kFloatChunk is a multiple of 8), so that the loops vectorise.
+      if (p.bits == 2 || p.bits == 1) {
+        const uint8_t* c = data + i * p.bits / 8;
+        if (p.bits == 2) {
+          small_uniform_values<2>(p, c, m, 0.0f, 0.0f, buf);
+        } else {
+          small_uniform_values<1>(p, c, m, 0.0f, 0.0f, buf);
+        }
+      } else if (p.bits == 8) {
         const uint8_t* c = data + i;
         for (uint32_t j = 0; j < m; ++j) buf[j] = float(int8_t(c[j])) * p.step;
       } else {
@@ -446,7 +490,14 @@ void decode_dense_runs(const Params& p, const uint8_t* data, uint64_t total, Run
     const uint8_t* codes = g + 8;
     for (uint32_t done = 0; done < count; done += kFloatChunk) {
       const uint32_t m = count - done < kFloatChunk ? count - done : kFloatChunk;
-      if (p.signmag) {
+      if (p.bits == 2 || p.bits == 1) {
+        const uint8_t* c = codes + done * p.bits / 8;
+        if (p.bits == 2) {
+          small_uniform_values<2>(p, c, m, a, b, buf);
+        } else {
+          small_uniform_values<1>(p, c, m, a, b, buf);
+        }
+      } else if (p.signmag) {
         // uniform_value's sign-magnitude arithmetic, the negation as a flip of the sign bit
         // (what IEEE negation is), so that the loops vectorise.
         const unsigned mag_bits = p.bits - 1u, mag_mask = (1u << mag_bits) - 1;
