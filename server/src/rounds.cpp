@@ -536,7 +536,7 @@ Status RoundManager::recover_open_round(int64_t now_ms, std::string* error) {
     round.accepted = masked;
     // Plain updates the round carries, counted (they join its mean when it commits).
     EDGEFL_RETURN_IF_ERROR(find_carried_rounds(&round, error));
-    EDGEFL_RETURN_IF_ERROR(add_carried(&round, nullptr, nullptr, error));
+    EDGEFL_RETURN_IF_ERROR(add_carried(&round, {}, error));
     // An index is never taken back: its device may go on where it was, with or without a Hello.
     for (const std::string& device : secure_->devices())
       round.offered[device] = std::numeric_limits<int64_t>::max();
@@ -614,8 +614,7 @@ Status RoundManager::find_carried_rounds(OpenRound* round, std::string* error) {
   return Status::kOk;
 }
 
-Status RoundManager::add_carried(OpenRound* round, StreamingAggregator* into, std::vector<float>* rows,
-                                 std::string* error) {
+Status RoundManager::add_carried(OpenRound* round, const CarriedSinks& to, std::string* error) {
   // The count and the devices change only when every row was read: a rebuild that fails part way
   // (retried later) leaves the round's decisions on the whole count.
   uint32_t carried = 0;
@@ -625,11 +624,15 @@ Status RoundManager::add_carried(OpenRound* round, StreamingAggregator* into, st
         id,
         [&](const UpdateRecord& u) -> Status {
           if (u.payload.size() != u.payload_bytes) return Status::kCorruptPayload;  // dropped by a commit
-          if (into != nullptr || rows != nullptr) EDGEFL_RETURN_IF_ERROR(decode_recorded(u));
-          if (rows != nullptr) rows->insert(rows->end(), scratch_.begin(), scratch_.begin() + long(n_));
-          if (into != nullptr)
+          if (to.weighted != nullptr || to.rows != nullptr || to.sum != nullptr)
+            EDGEFL_RETURN_IF_ERROR(decode_recorded(u));
+          if (to.rows != nullptr)
+            to.rows->insert(to.rows->end(), scratch_.begin(), scratch_.begin() + long(n_));
+          if (to.sum != nullptr)
+            for (size_t j = 0; j < n_; ++j) (*to.sum)[j] += double(scratch_[j]);
+          if (to.weighted != nullptr)
             EDGEFL_RETURN_IF_ERROR(
-                into->add_dense({scratch_.data(), n_}, static_cast<double>(u.sample_count)));
+                to.weighted->add_dense({scratch_.data(), n_}, static_cast<double>(u.sample_count)));
           devices.insert(u.device_id);
           ++carried;
           return Status::kOk;
@@ -643,30 +646,6 @@ Status RoundManager::add_carried(OpenRound* round, StreamingAggregator* into, st
   }
   round->carried = carried;
   round->carried_devices = std::move(devices);
-  return Status::kOk;
-}
-
-Status RoundManager::sum_carried(const OpenRound& round, std::vector<double>* sum, uint32_t* count,
-                                 std::string* error) {
-  sum->assign(n_, 0.0);
-  *count = 0;
-  for (const uint64_t id : round.carried_rounds) {
-    const Status s = storage_->for_each_update(
-        id,
-        [&](const UpdateRecord& u) -> Status {
-          if (u.payload.size() != u.payload_bytes) return Status::kCorruptPayload;
-          EDGEFL_RETURN_IF_ERROR(decode_recorded(u));
-          for (size_t j = 0; j < n_; ++j) (*sum)[j] += double(scratch_[j]);
-          ++*count;
-          return Status::kOk;
-        },
-        error);
-    if (s != Status::kOk) {
-      if (error->empty())
-        *error = "summing the updates of abandoned round " + std::to_string(id) + ": " + status_name(s);
-      return s;
-    }
-  }
   return Status::kOk;
 }
 
@@ -717,7 +696,7 @@ Status RoundManager::rebuild_aggregate(OpenRound* round, std::string* error) {
   round->aggregate_is_own = false;
   round->contributed.clear();
   round->upload_bytes = 0;
-  EDGEFL_RETURN_IF_ERROR(add_carried(round, &aggregate_, nullptr, error));
+  EDGEFL_RETURN_IF_ERROR(add_carried(round, {.weighted = &aggregate_}, error));
   uint32_t rebuilt = 0;
   const Status s = storage_->for_each_update(
       round->record.round_id,
@@ -946,7 +925,7 @@ Status RoundManager::merge_partial_sums(int64_t now_ms, bool* waiting, std::stri
              std::to_string(merged_.count());
     return Status::kIoError;
   }
-  EDGEFL_RETURN_IF_ERROR(add_carried(&round, &merged_, nullptr, error));
+  EDGEFL_RETURN_IF_ERROR(add_carried(&round, {.weighted = &merged_}, error));
   aggregate_.reset();
   EDGEFL_RETURN_IF_ERROR(aggregate_.merge(merged_));
   round.aggregate_is_own = false;
@@ -983,7 +962,7 @@ Status RoundManager::open_next_round(int64_t now_ms, std::string* error) {
   aggregate_.reset();
   EDGEFL_RETURN_IF_ERROR(find_carried_rounds(&round, error));
   // Several aggregators: aggregate_ is this server's own partial sum; the close adds them.
-  EDGEFL_RETURN_IF_ERROR(add_carried(&round, shared_ ? nullptr : &aggregate_, nullptr, error));
+  EDGEFL_RETURN_IF_ERROR(add_carried(&round, {.weighted = shared_ ? nullptr : &aggregate_}, error));
   EDGEFL_RETURN_IF_ERROR(storage_->create_round(round.record, error));
   if (options_.secure_aggregation.enabled) EDGEFL_RETURN_IF_ERROR(start_secure_round(round.record, error));
   metrics_->round_id.store(round.record.round_id);
@@ -1086,7 +1065,7 @@ Status RoundManager::robust_combination(std::string* error) {
   // Every accepted update of the round, decoded as commit() decoded it, one row each.
   std::vector<float> rows;
   rows.reserve(size_t(open_->accepted + open_->carried) * n_);
-  Status s = add_carried(&*open_, nullptr, &rows, error);
+  Status s = add_carried(&*open_, {.rows = &rows}, error);
   if (s != Status::kOk) return s;
   s = storage_->for_each_update(
       open_->record.round_id,
@@ -1579,7 +1558,7 @@ Status RoundManager::follow(int64_t now_ms, std::string* error) {
     round.opened_wall_ms = now_ms;
     // Which devices the round counts from abandoned rounds (the coordinator adds their updates).
     EDGEFL_RETURN_IF_ERROR(find_carried_rounds(&round, error));
-    EDGEFL_RETURN_IF_ERROR(add_carried(&round, nullptr, nullptr, error));
+    EDGEFL_RETURN_IF_ERROR(add_carried(&round, {}, error));
     aggregate_.reset();
     open_ = std::move(round);
     open_->norm_bound = update_norm_bound();
@@ -2218,13 +2197,12 @@ void RoundManager::secure_tick(int64_t now_ms) {
     // mean with one weight each, as every contributor has (secure rounds average uniformly).
     // They were seen in the clear when they were acknowledged: the server still learns nothing
     // of the contributors but their sum.
-    std::vector<double> carried_sum;
-    uint32_t carried = 0;
-    if (sum_carried(*open_, &carried_sum, &carried, &error) != Status::kOk) {
+    std::vector<double> carried_sum(n_, 0.0);
+    if (add_carried(&*open_, {.sum = &carried_sum}, &error) != Status::kOk) {
       fatal("reading the updates a secure round carries", error);  // the next tick tries again
       return;
     }
-    open_->carried = carried;
+    const uint32_t carried = open_->carried;
     if (carried == 0) {
       const float scale = 1.0f / float(contributors);
       for (float& v : mean_) v *= scale;

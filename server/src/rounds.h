@@ -305,16 +305,17 @@ class RoundManager {
   // Sets round->carried_rounds from the durable list of abandoned rounds (setting
   // kCarriedRoundsKey) that trained the round's base model version and are still abandoned.
   Status find_carried_rounds(OpenRound* round, std::string* error);
-  // The carried rounds' updates, decoded and summed with one weight each (a secure round's
-  // mean), and their count; unchanged state on failure.
-  Status sum_carried(const OpenRound& round, std::vector<double>* sum, uint32_t* count, std::string* error);
   // The round ids of kCarriedRoundsKey when it lists them for `base_model_version`; else none.
   Status listed_carried_rounds(uint64_t base_model_version, std::vector<uint64_t>* ids, std::string* error);
+  // Where add_carried() puts the carried updates, decoded; each sink when not null.
+  struct CarriedSinks {
+    StreamingAggregator* weighted = nullptr;  // added, weighted by their sample counts
+    std::vector<float>* rows = nullptr;       // appended, n_ floats each
+    std::vector<double>* sum = nullptr;       // n_ doubles: added, one weight each (a secure mean)
+  };
   // Sets round->carried and carried_devices from the carried rounds' ledgers (unchanged on
-  // failure); adds their updates to `into` and appends them decoded to `rows`, either or both
-  // when not null (both null: they are only counted).
-  Status add_carried(OpenRound* round, StreamingAggregator* into, std::vector<float>* rows,
-                     std::string* error);
+  // failure); puts their updates in `to` (no sink: they are only counted).
+  Status add_carried(OpenRound* round, const CarriedSinks& to, std::string* error);
   // Before a plain round is abandoned below its quorum: the list the next round reads, this
   // round added when its ledger holds an update.
   Status record_carried_rounds(const OpenRound& round, std::string* error);

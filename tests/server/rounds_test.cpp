@@ -2882,10 +2882,9 @@ T expect(const wire::Message& m) {
 
 // The largest distance between `after` and `before` moved by the mean of the contributors'
 // updates as the server computes it: their summed integer codes, decoded, over their count.
-double off_secure_mean(const std::vector<float>& before, const std::vector<const SecureDevice*>& contributors,
-                       const std::vector<float>& after) {
+// The contributors' summed codes as the server decodes them: the sum of their decoded updates.
+std::vector<float> decoded_secure_sum(const std::vector<const SecureDevice*>& contributors, size_t n) {
   REQUIRE(!contributors.empty());
-  const size_t n = before.size();
   std::vector<int32_t> sum(contributors[0]->codes.size(), 0);
   for (const SecureDevice* d : contributors) {
     for (size_t j = 0; j < sum.size(); ++j) sum[j] += d->codes[j];
@@ -2897,10 +2896,17 @@ double off_secure_mean(const std::vector<float>& before, const std::vector<const
   size_t size = 0;
   REQUIRE(write_integer_codes(like, {sum.data(), sum.size()}, uint32_t(contributors.size()),
                               {summed.data(), summed.size()}, &size) == Status::kOk);
-  std::vector<float> mean(n);
+  std::vector<float> decoded(n);
   std::vector<uint8_t> workspace(decode_workspace_size(like));
-  REQUIRE(decode({summed.data(), size}, {mean.data(), n}, {workspace.data(), workspace.size()}) ==
+  REQUIRE(decode({summed.data(), size}, {decoded.data(), n}, {workspace.data(), workspace.size()}) ==
           Status::kOk);
+  return decoded;
+}
+
+double off_secure_mean(const std::vector<float>& before, const std::vector<const SecureDevice*>& contributors,
+                       const std::vector<float>& after) {
+  const size_t n = before.size();
+  const std::vector<float> mean = decoded_secure_sum(contributors, n);
   const float scale = 1.0f / float(contributors.size());
   double worst = 0;
   for (size_t j = 0; j < n; ++j)
@@ -3763,19 +3769,7 @@ TEST_SUITE("server.rounds.secure") {
     REQUIRE(s.rounds->model_version() == 2);
 
     // The model: v1 + (the secure sum + the two plain updates) / 5.
-    std::vector<int32_t> codes(d[0].codes.size(), 0);
-    for (const SecureDevice& x : d)
-      for (size_t j = 0; j < codes.size(); ++j) codes[j] += x.codes[j];
-    EncodedInfo like;
-    REQUIRE(read_header({d[0].encoding.data(), d[0].encoding.size()}, &like) == Status::kOk);
-    std::vector<uint8_t> summed(kEncodedHeaderBytes + 4 * codes.size());
-    size_t size = 0;
-    REQUIRE(write_integer_codes(like, {codes.data(), codes.size()}, 3, {summed.data(), summed.size()},
-                                &size) == Status::kOk);
-    std::vector<float> secure_sum(n);
-    std::vector<uint8_t> workspace(decode_workspace_size(like));
-    REQUIRE(decode({summed.data(), size}, {secure_sum.data(), n}, {workspace.data(), workspace.size()}) ==
-            Status::kOk);
+    const std::vector<float> secure_sum = decoded_secure_sum({&d[0], &d[1], &d[2]}, n);
     const std::vector<float> v2 = s.model();
     double off = 0, moved = 0;
     for (size_t j = 0; j < n; ++j) {
