@@ -363,6 +363,7 @@ TEST_SUITE("values") {
         {ValueCoderKind::kUniform, 1, 0, true},         {ValueCoderKind::kUniform, 1, 256, false},
         {ValueCoderKind::kUniform, 2, 1000, false},     {ValueCoderKind::kUniform, 1, 7, false},
         {ValueCoderKind::kUniform, 2, 13, false, true}, {ValueCoderKind::kUniform, 2, 1000, false, true},
+        {ValueCoderKind::kQsgd, 2, 64, false},          {ValueCoderKind::kQsgd, 2, 5, false},
     };
     for (const Layout& layout : layouts) {
       values::Params p;

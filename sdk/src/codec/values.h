@@ -254,9 +254,9 @@ inline bool has_dense_runs(const Params& p) {
 #if EDGEFL_WITH_HADAMARD
   if (p.kind == ValueCoderKind::kHadamard) return true;
 #endif
-  const bool bits84 = p.bits == 8 || p.bits == 4;
-  if (p.kind == ValueCoderKind::kUniform) return bits84 || p.bits == 2 || p.bits == 1;
-  return p.kind == ValueCoderKind::kQsgd && bits84;
+  const bool byte_aligned =
+      p.bits == 1 || p.bits == 2 || p.bits == 4 || p.bits == 8;  // no code straddles a byte
+  return (p.kind == ValueCoderKind::kUniform || p.kind == ValueCoderKind::kQsgd) && byte_aligned;
 #endif
 }
 
@@ -352,80 +352,61 @@ void decode_hadamard_runs(const Params& p, const uint8_t* data, uint64_t total, 
 #endif
 
 #if !defined(__OPTIMIZE_SIZE__)
-// store(j, code j) for the m codes of kBits (1 or 2) bits packed LSB-first from c: a byte (8 / kBits
-// codes) an iteration, then the codes of a last partial byte.
-template <unsigned kBits, typename Store>
-inline void unpack_small_codes(const uint8_t* c, uint32_t m, Store&& store) {
-  constexpr unsigned kPerByte = 8 / kBits, kMask = (1u << kBits) - 1;
-  uint32_t j = 0;
-  for (; j + kPerByte <= m; j += kPerByte) {
-    const unsigned byte = c[j / kPerByte];
-    for (unsigned t = 0; t < kPerByte; ++t) store(j + t, (byte >> (t * kBits)) & kMask);
+// A code width of runs (1, 2, 4 or 8 bits: codes never straddle a byte), as a type.
+template <unsigned B>
+struct CodeWidth {
+  static constexpr unsigned kBits = B;
+};
+// f(CodeWidth<bits>{}) for bits 1, 2, 4 or 8 (has_dense_runs' widths).
+template <typename F>
+inline void with_code_width(unsigned bits, F&& f) {
+  switch (bits) {
+    case 1: f(CodeWidth<1>{}); break;
+    case 2: f(CodeWidth<2>{}); break;
+    case 4: f(CodeWidth<4>{}); break;
+    default: f(CodeWidth<8>{}); break;
   }
-  for (; j < m; ++j) store(j, (unsigned(c[j / kPerByte]) >> ((j % kPerByte) * kBits)) & kMask);
 }
 
-// decode_dense_runs's values of 1- or 2-bit uniform codes into buf[0..m): shared-scale codes
-// (sign-extended, times the step), sign-magnitude or plain blocked codes (a, b the block's min and
-// step), the arithmetic of decode_region.
+// visit(j, code j) for the m codes of kBits bits packed LSB-first from c: a byte (8 / kBits
+// codes) an iteration, then the codes of a last partial byte.
+template <unsigned kBits, typename Visit>
+inline void unpack_codes(const uint8_t* c, uint32_t m, Visit&& visit) {
+  constexpr unsigned kPerByte = 8 / kBits, kMask = (1u << kBits) - 1;
+  const uint32_t whole = m / kPerByte;
+  for (uint32_t i = 0; i < whole; ++i) {
+    const unsigned byte = c[i];
+    for (unsigned t = 0; t < kPerByte; ++t) visit(i * kPerByte + t, (byte >> (t * kBits)) & kMask);
+  }
+  for (uint32_t j = whole * kPerByte; j < m; ++j)
+    visit(j, (unsigned(c[j / kPerByte]) >> ((j % kPerByte) * kBits)) & kMask);
+}
+
+// decode_region's values of m codes of kBits bits from c into buf, the loops branch-free and
+// vectorised: shared-scale codes (sign-extended, times the step); QSGD (level * a) and
+// sign-magnitude codes (a + level * b) with the negation as a flip of the sign bit (what IEEE
+// negation is); plain blocked codes (a + code * b). a, b: the block's data.
 template <unsigned kBits>
-inline void small_uniform_values(const Params& p, const uint8_t* c, uint32_t m, float a, float b,
-                                 float* buf) {
+inline void code_values(const Params& p, const uint8_t* c, uint32_t m, float a, float b, float* buf) {
+  constexpr unsigned kTop = kBits - 1, kLow = (1u << kTop) - 1;
   if (p.shared) {
-    const float step = p.step;
-    unpack_small_codes<kBits>(c, m, [&](uint32_t j, unsigned code) {
+    const float step = p.step;  // a local: buf may alias p
+    unpack_codes<kBits>(c, m, [&](uint32_t j, unsigned code) {
       buf[j] = float(int32_t(code << (32 - kBits)) >> (32 - kBits)) * step;
     });
+  } else if (p.kind == ValueCoderKind::kQsgd) {
+    unpack_codes<kBits>(c, m, [&](uint32_t j, unsigned code) {
+      buf[j] = bits_float(float_bits(float(code & kLow) * a) ^ (uint32_t(code >> kTop) << 31));
+    });
   } else if (p.signmag) {
-    constexpr unsigned kMagBits = kBits - 1, kMagMask = (1u << kMagBits) - 1;
-    unpack_small_codes<kBits>(c, m, [&](uint32_t j, unsigned code) {
-      buf[j] = bits_float(float_bits(a + float(code & kMagMask) * b) ^ (uint32_t(code >> kMagBits) << 31));
+    unpack_codes<kBits>(c, m, [&](uint32_t j, unsigned code) {
+      buf[j] = bits_float(float_bits(a + float(code & kLow) * b) ^ (uint32_t(code >> kTop) << 31));
     });
   } else {
-    unpack_small_codes<kBits>(c, m, [&](uint32_t j, unsigned code) { buf[j] = a + float(code) * b; });
+    unpack_codes<kBits>(c, m, [&](uint32_t j, unsigned code) { buf[j] = a + float(code) * b; });
   }
 }
-#endif
 
-#if !defined(__OPTIMIZE_SIZE__)
-// QSGD groups of 4- or 8-bit codes (sign bit over the level) as runs: decode_region's values,
-// the negation as a flip of the sign bit (what IEEE negation is), so that the loops vectorise.
-template <typename Runs>
-void decode_qsgd_runs(const Params& p, const uint8_t* data, uint64_t total, Runs&& runs, float* buf) {
-  uint64_t pos = 0;
-  const uint8_t* g = data;
-  while (pos < total) {
-    const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
-    float a;
-    memcpy(&a, g, 4);
-    const uint8_t* codes = g + 4;
-    for (uint32_t done = 0; done < count; done += kFloatChunk) {
-      const uint32_t m = count - done < kFloatChunk ? count - done : kFloatChunk;
-      if (p.bits == 8) {
-        const uint8_t* c = codes + done;
-        for (uint32_t j = 0; j < m; ++j) {
-          const float mag = float(c[j] & 0x7Fu) * a;
-          buf[j] = bits_float(float_bits(mag) ^ (uint32_t(c[j] >> 7) << 31));
-        }
-      } else {
-        const uint8_t* c = codes + done / 2;  // kFloatChunk is even
-        // A byte (two codes) an iteration: the low nibble first.
-        for (uint32_t j = 0; j < m / 2; ++j) {
-          const unsigned low = c[j] & 15u, high = unsigned(c[j]) >> 4;
-          buf[2 * j] = bits_float(float_bits(float(low & 7u) * a) ^ (uint32_t(low >> 3) << 31));
-          buf[2 * j + 1] = bits_float(float_bits(float(high & 7u) * a) ^ (uint32_t(high >> 3) << 31));
-        }
-        if (m % 2 != 0) {
-          const unsigned low = c[m / 2] & 15u;
-          buf[m - 1] = bits_float(float_bits(float(low & 7u) * a) ^ (uint32_t(low >> 3) << 31));
-        }
-      }
-      runs(pos + done, static_cast<const float*>(buf), m);
-    }
-    g += group_bytes(p, count);
-    pos += count;
-  }
-}
 #endif
 
 // For a validated region with has_dense_runs(p): the values of decode_region (same arithmetic,
@@ -439,33 +420,6 @@ void decode_dense_runs(const Params& p, const uint8_t* data, uint64_t total, Run
   }
 #if !defined(__OPTIMIZE_SIZE__)
   float buf[kFloatChunk];
-  if (p.shared) {
-    for (uint64_t i = 0; i < total; i += kFloatChunk) {
-      const uint32_t m = uint32_t(total - i < kFloatChunk ? total - i : kFloatChunk);
-      // Pointers to the run's first code (kFloatChunk is a multiple of 8), so that the loops vectorise.
-      if (p.bits == 2 || p.bits == 1) {
-        const uint8_t* c = data + i * p.bits / 8;
-        if (p.bits == 2) {
-          small_uniform_values<2>(p, c, m, 0.0f, 0.0f, buf);
-        } else {
-          small_uniform_values<1>(p, c, m, 0.0f, 0.0f, buf);
-        }
-      } else if (p.bits == 8) {
-        const uint8_t* c = data + i;
-        for (uint32_t j = 0; j < m; ++j) buf[j] = float(int8_t(c[j])) * p.step;
-      } else {
-        const uint8_t* c = data + i / 2;
-        // A byte (two codes) an iteration, the low nibble first (the loop vectorises).
-        for (uint32_t j = 0; j < m / 2; ++j) {
-          buf[2 * j] = float(int32_t(uint32_t(c[j]) << 28) >> 28) * p.step;
-          buf[2 * j + 1] = float(int32_t(uint32_t(c[j]) << 24) >> 28) * p.step;
-        }
-        if (m % 2 != 0) buf[m - 1] = float(int32_t(uint32_t(c[m / 2]) << 28) >> 28) * p.step;
-      }
-      runs(i, static_cast<const float*>(buf), m);
-    }
-    return;
-  }
   if (p.kind == ValueCoderKind::kScaledSign || p.kind == ValueCoderKind::kTernGrad) {
     decode_sign_runs(p, data, total, runs, buf);
     return;
@@ -476,62 +430,30 @@ void decode_dense_runs(const Params& p, const uint8_t* data, uint64_t total, Run
     return;
   }
 #endif
-  if (p.kind == ValueCoderKind::kQsgd) {
-    decode_qsgd_runs(p, data, total, runs, buf);
-    return;
-  }
-  uint64_t pos = 0;
-  const uint8_t* g = data;
-  while (pos < total) {
-    const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
-    float a, b;
-    memcpy(&a, g, 4);
-    memcpy(&b, g + 4, 4);
-    const uint8_t* codes = g + 8;
-    for (uint32_t done = 0; done < count; done += kFloatChunk) {
-      const uint32_t m = count - done < kFloatChunk ? count - done : kFloatChunk;
-      if (p.bits == 2 || p.bits == 1) {
-        const uint8_t* c = codes + done * p.bits / 8;
-        if (p.bits == 2) {
-          small_uniform_values<2>(p, c, m, a, b, buf);
-        } else {
-          small_uniform_values<1>(p, c, m, a, b, buf);
-        }
-      } else if (p.signmag) {
-        // uniform_value's sign-magnitude arithmetic, the negation as a flip of the sign bit
-        // (what IEEE negation is), so that the loops vectorise.
-        const unsigned mag_bits = p.bits - 1u, mag_mask = (1u << mag_bits) - 1;
-        auto value = [=](unsigned code) {
-          return bits_float(float_bits(a + float(code & mag_mask) * b) ^ (uint32_t(code >> mag_bits) << 31));
-        };
-        if (p.bits == 8) {
-          const uint8_t* c = codes + done;
-          for (uint32_t j = 0; j < m; ++j) buf[j] = value(c[j]);
-        } else {
-          const uint8_t* c = codes + done / 2;
-          for (uint32_t j = 0; j < m / 2; ++j) {
-            buf[2 * j] = value(c[j] & 15u);
-            buf[2 * j + 1] = value(unsigned(c[j]) >> 4);
-          }
-          if (m % 2 != 0) buf[m - 1] = value(c[m / 2] & 15u);
-        }
-      } else if (p.bits == 8) {
-        const uint8_t* c = codes + done;
-        for (uint32_t j = 0; j < m; ++j) buf[j] = a + float(c[j]) * b;
-      } else {
-        const uint8_t* c = codes + done / 2;
-        // A byte (two codes) an iteration, the low nibble first (the loop vectorises).
-        for (uint32_t j = 0; j < m / 2; ++j) {
-          buf[2 * j] = a + float(c[j] & 15u) * b;
-          buf[2 * j + 1] = a + float(unsigned(c[j]) >> 4) * b;
-        }
-        if (m % 2 != 0) buf[m - 1] = a + float(c[m / 2] & 15u) * b;
+  // Uniform and QSGD codes, a run of codes at a time (kFloatChunk is a multiple of 8: a run
+  // starts on a code byte): shared-scale codes are one block with no data; blocked uniform codes
+  // start with (f32 min, f32 step), QSGD buckets with f32 ||bucket|| / s.
+  const uint64_t block = p.shared ? total : p.block;
+  const size_t block_data = p.shared ? 0 : p.kind == ValueCoderKind::kQsgd ? 4 : 8;
+  with_code_width(p.bits, [&](auto width) {
+    constexpr unsigned kBits = decltype(width)::kBits;
+    uint64_t pos = 0;
+    const uint8_t* g = data;
+    while (pos < total) {
+      const uint32_t count = uint32_t(total - pos < block ? total - pos : block);
+      float a = 0.0f, b = 0.0f;
+      if (block_data >= 4) memcpy(&a, g, 4);
+      if (block_data == 8) memcpy(&b, g + 4, 4);
+      const uint8_t* codes = g + block_data;
+      for (uint64_t done = 0; done < count; done += kFloatChunk) {
+        const uint32_t m = uint32_t(count - done < kFloatChunk ? count - done : kFloatChunk);
+        code_values<kBits>(p, codes + done * kBits / 8, m, a, b, buf);
+        runs(pos + done, static_cast<const float*>(buf), m);
       }
-      runs(pos + done, static_cast<const float*>(buf), m);
+      g += group_bytes(p, count);
+      pos += count;
     }
-    g += group_bytes(p, count);
-    pos += count;
-  }
+  });
 #endif
 }
 
