@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -342,28 +343,59 @@ TEST_SUITE("values") {
       uint32_t block;
       bool shared;
       bool signmag = false;
+      uint16_t qsgd_levels = 0;  // 0: every level the codes hold (8 bits: 100)
     };
     const Layout layouts[] = {
-        {ValueCoderKind::kFp32, 32, 0, false},          {ValueCoderKind::kFp16, 16, 0, false},
-        {ValueCoderKind::kBf16, 16, 0, false},          {ValueCoderKind::kUniform, 8, 0, true},
-        {ValueCoderKind::kUniform, 4, 0, true},         {ValueCoderKind::kUniform, 8, 256, false},
-        {ValueCoderKind::kUniform, 4, 256, false},      {ValueCoderKind::kUniform, 8, 1000, false},
-        {ValueCoderKind::kUniform, 4, 1000, false},     {ValueCoderKind::kUniform, 4, 7, false},
-        {ValueCoderKind::kUniform, 2, 64, false},       {ValueCoderKind::kScaledSign, 1, 256, false},
-        {ValueCoderKind::kScaledSign, 1, 1000, false},  {ValueCoderKind::kScaledSign, 1, 7, false},
-        {ValueCoderKind::kTernGrad, 2, 256, false},     {ValueCoderKind::kTernGrad, 2, 1000, false},
-        {ValueCoderKind::kTernGrad, 2, 7, false},       {ValueCoderKind::kHadamard, 4, 256, false},
-        {ValueCoderKind::kHadamard, 4, 1000, false},    {ValueCoderKind::kHadamard, 2, 7, false},
-        {ValueCoderKind::kHadamard, 3, 64, false},      {ValueCoderKind::kHadamard, 1, 256, false},
-        {ValueCoderKind::kQsgd, 4, 512, false},         {ValueCoderKind::kQsgd, 4, 7, false},
-        {ValueCoderKind::kQsgd, 8, 256, false},         {ValueCoderKind::kQsgd, 8, 1000, false},
-        {ValueCoderKind::kQsgd, 3, 64, false},          {ValueCoderKind::kUniform, 4, 256, false, true},
-        {ValueCoderKind::kUniform, 4, 7, false, true},  {ValueCoderKind::kUniform, 8, 1000, false, true},
-        {ValueCoderKind::kUniform, 3, 64, false, true}, {ValueCoderKind::kUniform, 2, 0, true},
-        {ValueCoderKind::kUniform, 1, 0, true},         {ValueCoderKind::kUniform, 1, 256, false},
-        {ValueCoderKind::kUniform, 2, 1000, false},     {ValueCoderKind::kUniform, 1, 7, false},
-        {ValueCoderKind::kUniform, 2, 13, false, true}, {ValueCoderKind::kUniform, 2, 1000, false, true},
-        {ValueCoderKind::kQsgd, 2, 64, false},          {ValueCoderKind::kQsgd, 2, 5, false},
+        {ValueCoderKind::kFp32, 32, 0, false},
+        {ValueCoderKind::kFp16, 16, 0, false},
+        {ValueCoderKind::kBf16, 16, 0, false},
+        {ValueCoderKind::kUniform, 8, 0, true},
+        {ValueCoderKind::kUniform, 4, 0, true},
+        {ValueCoderKind::kUniform, 8, 256, false},
+        {ValueCoderKind::kUniform, 4, 256, false},
+        {ValueCoderKind::kUniform, 8, 1000, false},
+        {ValueCoderKind::kUniform, 4, 1000, false},
+        {ValueCoderKind::kUniform, 4, 7, false},
+        {ValueCoderKind::kUniform, 2, 64, false},
+        {ValueCoderKind::kScaledSign, 1, 256, false},
+        {ValueCoderKind::kScaledSign, 1, 1000, false},
+        {ValueCoderKind::kScaledSign, 1, 7, false},
+        {ValueCoderKind::kTernGrad, 2, 256, false},
+        {ValueCoderKind::kTernGrad, 2, 1000, false},
+        {ValueCoderKind::kTernGrad, 2, 7, false},
+        {ValueCoderKind::kHadamard, 4, 256, false},
+        {ValueCoderKind::kHadamard, 4, 1000, false},
+        {ValueCoderKind::kHadamard, 2, 7, false},
+        {ValueCoderKind::kHadamard, 3, 64, false},
+        {ValueCoderKind::kHadamard, 1, 256, false},
+        {ValueCoderKind::kQsgd, 4, 512, false},
+        {ValueCoderKind::kQsgd, 4, 7, false},
+        {ValueCoderKind::kQsgd, 8, 256, false},
+        {ValueCoderKind::kQsgd, 8, 1000, false},
+        {ValueCoderKind::kQsgd, 3, 64, false},
+        {ValueCoderKind::kUniform, 4, 256, false, true},
+        {ValueCoderKind::kUniform, 4, 7, false, true},
+        {ValueCoderKind::kUniform, 8, 1000, false, true},
+        {ValueCoderKind::kUniform, 3, 64, false, true},
+        {ValueCoderKind::kUniform, 2, 0, true},
+        {ValueCoderKind::kUniform, 1, 0, true},
+        {ValueCoderKind::kUniform, 1, 256, false},
+        {ValueCoderKind::kUniform, 2, 1000, false},
+        {ValueCoderKind::kUniform, 1, 7, false},
+        {ValueCoderKind::kUniform, 2, 13, false, true},
+        {ValueCoderKind::kUniform, 2, 1000, false, true},
+        {ValueCoderKind::kQsgd, 2, 64, false},
+        {ValueCoderKind::kQsgd, 2, 5, false},
+        {ValueCoderKind::kQsgd, 3, 7, false},
+        {ValueCoderKind::kQsgd, 3, 1000, false, false, 2},
+        {ValueCoderKind::kQsgd, 5, 256, false},
+        {ValueCoderKind::kQsgd, 6, 13, false, false, 20},
+        {ValueCoderKind::kQsgd, 7, 1000, false},
+        {ValueCoderKind::kUniform, 3, 13, false, true},
+        {ValueCoderKind::kUniform, 6, 1000, false, true},
+        {ValueCoderKind::kUniform, 5, 7, false, true},
+        {ValueCoderKind::kHadamard, 3, 1024, false},
+        {ValueCoderKind::kHadamard, 1, 16, false},
     };
     for (const Layout& layout : layouts) {
       values::Params p;
@@ -376,7 +408,8 @@ TEST_SUITE("values") {
       p.round_key = 42;
       p.sign_key = 0x5EEDu;
       // QSGD: s levels below the code's largest (8 bits: 100, not 127), or all of them (4 bits).
-      p.levels = uint16_t(layout.bits == 8 ? 100 : (1u << (layout.bits - 1)) - 1);
+      p.levels = layout.qsgd_levels != 0 ? layout.qsgd_levels
+                                         : uint16_t(layout.bits == 8 ? 100 : (1u << (layout.bits - 1)) - 1);
       for (uint32_t total : {1u, 255u, 256u, 257u, 3001u}) {
         CAPTURE(int(layout.kind));
         CAPTURE(int(layout.bits));
@@ -421,6 +454,55 @@ TEST_SUITE("values") {
     }
   }
 }
+
+#if !defined(__OPTIMIZE_SIZE__)  // built for size, codes go through the bit reader only
+TEST_SUITE("values") {
+  // Every run decoder of 1- to 8-bit codes (uniform, QSGD, hq, the entropy recoder) reads its
+  // codes through unpack_codes: the codes a bit reader reads, in order, and no byte past them.
+  TEST_CASE(
+      "unpack_codes reads what a bit reader reads, and pack_codes_of_width writes what a bit writer writes, "
+      "for codes of 1 to 8 bits") {
+    namespace values = edgefl::values;
+    for (unsigned bits = 1; bits <= 8; ++bits) {
+      for (uint32_t m : {0u, 1u, 5u, 7u, 8u, 9u, 15u, 16u, 17u, 63u, 64u, 250u, 1024u}) {
+        CAPTURE(bits);
+        CAPTURE(m);
+        // Exactly the m codes' bytes on the heap, so that a read past them is an ASan error.
+        const size_t bytes = (size_t(m) * bits + 7) / 8;
+        std::unique_ptr<uint8_t[]> packed(new uint8_t[bytes > 0 ? bytes : 1]);
+        uint64_t state = 0x9E3779B97F4A7C15ull * (bits * 1000 + m + 1);
+        for (size_t i = 0; i < bytes; ++i) {
+          state = state * 6364136223846793005ull + 1442695040888963407ull;
+          packed[i] = uint8_t(state >> 56);
+        }
+        std::vector<unsigned> expected(m), got(m, 999u);
+        edgefl::BitReader r(packed.get(), bytes);
+        for (uint32_t j = 0; j < m; ++j) expected[j] = unsigned(r.get(bits));
+        uint32_t visits = 0;
+        values::with_code_width(bits, [&](auto width) {
+          values::unpack_codes<decltype(width)::kBits>(packed.get(), m, [&](uint32_t j, unsigned code) {
+            REQUIRE(j < m);
+            got[j] = code;
+            ++visits;
+          });
+        });
+        CHECK(visits == m);
+        CHECK(got == expected);
+        // Packing the codes back gives the bytes (padded with zero bits, as a BitWriter pads).
+        std::vector<uint8_t> codes(m), by_writer(bytes + 1, 0xEE), packed_again(bytes + 1, 0xEE);
+        for (uint32_t j = 0; j < m; ++j) codes[j] = uint8_t(expected[j]);
+        edgefl::BitWriter w(by_writer.data(), bytes);
+        for (uint32_t j = 0; j < m; ++j) w.put(codes[j], bits);
+        w.finish();
+        values::with_code_width(bits, [&](auto width) {
+          values::pack_codes_of_width<decltype(width)::kBits>(codes.data(), m, packed_again.data());
+        });
+        CHECK(packed_again == by_writer);  // the same bytes, and nothing written past them
+      }
+    }
+  }
+}
+#endif
 
 TEST_SUITE("index coding") {
   // A 64-bit LCG's top 31 bits: the same streams on every platform.

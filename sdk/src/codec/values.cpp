@@ -38,25 +38,16 @@ constexpr Thresholds kThresholds[4] = {make_thresholds(kLevels1, 2), make_thresh
                                        make_thresholds(kLevels3, 8), make_thresholds(kLevels4, 16)};
 
 #if EDGEFL_WITH_HADAMARD
-// Packs one code per byte into `bits`-wide fields, LSB-first.
+// Packs one code per byte into `bits`-wide fields, LSB-first (pack_codes_of_width, or a BitWriter
+// when built for size).
 void pack_codes(const uint8_t* codes, uint32_t count, unsigned bits, uint8_t* out) {
-  const size_t bytes = (size_t(count) * bits + 7) / 8;
-  if (bits == 4) {
-    // Counted by output byte, so that the loop vectorises.
-    for (uint32_t j = 0; j < count / 2; ++j) out[j] = uint8_t(codes[2 * j] | (codes[2 * j + 1] << 4));
-    if (count & 1) out[count / 2] = codes[count - 1];
-    return;
-  }
-  if (bits == 2 || bits == 1) {
-    const unsigned per = 8 / bits;
-    memset(out, 0, bytes);
-    for (uint32_t i = 0; i < count; ++i)
-      out[i / per] = uint8_t(out[i / per] | (codes[i] << ((i % per) * bits)));
-    return;
-  }
-  BitWriter w(out, bytes);
+#if !defined(__OPTIMIZE_SIZE__)
+  with_code_width(bits, [&](auto width) { pack_codes_of_width<decltype(width)::kBits>(codes, count, out); });
+#else
+  BitWriter w(out, (size_t(count) * bits + 7) / 8);
   for (uint32_t i = 0; i < count; ++i) w.put(codes[i], bits);
   w.finish();
+#endif
 }
 
 void encode_hadamard(const Params& p, const float* v, uint32_t count, uint32_t first, uint8_t* out,
@@ -108,14 +99,14 @@ void decode_hadamard_block(const Params& p, const uint8_t* g, uint32_t count, ui
   memcpy(&a, g, 4);
   const uint8_t* codes = g + 4;
 #if !defined(__OPTIMIZE_SIZE__)
-  if (p.bits == 4) {  // two codes per byte, low nibble first
-    for (uint32_t i = 0; i < padded; ++i) out[i] = a * levels[(codes[i >> 1] >> ((i & 1) * 4)) & 15u];
-  } else
+  with_code_width(p.bits, [&](auto width) {  // 1 to 4 bits: a byte of codes an iteration
+    unpack_codes<decltype(width)::kBits>(codes, padded,
+                                         [&](uint32_t i, unsigned code) { out[i] = a * levels[code]; });
+  });
+#else
+  BitReader r(codes, size_t((uint64_t(padded) * p.bits + 7) / 8));
+  for (uint32_t i = 0; i < padded; ++i) out[i] = a * levels[r.get(p.bits)];
 #endif
-  {
-    BitReader r(codes, size_t((uint64_t(padded) * p.bits + 7) / 8));
-    for (uint32_t i = 0; i < padded; ++i) out[i] = a * levels[r.get(p.bits)];
-  }
   const Kernels& k = kernels();
   k.hadamard_transform(out, padded);
   k.hadamard_signs(out, count, count, p.sign_key, first, out);
@@ -358,6 +349,8 @@ Status validate_region(const Params& p, const uint8_t* data, uint64_t total) {
       for (uint32_t i = 0; i < (count + 4) / 5; ++i) bad |= unsigned(g[4 + i] > 242);
       if (bad) return Status::kCorruptPayload;
 #if !defined(__OPTIMIZE_SIZE__)
+    } else if (p.kind == ValueCoderKind::kQsgd && p.levels >= (1u << (p.bits - 1)) - 1) {
+      // Every level the codes can hold is at most s.
     } else if (p.kind == ValueCoderKind::kQsgd && (p.bits == 8 || p.bits == 4)) {
       // The same check a byte at a time, branch-free (the loops vectorise).
       const uint8_t* codes = g + 4;
@@ -372,6 +365,17 @@ Status validate_region(const Params& p, const uint8_t* data, uint64_t total) {
         }
         if (count % 2 != 0) bad |= unsigned((codes[count / 2] & level_mask) > p.levels);
       }
+      if (bad) return Status::kCorruptPayload;
+    } else if (p.kind == ValueCoderKind::kQsgd && p.bits <= 8) {
+      // 1, 2, 3, 5, 6 and 7 bits: a byte or eight codes at a time, branch-free.
+      const uint8_t* codes = g + 4;
+      const unsigned levels = p.levels;
+      unsigned bad = 0;
+      with_code_width(p.bits, [&](auto width) {
+        constexpr unsigned kLow = (1u << (decltype(width)::kBits - 1)) - 1;
+        unpack_codes<decltype(width)::kBits>(
+            codes, count, [&](uint32_t, unsigned code) { bad |= unsigned((code & kLow) > levels); });
+      });
       if (bad) return Status::kCorruptPayload;
 #endif
     } else if (p.kind == ValueCoderKind::kQsgd) {
@@ -427,23 +431,19 @@ size_t entropy_recode_bf16(uint8_t* region, size_t raw_bytes, uint64_t total, un
 
 namespace {
 
-// The `count` codes of `bits` bits packed LSB-first at `packed`, one a byte into codes (8 and 4
-// bits without a bit reader: the common cases, in loops that vectorise).
-void unpack_codes(unsigned bits, const uint8_t* packed, uint64_t count, uint8_t* codes) {
-#if !defined(__OPTIMIZE_SIZE__)  // builds for size: the bit reader only
+// The `count` codes of `bits` bits packed LSB-first at `packed`, one a byte into codes.
+void unpack_codes_to_bytes(unsigned bits, const uint8_t* packed, uint64_t count, uint8_t* codes) {
   if (bits == 8) {
     memcpy(codes, packed, size_t(count));
     return;
   }
-  if (bits == 4) {
-    for (uint64_t i = 0; i + 1 < count; i += 2) {
-      codes[i] = uint8_t(packed[i / 2] & 15u);
-      codes[i + 1] = uint8_t(packed[i / 2] >> 4);
-    }
-    if (count % 2) codes[count - 1] = uint8_t(packed[count / 2] & 15u);
+  if (bits < 8 && count <= UINT32_MAX) {  // a byte or eight codes at a time
+    with_code_width(bits, [&](auto width) {
+      unpack_codes<decltype(width)::kBits>(packed, uint32_t(count),
+                                           [&](uint32_t i, unsigned code) { codes[i] = uint8_t(code); });
+    });
     return;
   }
-#endif
   BitReader r(packed, size_t((count * bits + 7) / 8));
   for (uint64_t i = 0; i < count; ++i) codes[i] = uint8_t(r.get(bits));
 }
@@ -464,14 +464,14 @@ size_t entropy_recode(const Params& p, uint8_t* region, size_t raw_bytes, uint64
   const uint8_t* g = region;
   uint8_t* scales = stream;
   if (p.shared) {  // one run of codes, no scales
-    unpack_codes(p.bits, region, total, codes);
+    unpack_codes_to_bytes(p.bits, region, total, codes);
     pos = total;
   }
   while (pos < total) {
     const uint32_t count = uint32_t(total - pos < p.block ? total - pos : p.block);
     memcpy(scales, g, 8);
     scales += 8;
-    unpack_codes(p.bits, g + 8, count, codes + pos);
+    unpack_codes_to_bytes(p.bits, g + 8, count, codes + pos);
     g += group_bytes(p, count);
     pos += count;
   }

@@ -242,7 +242,7 @@ void decode_float_runs(const Params& p, const uint8_t* data, uint64_t total, Run
 }
 
 // Whether decode_dense_runs handles this (non-entropy-coded) region: the value decoders whose
-// loops vectorise, 16/32-bit floats and 8- or 4-bit uniform codes.
+// loops vectorise: 16/32-bit floats, signs, trits, hq, and uniform and QSGD codes of 1 to 8 bits.
 // Built for size (-Os, __OPTIMIZE_SIZE__), only the float runs: uniform codes take the
 // per-value path, which gives the same values in about 500 fewer bytes of code.
 inline bool has_dense_runs(const Params& p) {
@@ -254,9 +254,10 @@ inline bool has_dense_runs(const Params& p) {
 #if EDGEFL_WITH_HADAMARD
   if (p.kind == ValueCoderKind::kHadamard) return true;
 #endif
-  const bool byte_aligned =
-      p.bits == 1 || p.bits == 2 || p.bits == 4 || p.bits == 8;  // no code straddles a byte
-  return (p.kind == ValueCoderKind::kUniform || p.kind == ValueCoderKind::kQsgd) && byte_aligned;
+  // Codes of up to 8 bits: a byte (1, 2, 4, 8 bits) or kBits bytes (8 codes of 3, 5, 6, 7 bits)
+  // at a time.
+  return (p.kind == ValueCoderKind::kUniform || p.kind == ValueCoderKind::kQsgd) && p.bits >= 1 &&
+         p.bits <= 8;
 #endif
 }
 
@@ -352,34 +353,83 @@ void decode_hadamard_runs(const Params& p, const uint8_t* data, uint64_t total, 
 #endif
 
 #if !defined(__OPTIMIZE_SIZE__)
-// A code width of runs (1, 2, 4 or 8 bits: codes never straddle a byte), as a type.
+// A code width of runs (1 to 8 bits), as a type.
 template <unsigned B>
 struct CodeWidth {
   static constexpr unsigned kBits = B;
 };
-// f(CodeWidth<bits>{}) for bits 1, 2, 4 or 8 (has_dense_runs' widths).
+// f(CodeWidth<bits>{}) for bits 1 to 8 (has_dense_runs' widths; 8 for any other).
 template <typename F>
 inline void with_code_width(unsigned bits, F&& f) {
   switch (bits) {
     case 1: f(CodeWidth<1>{}); break;
     case 2: f(CodeWidth<2>{}); break;
+    case 3: f(CodeWidth<3>{}); break;
     case 4: f(CodeWidth<4>{}); break;
+    case 5: f(CodeWidth<5>{}); break;
+    case 6: f(CodeWidth<6>{}); break;
+    case 7: f(CodeWidth<7>{}); break;
     default: f(CodeWidth<8>{}); break;
   }
 }
 
-// visit(j, code j) for the m codes of kBits bits packed LSB-first from c: a byte (8 / kBits
-// codes) an iteration, then the codes of a last partial byte.
+// visit(j, code j) for the m codes of kBits (1 to 8) bits packed LSB-first from c, reading no
+// byte past the m codes' last. 1, 2, 4 and 8 bits: a byte (8 / kBits codes) an iteration;
+// 3, 5, 6 and 7 bits: eight codes from kBits bytes an iteration. Then the codes left over.
 template <unsigned kBits, typename Visit>
 inline void unpack_codes(const uint8_t* c, uint32_t m, Visit&& visit) {
-  constexpr unsigned kPerByte = 8 / kBits, kMask = (1u << kBits) - 1;
-  const uint32_t whole = m / kPerByte;
-  for (uint32_t i = 0; i < whole; ++i) {
-    const unsigned byte = c[i];
-    for (unsigned t = 0; t < kPerByte; ++t) visit(i * kPerByte + t, (byte >> (t * kBits)) & kMask);
+  static_assert(kBits >= 1 && kBits <= 8, "codes of 1 to 8 bits");
+  constexpr unsigned kMask = (1u << kBits) - 1;
+  uint32_t j = 0;
+  if (8 % kBits == 0) {
+    constexpr unsigned kPerByte = 8 / kBits;
+    const uint32_t whole = m / kPerByte;
+    for (uint32_t i = 0; i < whole; ++i) {
+      const unsigned byte = c[i];
+      for (unsigned t = 0; t < kPerByte; ++t) visit(i * kPerByte + t, (byte >> (t * kBits)) & kMask);
+    }
+    j = whole * kPerByte;
+  } else {
+    const uint32_t whole = m / 8;
+    for (uint32_t i = 0; i < whole; ++i) {
+      const uint8_t* at = c + size_t(i) * kBits;
+      uint64_t word = 0;  // kBits bytes, little-endian whatever the host
+      for (unsigned t = 0; t < kBits; ++t) word |= uint64_t(at[t]) << (8 * t);
+      for (unsigned t = 0; t < 8; ++t) visit(i * 8 + t, unsigned(word >> (t * kBits)) & kMask);
+    }
+    j = whole * 8;
   }
-  for (uint32_t j = whole * kPerByte; j < m; ++j)
-    visit(j, (unsigned(c[j / kPerByte]) >> ((j % kPerByte) * kBits)) & kMask);
+  for (; j < m; ++j) {
+    const uint32_t bit = j * kBits;
+    unsigned code = unsigned(c[bit / 8]) >> (bit % 8);
+    if (bit % 8 + kBits > 8) code |= unsigned(c[bit / 8 + 1]) << (8 - bit % 8);  // in the code's bytes
+    visit(j, code & kMask);
+  }
+}
+
+// Packs the `count` codes (one a byte, each below 2^kBits) into kBits-wide fields LSB-first at
+// out: the (count * kBits + 7) / 8 bytes a BitWriter writes, counted by output byte so that the
+// loops vectorise. unpack_codes' inverse.
+template <unsigned kBits>
+inline void pack_codes_of_width(const uint8_t* codes, uint32_t count, uint8_t* out) {
+  uint32_t i = 0;
+  if (8 % kBits == 0) {
+    constexpr unsigned kPerByte = 8 / kBits;
+    for (; i + kPerByte <= count; i += kPerByte) {
+      unsigned byte = 0;
+      for (unsigned t = 0; t < kPerByte; ++t) byte |= unsigned(codes[i + t]) << (t * kBits);
+      *out++ = uint8_t(byte);
+    }
+  } else {
+    for (; i + 8 <= count; i += 8) {  // eight codes, kBits bytes
+      uint64_t word = 0;
+      for (unsigned t = 0; t < 8; ++t) word |= uint64_t(codes[i + t]) << (t * kBits);
+      for (unsigned t = 0; t < kBits; ++t) *out++ = uint8_t(word >> (8 * t));
+    }
+  }
+  uint64_t word = 0;  // fewer than eight codes left: at most 49 bits
+  for (uint32_t t = 0; i + t < count; ++t) word |= uint64_t(codes[i + t]) << (t * kBits);
+  for (uint32_t t = 0; t < ((count - i) * kBits + 7) / 8; ++t) *out++ = uint8_t(word >> (8 * t));
 }
 
 // decode_region's values of m codes of kBits bits from c into buf, the loops branch-free and
@@ -431,8 +481,8 @@ void decode_dense_runs(const Params& p, const uint8_t* data, uint64_t total, Run
   }
 #endif
   // Uniform and QSGD codes, a run of codes at a time (kFloatChunk is a multiple of 8: a run
-  // starts on a code byte): shared-scale codes are one block with no data; blocked uniform codes
-  // start with (f32 min, f32 step), QSGD buckets with f32 ||bucket|| / s.
+  // starts on a code byte whatever the width): shared-scale codes are one block with no data; blocked uniform
+  // codes start with (f32 min, f32 step), QSGD buckets with f32 ||bucket|| / s.
   const uint64_t block = p.shared ? total : p.block;
   const size_t block_data = p.shared ? 0 : p.kind == ValueCoderKind::kQsgd ? 4 : 8;
   with_code_width(p.bits, [&](auto width) {
