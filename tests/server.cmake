@@ -75,7 +75,7 @@ if(TARGET edgefl-server AND TARGET edgefl_net)
   add_dependencies(edgefl_e2e_tests edgefl-server)
   edgefl_target_options(edgefl_e2e_tests)
 
-  set(edgefl_e2e_suites rounds rejections resume restart ops faults secure)
+  set(edgefl_e2e_suites rounds rejections resume restart ops faults secure hostile_server)
   foreach(suite IN LISTS edgefl_e2e_suites)
     add_test(NAME server.e2e.${suite} COMMAND edgefl_e2e_tests --test-suite=e2e.${suite} --no-intro=true)
     set_tests_properties(server.e2e.${suite} PROPERTIES LABELS "unit;e2e" TIMEOUT 600 RESOURCE_LOCK edgefl_e2e)

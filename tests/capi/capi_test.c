@@ -190,6 +190,7 @@ static void test_status_names(void) {
 #endif
     for (j = 0; j < i; ++j) CHECK(strcmp(name, edgefl_status_name(all[j])) != 0); /* names are distinct */
   }
+  CHECK(strcmp(edgefl_round_outcome_name(EDGEFL_ROUND_NONE), "none") == 0);
   CHECK(strcmp(edgefl_round_outcome_name(EDGEFL_ROUND_ACCEPTED), "accepted") == 0);
   CHECK(strcmp(edgefl_round_outcome_name(EDGEFL_ROUND_SERVER_DRAINING), "server_draining") == 0);
   CHECK(strcmp(edgefl_round_outcome_name(EDGEFL_ROUND_ABANDONED), "abandoned") == 0);
@@ -488,6 +489,7 @@ static void run_round_tests(const char* server, const char* ca, const char* cert
                EDGEFL_STATUS_MEMORY_BUDGET_EXCEEDED);
   printf("budget: %s\n", error);
   CHECK(strstr(error, "memory budget") != NULL);
+  CHECK(result.outcome == EDGEFL_ROUND_NONE); /* no update was answered: not "accepted" */
   CHECK(t.memory_calls >= 1 && t.prepare_calls == 0 && t.fit_calls == 0);
   CHECK(result.memory.trainer == 1000);
   CHECK(result.memory.total > 4096 && result.memory.model == result.memory.delta);

@@ -55,6 +55,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -3062,21 +3063,22 @@ struct SecureDevices {
   }
 };
 
-// A plaintext Transport (a blocking TCP socket, each wait bounded by poll()) that makes the
-// server look older than SecAggStatus.outcome: every SecAggStatus it carries to the client loses
-// its outcome, as a server without the field sends it.
-struct OutcomeStrippingTransport {
+// A plaintext Transport (a blocking TCP socket, each wait bounded by poll()) that passes every
+// message from the server through `rewrite` (which returns whether it changed it) before the
+// client reads it: a server that says other things than edgefl-server would.
+struct RewritingTransport {
   int fd = -1;
   std::vector<uint8_t> in;   // bytes from the server, not yet a whole frame
   std::vector<uint8_t> out;  // frames for the client, rewritten
   size_t out_at = 0;
-  int stripped = 0;  // outcomes removed
+  std::function<bool(wire::Message*)> rewrite;
+  int rewritten = 0;  // messages changed
 
   Transport transport() {
     Transport t;
     t.user = this;
     t.connect = [](void* u, const char* host, uint16_t port, uint32_t) -> Status {
-      auto* self = static_cast<OutcomeStrippingTransport*>(u);
+      auto* self = static_cast<RewritingTransport*>(u);
       const int socket_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       if (socket_fd < 0) return Status::kConnectionFailed;
       sockaddr_in address{};
@@ -3091,14 +3093,14 @@ struct OutcomeStrippingTransport {
       return Status::kOk;
     };
     t.send = [](void* u, const uint8_t* data, size_t size, size_t* sent, uint32_t) -> Status {
-      auto* self = static_cast<OutcomeStrippingTransport*>(u);
+      auto* self = static_cast<RewritingTransport*>(u);
       const ssize_t n = ::send(self->fd, data, size, MSG_NOSIGNAL);
       if (n <= 0) return Status::kConnectionFailed;
       *sent = size_t(n);
       return Status::kOk;
     };
     t.recv = [](void* u, uint8_t* data, size_t capacity, size_t* received, uint32_t timeout_ms) -> Status {
-      auto* self = static_cast<OutcomeStrippingTransport*>(u);
+      auto* self = static_cast<RewritingTransport*>(u);
       *received = 0;
       while (self->out_at == self->out.size()) {
         self->out.clear();
@@ -3112,13 +3114,10 @@ struct OutcomeStrippingTransport {
           std::vector<uint8_t> frame(self->in.begin(), self->in.begin() + ptrdiff_t(length));
           self->in.erase(self->in.begin(), self->in.begin() + ptrdiff_t(length));
           wire::Message m;
-          if (wire::decode_frame({frame.data(), frame.size()}, &m) == Status::kOk) {
-            if (auto* status = std::get_if<wire::SecAggStatus>(&m);
-                status != nullptr && status->outcome != wire::SecAggOutcome::kUnspecified) {
-              status->outcome = wire::SecAggOutcome::kUnspecified;
-              ++self->stripped;
-              if (wire::encode(m, &frame) != Status::kOk) return Status::kConnectionFailed;
-            }
+          if (wire::decode_frame({frame.data(), frame.size()}, &m) == Status::kOk && self->rewrite &&
+              self->rewrite(&m)) {
+            ++self->rewritten;
+            if (wire::encode(m, &frame) != Status::kOk) return Status::kConnectionFailed;
           }
           self->out = std::move(frame);
           continue;
@@ -3138,7 +3137,7 @@ struct OutcomeStrippingTransport {
       return Status::kOk;
     };
     t.close = [](void* u) {
-      auto* self = static_cast<OutcomeStrippingTransport*>(u);
+      auto* self = static_cast<RewritingTransport*>(u);
       if (self->fd >= 0) ::close(self->fd);
       self->fd = -1;
       self->in.clear();
@@ -3147,6 +3146,63 @@ struct OutcomeStrippingTransport {
     };
     return t;
   }
+};
+
+// One secure round (cohort 4, --rounds 1) on a plaintext server, four devices each through its
+// RewritingTransport (set their rewrite before run()).
+struct PlaintextSecureRound {
+  explicit PlaintextSecureRound(TempDir& tmp) : state(tmp / "state"), server(tmp) {
+    const Pki pki = make_pki(tmp / "pki", 1);
+    std::vector<std::string> args =
+        server_args(pki, state, kSecureCodec,
+                    {"--cohort", "4", "--over-selection", "1", "--rounds", "1", "--secure-aggregation", "on",
+                     "--secagg-phase", "2", "--deadline", "30", "--insecure-plaintext-for-tests"});
+    for (const char* flag : {"--ca", "--cert", "--key"}) {
+      const auto at = std::find(args.begin(), args.end(), std::string(flag));
+      REQUIRE(at != args.end());
+      args.erase(at, at + 2);
+    }
+    START_SERVER(server, args);
+  }
+  // Device d (1..4) is insecure-<prefix>d with seed seed0 + d - 1 and FixedTrainer(d, 1).
+  void run(const std::string& prefix, uint64_t seed0) {
+    std::vector<std::thread> threads;
+    for (uint32_t d = 0; d < 4; ++d) {
+      threads.emplace_back([&, d] {
+        ClientOptions o;
+        o.port = server.port();
+        o.insecure_plaintext_for_tests = true;
+        o.sdk_version = prefix + std::to_string(d + 1);  // the device id: insecure-<this>
+        o.transport = transports[d].transport();
+        o.backoff_initial_ms = 20;
+        o.backoff_max_ms = 300;
+        o.give_up_after_ms = 60000;
+        o.seed = seed0 + d;
+        Client client(o);
+        if ((statuses[d] = client.init(&errors[d])) != Status::kOk) return;
+        FixedTrainer trainer(d + 1, 1);
+        statuses[d] = client.run_round(trainer, &results[d], &errors[d]);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  // The committed model moved by the exact mean of the four devices' updates.
+  void check_exact_mean() const {
+    const std::vector<float> v1 = read_model(model_path(state, 1));
+    const std::vector<float> v2 = read_model(model_path(state, 2));
+    std::vector<Update> all;
+    for (uint32_t d = 1; d <= 4; ++d) all.push_back(secure_update(v1.size(), d));
+    std::vector<const Update*> updates;
+    for (const Update& u : all) updates.push_back(&u);
+    check_fedavg(v1, updates, v2);
+  }
+
+  const std::string state;
+  ServerProcess server;
+  std::vector<RewritingTransport> transports = std::vector<RewritingTransport>(4);
+  std::vector<RoundResult> results = std::vector<RoundResult>(4);
+  std::vector<Status> statuses = std::vector<Status>(4, Status::kOk);
+  std::vector<std::string> errors = std::vector<std::string>(4);
 };
 
 }  // namespace
@@ -3351,61 +3407,59 @@ TEST_SUITE("e2e.secure") {
     CHECK(without > 1e-3);
   }
   TEST_CASE(
+      "secure aggregation: a device whose unmask step fails (an unmask request naming a stranger) asks "
+      "the server whether its masked vector counted, and hears it did; the model moves by the exact "
+      "mean") {
+    TempDir tmp;
+    PlaintextSecureRound round(tmp);
+    INFO("server log:\n" << round.server.all_logs());
+    // Device 1's unmask request names a survivor that is none of its neighbours: it refuses to
+    // answer (kSecAggRefused), after its masked vector was acked.
+    round.transports[0].rewrite = [](wire::Message* m) {
+      auto* request = std::get_if<wire::SecAggUnmaskRequest>(m);
+      if (request == nullptr) return false;
+      request->survivors.push_back(999);
+      return true;
+    };
+    round.run("bad-unmask-", 190);
+    // The request came again to each of its polls while the unmask phase ran (rewritten each time).
+    CHECK(round.transports[0].rewritten >= 1);
+    for (uint32_t d = 0; d < 4; ++d) {
+      CAPTURE(d);
+      CHECK_MESSAGE(round.statuses[d] == Status::kOk, round.errors[d]);
+      CHECK(round.results[d].outcome == RoundOutcome::kAccepted);  // device 1 heard it from the server
+    }
+    REQUIRE(round.server.wait_exit(20000) == 0);
+    const std::string log = round.server.log();
+    // Three answers came in; the round's record answered device 1's poll.
+    CHECK(lines_with(log, {"event=round_committed", "round=1", "updates=4"}).size() == 1);
+    CHECK(lines_with(log, {"event=secagg_outcome", "round=1", "outcome=counted"}).size() == 4);
+    round.check_exact_mean();
+  }
+  TEST_CASE(
       "secure aggregation against a server older than the outcome field: devices take Done as counted, "
       "as before, and the round commits with the exact mean") {
     TempDir tmp;
-    const std::string state = tmp / "state";
-    // Plaintext, so that a transport can rewrite what the server says.
-    const Pki pki = make_pki(tmp / "pki", 1);
-    std::vector<std::string> args =
-        server_args(pki, state, kSecureCodec,
-                    {"--cohort", "4", "--over-selection", "1", "--rounds", "1", "--secure-aggregation", "on",
-                     "--secagg-phase", "2", "--deadline", "30", "--insecure-plaintext-for-tests"});
-    for (const char* flag : {"--ca", "--cert", "--key"}) {
-      const auto at = std::find(args.begin(), args.end(), std::string(flag));
-      REQUIRE(at != args.end());
-      args.erase(at, at + 2);
+    PlaintextSecureRound round(tmp);
+    INFO("server log:\n" << round.server.all_logs());
+    // A server without the field: every SecAggStatus loses its outcome.
+    for (RewritingTransport& t : round.transports) {
+      t.rewrite = [](wire::Message* m) {
+        auto* status = std::get_if<wire::SecAggStatus>(m);
+        if (status == nullptr || status->outcome == wire::SecAggOutcome::kUnspecified) return false;
+        status->outcome = wire::SecAggOutcome::kUnspecified;
+        return true;
+      };
     }
-    ServerProcess server(tmp);
-    START_SERVER(server, args);
-    INFO("server log:\n" << server.all_logs());
-    std::vector<OutcomeStrippingTransport> transports(4);
-    std::vector<RoundResult> results(4);
-    std::vector<Status> statuses(4, Status::kOk);
-    std::vector<std::string> errors(4);
-    std::vector<std::thread> threads;
-    for (uint32_t d = 0; d < 4; ++d) {
-      threads.emplace_back([&, d] {
-        ClientOptions o;
-        o.port = server.port();
-        o.insecure_plaintext_for_tests = true;
-        o.sdk_version = "old-server-" + std::to_string(d + 1);  // the device id: insecure-<this>
-        o.transport = transports[d].transport();
-        o.backoff_initial_ms = 20;
-        o.backoff_max_ms = 300;
-        o.give_up_after_ms = 60000;
-        o.seed = 90 + d;
-        Client client(o);
-        if ((statuses[d] = client.init(&errors[d])) != Status::kOk) return;
-        FixedTrainer trainer(d + 1, 1);
-        statuses[d] = client.run_round(trainer, &results[d], &errors[d]);
-      });
-    }
-    for (std::thread& t : threads) t.join();
+    round.run("old-server-", 90);
     for (uint32_t d = 0; d < 4; ++d) {
       CAPTURE(d);
-      CHECK_MESSAGE(statuses[d] == Status::kOk, errors[d]);
-      CHECK(results[d].outcome == RoundOutcome::kAccepted);
-      CHECK(transports[d].stripped > 0);  // it heard Done without an outcome
+      CHECK_MESSAGE(round.statuses[d] == Status::kOk, round.errors[d]);
+      CHECK(round.results[d].outcome == RoundOutcome::kAccepted);
+      CHECK(round.transports[d].rewritten > 0);  // it heard Done without an outcome
     }
-    REQUIRE(server.wait_exit(20000) == 0);
-    const std::vector<float> v1 = read_model(model_path(state, 1));
-    const std::vector<float> v2 = read_model(model_path(state, 2));
-    std::vector<Update> all;
-    for (uint32_t d = 1; d <= 4; ++d) all.push_back(secure_update(v1.size(), d));
-    std::vector<const Update*> updates;
-    for (const Update& u : all) updates.push_back(&u);
-    check_fedavg(v1, updates, v2);
+    REQUIRE(round.server.wait_exit(20000) == 0);
+    round.check_exact_mean();
   }
   TEST_CASE(
       "secure aggregation keeps its promises across kill -9 in each phase: the round commits with the "
@@ -3536,5 +3590,506 @@ TEST_SUITE("e2e.secure") {
                                       << " coordinates");
     CHECK(sd == doctest::Approx(expected_sd).epsilon(0.05));
     CHECK(std::fabs(sum / double(n)) < 4 * expected_sd / std::sqrt(double(n)));
+  }
+}
+
+// === e2e.hostile_server ==========================================================================
+// edgefl::Client against a server that is not edgefl-server: whatever it says, the device ends
+// the round with a specific status in bounded time and sends nothing it should not (no upload
+// after a bad download, no Hello loop).
+
+namespace {
+
+// A loopback listener in this process that speaks plaintext frames (devices run with
+// insecure_plaintext_for_tests) and answers each device message with what `answer` returns:
+// whole frames as bytes (so that they may be malformed), then optionally a close. One connection
+// at a time, as a device holds one.
+class ScriptedServer {
+ public:
+  struct Reply {
+    std::vector<std::vector<uint8_t>> frames;
+    bool close = false;
+  };
+  // from_device: the device's message; index: how many device messages came before it.
+  using Answer = std::function<Reply(const wire::Message& from_device, size_t index)>;
+
+  explicit ScriptedServer(Answer answer) : answer_(std::move(answer)) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(listen_fd_ >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+    REQUIRE(::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+    REQUIRE(::listen(listen_fd_, 4) == 0);
+    socklen_t size = sizeof address;
+    REQUIRE(::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &size) == 0);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~ScriptedServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  ScriptedServer(const ScriptedServer&) = delete;
+  ScriptedServer& operator=(const ScriptedServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  // Every message the device sent, in order (whole frames that decoded).
+  std::vector<wire::Message> received() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return received_;
+  }
+  size_t count(wire::MessageType type) {
+    size_t n = 0;
+    for (const wire::Message& m : received()) n += wire::message_type(m) == type;
+    return n;
+  }
+  uint32_t connections() const { return connections_.load(); }
+
+ private:
+  void run() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      ++connections_;
+      serve(fd);
+      ::close(fd);
+    }
+  }
+  void serve(int fd) {
+    std::vector<uint8_t> in;
+    while (!stop_) {
+      wire::FrameHeader h;
+      if (in.size() >= wire::kFrameHeaderBytes &&
+          wire::read_frame_header({in.data(), in.size()}, &h) == Status::kOk &&
+          in.size() >= wire::kFrameHeaderBytes + h.payload_length) {
+        const size_t length = wire::kFrameHeaderBytes + h.payload_length;
+        wire::Message m;
+        const Status decoded = wire::decode_frame({in.data(), length}, &m);
+        in.erase(in.begin(), in.begin() + ptrdiff_t(length));
+        if (decoded != Status::kOk) return;  // a device's malformed frame: the test fails on the counts
+        size_t index;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          index = received_.size();
+          received_.push_back(m);
+        }
+        const Reply reply = answer_(m, index);
+        for (const std::vector<uint8_t>& frame : reply.frames) {
+          if (::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) != ssize_t(frame.size())) return;
+        }
+        if (reply.close) return;
+        continue;
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      uint8_t buffer[16384];
+      const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+      if (n <= 0) return;  // the device closed
+      in.insert(in.end(), buffer, buffer + n);
+    }
+  }
+
+  Answer answer_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint32_t> connections_{0};
+  std::mutex mutex_;
+  std::vector<wire::Message> received_;
+  std::thread thread_;
+};
+
+std::vector<uint8_t> frame_of(const wire::Message& m) {
+  std::vector<uint8_t> frame;
+  REQUIRE(wire::encode(m, &frame) == Status::kOk);
+  return frame;
+}
+
+// A well-formed offer of round 7, model v3 (10 parameters), the whole model (100 bytes) to download.
+wire::TaskOffer scripted_offer() {
+  wire::TaskOffer offer;
+  offer.round_id = 7;
+  offer.round_nonce.assign(16, 0x5A);
+  offer.model_version = 3;
+  offer.model_bytes = 100;
+  offer.model_digest.fill(0x11);
+  offer.parameter_count = 10;
+  offer.model_spec = "mlp:4-2";
+  offer.tensors = {TensorDesc{"w", {10}, TensorDtype::kF32}};
+  offer.uplink_codec = "bf16";
+  offer.downlink_codec = "sparq:0.02";
+  offer.codec_seed = 99;
+  offer.deadline_ms = 30000;
+  offer.max_upload_bytes = 1u << 20;
+  offer.max_chunk_bytes = 64;
+  offer.public_model_digest.fill(0x22);
+  return offer;
+}
+
+// A scripted server's model that a device can download and check: ten values on the bf16 grid,
+// as one whole-model download stream.
+struct ScriptedModel {
+  std::vector<float> values;
+  std::vector<uint8_t> stream;
+};
+
+ScriptedModel scripted_model() {
+  ScriptedModel m;
+  for (int i = 0; i < 10; ++i) m.values.push_back(0.25f * float(i - 5));
+  CodecSpec spec;
+  REQUIRE(parse_codec_spec("bf16", &spec) == Status::kOk);
+  std::vector<uint8_t> workspace(workspace_size(spec, m.values.size()) + 1);
+  std::vector<uint8_t> encoding(encoded_bound(spec, m.values.size()));
+  size_t written = 0;
+  REQUIRE(encode(spec, {m.values.data(), m.values.size()}, 1, {workspace.data(), workspace.size()},
+                 {encoding.data(), encoding.size()}, &written) == Status::kOk);
+  m.stream.resize(written + kStreamPrefixBytes);
+  size_t used = 0;
+  REQUIRE(stream_append({encoding.data(), written}, {m.stream.data(), m.stream.size()}, &used) ==
+          Status::kOk);
+  m.stream.resize(used);
+  return m;
+}
+
+// scripted_offer() of that model, whose download applies and checks.
+wire::TaskOffer scripted_offer(const ScriptedModel& model) {
+  wire::TaskOffer offer = scripted_offer();
+  offer.model_bytes = model.stream.size();
+  offer.model_digest = tls::sha256({model.stream.data(), model.stream.size()});
+  offer.public_model_digest = tls::sha256_of_floats({model.values.data(), model.values.size()});
+  return offer;
+}
+
+// The chunk of `stream` a ModelRequest asks for.
+wire::ModelChunk chunk_for(const wire::ModelRequest& request, const std::vector<uint8_t>& stream) {
+  wire::ModelChunk chunk;
+  chunk.round_id = request.round_id;
+  chunk.model_version = request.model_version;
+  chunk.offset = request.offset;
+  chunk.total_bytes = stream.size();
+  const size_t length = size_t(std::min<uint64_t>(request.max_length, stream.size() - request.offset));
+  chunk.data.assign(stream.begin() + ptrdiff_t(request.offset),
+                    stream.begin() + ptrdiff_t(request.offset + length));
+  return chunk;
+}
+
+// What a scripted server says as edgefl-server would to Hello (the offer) and ModelRequest (the
+// model's chunk), into *reply; false for other messages.
+bool answer_download(const wire::Message& m, const wire::TaskOffer& offer, const ScriptedModel& model,
+                     ScriptedServer::Reply* reply) {
+  if (std::holds_alternative<wire::Hello>(m)) {
+    reply->frames.push_back(frame_of(wire::Message{offer}));
+    return true;
+  }
+  if (const auto* request = std::get_if<wire::ModelRequest>(&m)) {
+    reply->frames.push_back(frame_of(wire::Message{chunk_for(*request, model.stream)}));
+    return true;
+  }
+  return false;
+}
+
+// A new upload's status: the server holds none of it.
+wire::UploadStatus fresh_upload_status(const wire::UploadStart& start) {
+  wire::UploadStatus status;
+  status.round_id = start.round_id;
+  status.upload_id = start.upload_id;
+  status.offset = 0;
+  status.total_bytes = start.total_bytes;
+  return status;
+}
+
+// A plaintext device of the scripted server, with short waits.
+ClientOptions scripted_device(uint16_t port) {
+  ClientOptions o;
+  o.port = port;
+  o.insecure_plaintext_for_tests = true;
+  o.sdk_version = "hostile-server-test";
+  o.backoff_initial_ms = 20;
+  o.backoff_max_ms = 100;
+  o.max_attempts = 3;
+  o.io_timeout_ms = 2000;
+  o.connect_timeout_ms = 2000;
+  o.max_wait_ms = 60000;
+  o.give_up_after_ms = 60000;
+  o.seed = 5;
+  return o;
+}
+
+struct ScriptedRound {
+  Status status = Status::kOk;
+  RoundResult result;
+  std::string error;
+  double seconds = 0;
+};
+
+ScriptedRound run_scripted_round(const ClientOptions& o) {
+  ScriptedRound r;
+  Client client(o);
+  REQUIRE(client.init(&r.error) == Status::kOk);
+  FixedTrainer trainer(1, 1);
+  const auto t0 = Clock::now();
+  r.status = client.run_round(trainer, &r.result, &r.error);
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace
+
+TEST_SUITE("e2e.hostile_server") {
+  TEST_CASE(
+      "offers of patches from a version the device does not hold: it asks for the whole model, then "
+      "ends with kProtocolError instead of saying Hello for ever") {
+    wire::TaskOffer offer = scripted_offer();
+    offer.base_model_version = 2;  // the device holds nothing
+    // A device that loops (it never waits, so give_up_after_ms never ends it) is ended by the
+    // server: from the 50th message on, it drains.
+    ScriptedServer server([&](const wire::Message& m, size_t index) {
+      ScriptedServer::Reply reply;
+      if (!std::holds_alternative<wire::Hello>(m)) return reply;
+      if (index < 50) {
+        reply.frames.push_back(frame_of(wire::Message{offer}));
+      } else {
+        wire::RetryLater drain;
+        drain.retry_after_ms = 1000;
+        drain.reason = wire::RetryReason::kDraining;
+        reply.frames.push_back(frame_of(wire::Message{drain}));
+      }
+      return reply;
+    });
+    const ScriptedRound r = run_scripted_round(scripted_device(server.port()));
+    INFO(r.error);
+    CHECK(r.status == Status::kProtocolError);
+    CHECK(r.error.find("after 2 such offers") != std::string::npos);
+    std::vector<uint32_t> flags;
+    for (const wire::Message& m : server.received()) {
+      if (const auto* hello = std::get_if<wire::Hello>(&m)) flags.push_back(hello->capability_flags);
+    }
+    REQUIRE(flags.size() == 3);
+    CHECK((flags[0] & wire::kCapabilityNeedsWholeModel) == 0);
+    CHECK((flags[1] & wire::kCapabilityNeedsWholeModel) == 0);
+    CHECK((flags[2] & wire::kCapabilityNeedsWholeModel) != 0);  // the last Hello asked for it
+    CHECK(server.count(wire::MessageType::kModelRequest) == 0);
+    CHECK(server.count(wire::MessageType::kUploadStart) == 0);
+  }
+
+  TEST_CASE("a model chunk that does not continue the download: kProtocolError, nothing uploaded") {
+    const wire::TaskOffer offer = scripted_offer();
+    ScriptedServer server([&](const wire::Message& m, size_t) {
+      ScriptedServer::Reply reply;
+      if (std::holds_alternative<wire::Hello>(m)) reply.frames.push_back(frame_of(wire::Message{offer}));
+      if (const auto* request = std::get_if<wire::ModelRequest>(&m)) {
+        wire::ModelChunk chunk;
+        chunk.round_id = request->round_id;
+        chunk.model_version = request->model_version;
+        chunk.offset = request->offset + 8;  // skips 8 bytes
+        chunk.total_bytes = offer.model_bytes;
+        chunk.data.assign(16, 0x33);
+        reply.frames.push_back(frame_of(wire::Message{chunk}));
+      }
+      return reply;
+    });
+    const ScriptedRound r = run_scripted_round(scripted_device(server.port()));
+    INFO(r.error);
+    CHECK(r.status == Status::kProtocolError);
+    CHECK(r.error.find("model chunk does not continue the download") != std::string::npos);
+    CHECK(server.count(wire::MessageType::kModelRequest) == 1);
+    CHECK(server.count(wire::MessageType::kUploadStart) == 0);
+  }
+
+  TEST_CASE(
+      "a download that does not match the offer's SHA-256: kChecksumMismatch, nothing trained or "
+      "uploaded, and the next round downloads from the start") {
+    const wire::TaskOffer offer = scripted_offer();
+    ScriptedServer server([&](const wire::Message& m, size_t) {
+      ScriptedServer::Reply reply;
+      if (std::holds_alternative<wire::Hello>(m)) reply.frames.push_back(frame_of(wire::Message{offer}));
+      if (const auto* request = std::get_if<wire::ModelRequest>(&m)) {
+        wire::ModelChunk chunk;
+        chunk.round_id = request->round_id;
+        chunk.model_version = request->model_version;
+        chunk.offset = request->offset;
+        chunk.total_bytes = offer.model_bytes;
+        chunk.data.assign(
+            size_t(std::min<uint64_t>(request->max_length, offer.model_bytes - request->offset)), 0x44);
+        reply.frames.push_back(frame_of(wire::Message{chunk}));
+      }
+      return reply;
+    });
+    ClientOptions o = scripted_device(server.port());
+    Client client(o);
+    std::string error;
+    REQUIRE(client.init(&error) == Status::kOk);
+    FixedTrainer trainer(1, 1);
+    RoundResult result;
+    CHECK(client.run_round(trainer, &result, &error) == Status::kChecksumMismatch);
+    CHECK(error.find("SHA-256") != std::string::npos);
+    CHECK(result.model_bytes == offer.model_bytes);
+    const size_t requests = server.count(wire::MessageType::kModelRequest);
+    CHECK(requests == 2);  // 100 bytes in chunks of at most 64
+    CHECK(server.count(wire::MessageType::kUploadStart) == 0);
+    // The bytes that failed the check are not resumed from: the next round asks for offset 0.
+    CHECK(client.run_round(trainer, &result, &error) == Status::kChecksumMismatch);
+    const std::vector<wire::Message> all = server.received();
+    std::vector<uint64_t> offsets;
+    for (const wire::Message& m : all) {
+      if (const auto* request = std::get_if<wire::ModelRequest>(&m)) offsets.push_back(request->offset);
+    }
+    CHECK(offsets == std::vector<uint64_t>{0, 64, 0, 64});
+  }
+
+  TEST_CASE("an offer above the device's memory budget: kMemoryBudgetExceeded before any download") {
+    wire::TaskOffer offer = scripted_offer();
+    offer.parameter_count = 50'000'000;
+    offer.tensors = {TensorDesc{"w", {50'000'000}, TensorDtype::kF32}};
+    offer.model_bytes = 100'000'000;
+    ScriptedServer server([&](const wire::Message& m, size_t) {
+      ScriptedServer::Reply reply;
+      if (std::holds_alternative<wire::Hello>(m)) reply.frames.push_back(frame_of(wire::Message{offer}));
+      return reply;
+    });
+    ClientOptions o = scripted_device(server.port());
+    o.memory_budget_bytes = 16u << 20;
+    const ScriptedRound r = run_scripted_round(o);
+    INFO(r.error);
+    CHECK(r.status == Status::kMemoryBudgetExceeded);
+    CHECK(server.count(wire::MessageType::kHello) == 1);
+    CHECK(server.count(wire::MessageType::kModelRequest) == 0);
+  }
+
+  TEST_CASE(
+      "a frame header announcing more than its type's cap: kFrameTooLarge without reading the payload "
+      "or waiting for it") {
+    ScriptedServer server([&](const wire::Message& m, size_t) {
+      ScriptedServer::Reply reply;
+      if (std::holds_alternative<wire::Hello>(m)) {
+        std::vector<uint8_t> header = frame_header(wire::MessageType::kTaskOffer, 1u << 30);
+        reply.frames.push_back(header);  // and no payload
+      }
+      return reply;
+    });
+    const ScriptedRound r = run_scripted_round(scripted_device(server.port()));
+    INFO(r.error);
+    CHECK(r.status == Status::kFrameTooLarge);
+    CHECK(r.seconds < 1.5);  // io_timeout_ms is 2000: it did not wait for the payload
+    CHECK(server.count(wire::MessageType::kHello) == 1);
+  }
+
+  TEST_CASE(
+      "RetryLater again and again: the device waits as asked, then stops at max_wait_ms with kTimeout") {
+    ScriptedServer server([&](const wire::Message& m, size_t) {
+      ScriptedServer::Reply reply;
+      if (std::holds_alternative<wire::Hello>(m)) {
+        wire::RetryLater retry;
+        retry.retry_after_ms = 100;
+        retry.retry_window_ms = 0;
+        retry.reason = wire::RetryReason::kNoRound;
+        reply.frames.push_back(frame_of(wire::Message{retry}));
+      }
+      return reply;
+    });
+    ClientOptions o = scripted_device(server.port());
+    o.max_wait_ms = 1000;
+    const ScriptedRound r = run_scripted_round(o);
+    INFO(r.error);
+    CHECK(r.status == Status::kTimeout);
+    const size_t hellos = server.count(wire::MessageType::kHello);
+    CHECK(hellos >= 5);
+    CHECK(hellos <= 12);
+    CHECK(r.seconds >= 0.1 * double(hellos - 1) * 0.9);  // it slept between Hellos, as asked
+    CHECK(server.count(wire::MessageType::kModelRequest) == 0);
+  }
+
+  TEST_CASE(
+      "an ack for another upload: kProtocolError, and the update stays pending: the next round sends it "
+      "again under the same upload id and hears it accepted") {
+    const ScriptedModel model = scripted_model();
+    const wire::TaskOffer offer = scripted_offer(model);
+    std::atomic<int> commits{0};
+    ScriptedServer server([&](const wire::Message& m, size_t) {
+      ScriptedServer::Reply reply;
+      if (answer_download(m, offer, model, &reply)) return reply;
+      if (const auto* start = std::get_if<wire::UploadStart>(&m)) {
+        reply.frames.push_back(frame_of(wire::Message{fresh_upload_status(*start)}));
+      }
+      if (const auto* commit = std::get_if<wire::Commit>(&m)) {
+        wire::Ack ack;
+        ack.round_id = commit->round_id;
+        ack.upload_id = commit->upload_id;
+        if (commits++ == 0) ack.upload_id[0] ^= 0xFF;  // the first ack names another upload
+        ack.disposition = wire::UpdateDisposition::kAccepted;
+        reply.frames.push_back(frame_of(wire::Message{ack}));
+      }
+      return reply;
+    });
+    Client client(scripted_device(server.port()));
+    std::string error;
+    REQUIRE(client.init(&error) == Status::kOk);
+    FixedTrainer trainer(1, 1);
+    RoundResult first;
+    CHECK(client.run_round(trainer, &first, &error) == Status::kProtocolError);
+    CHECK(error.find("the ack is for another upload") != std::string::npos);
+    CHECK(first.outcome != RoundOutcome::kAccepted);
+    RoundResult second;
+    error.clear();
+    CHECK_MESSAGE(client.run_round(trainer, &second, &error) == Status::kOk, error);
+    CHECK(second.outcome == RoundOutcome::kAccepted);
+    std::vector<wire::Commit> sent;
+    for (const wire::Message& m : server.received()) {
+      if (const auto* commit = std::get_if<wire::Commit>(&m)) sent.push_back(*commit);
+    }
+    REQUIRE(sent.size() == 2);
+    CHECK(sent[0].upload_id == sent[1].upload_id);  // the same update, not a new one
+    CHECK(sent[0].digest == sent[1].digest);
+    // The model was kept (it checked): the second round downloads nothing.
+    bool committed = false;
+    size_t requests_after = 0;
+    for (const wire::Message& m : server.received()) {
+      committed = committed || std::holds_alternative<wire::Commit>(m);
+      requests_after += committed && std::holds_alternative<wire::ModelRequest>(m);
+    }
+    CHECK(server.count(wire::MessageType::kModelRequest) >= 1);
+    CHECK(requests_after == 0);
+  }
+
+  TEST_CASE("an upload status for another size: kProtocolError before any chunk or commit") {
+    const ScriptedModel model = scripted_model();
+    const wire::TaskOffer offer = scripted_offer(model);
+    ScriptedServer server([&](const wire::Message& m, size_t) {
+      ScriptedServer::Reply reply;
+      if (answer_download(m, offer, model, &reply)) return reply;
+      if (const auto* start = std::get_if<wire::UploadStart>(&m)) {
+        wire::UploadStatus status = fresh_upload_status(*start);
+        ++status.total_bytes;
+        reply.frames.push_back(frame_of(wire::Message{status}));
+      }
+      return reply;
+    });
+    const ScriptedRound r = run_scripted_round(scripted_device(server.port()));
+    INFO(r.error);
+    CHECK(r.status == Status::kProtocolError);
+    CHECK(r.error.find("upload status does not match this upload") != std::string::npos);
+    CHECK(server.count(wire::MessageType::kUploadStart) == 1);
+    CHECK(server.count(wire::MessageType::kUploadChunk) == 0);
+    CHECK(server.count(wire::MessageType::kCommit) == 0);
+  }
+
+  TEST_CASE("a reply the phase does not expect: kProtocolError naming it, nothing uploaded") {
+    const wire::TaskOffer offer = scripted_offer();
+    ScriptedServer server([&](const wire::Message& m, size_t) {
+      ScriptedServer::Reply reply;
+      if (std::holds_alternative<wire::Hello>(m)) reply.frames.push_back(frame_of(wire::Message{offer}));
+      if (std::holds_alternative<wire::ModelRequest>(m))
+        reply.frames.push_back(frame_of(wire::Message{offer}));
+      return reply;
+    });
+    const ScriptedRound r = run_scripted_round(scripted_device(server.port()));
+    INFO(r.error);
+    CHECK(r.status == Status::kProtocolError);
+    CHECK(r.error.find("unexpected task_offer") != std::string::npos);
+    CHECK(server.count(wire::MessageType::kUploadStart) == 0);
   }
 }

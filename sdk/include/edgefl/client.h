@@ -172,6 +172,9 @@ struct MemoryPlan {
 };
 
 enum class RoundOutcome : uint8_t {
+  // No answer about an update: run_round() failed (its status and error say why). Only with a
+  // status other than kOk.
+  kNone = 0,
   kAccepted = 1,        // counted once in the round's aggregate
   kDuplicate = 2,       // was accepted before (a retried commit)
   kStraggler = 3,       // the round had closed with its quorum
@@ -186,7 +189,7 @@ enum class RoundOutcome : uint8_t {
 const char* round_outcome_name(RoundOutcome outcome);
 
 struct RoundResult {
-  RoundOutcome outcome = RoundOutcome::kAccepted;
+  RoundOutcome outcome = RoundOutcome::kNone;
   uint64_t round_id = 0;
   uint64_t model_version = 0;
   std::string codec;

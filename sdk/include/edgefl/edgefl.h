@@ -298,6 +298,7 @@ typedef struct edgefl_trainer {
 /* ---- Rounds ------------------------------------------------------------------------------- */
 
 typedef enum edgefl_round_outcome {
+  EDGEFL_ROUND_NONE = 0,             /* no answer about an update: the round failed (its status says why) */
   EDGEFL_ROUND_ACCEPTED = 1,         /* counted once in the round's aggregate */
   EDGEFL_ROUND_DUPLICATE = 2,        /* was accepted before (a retried commit) */
   EDGEFL_ROUND_STRAGGLER = 3,        /* the round had closed with its quorum */

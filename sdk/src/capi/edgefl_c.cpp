@@ -76,7 +76,8 @@ EDGEFL_C_SAME(UNSAFE_CONFIGURATION, kUnsafeConfiguration)
 EDGEFL_C_SAME(CRYPTO_ERROR, kCryptoError)
 #undef EDGEFL_C_SAME
 
-static_assert(int(edgefl::RoundOutcome::kAccepted) == EDGEFL_ROUND_ACCEPTED &&
+static_assert(int(edgefl::RoundOutcome::kNone) == EDGEFL_ROUND_NONE &&
+                  int(edgefl::RoundOutcome::kAccepted) == EDGEFL_ROUND_ACCEPTED &&
                   int(edgefl::RoundOutcome::kDuplicate) == EDGEFL_ROUND_DUPLICATE &&
                   int(edgefl::RoundOutcome::kStraggler) == EDGEFL_ROUND_STRAGGLER &&
                   int(edgefl::RoundOutcome::kLate) == EDGEFL_ROUND_LATE &&

@@ -83,6 +83,7 @@ RoundOutcome outcome_of(wire::UpdateDisposition d) {
 
 const char* round_outcome_name(RoundOutcome outcome) {
   switch (outcome) {
+    case RoundOutcome::kNone: return "none";
     case RoundOutcome::kAccepted: return "accepted";
     case RoundOutcome::kDuplicate: return "duplicate";
     case RoundOutcome::kStraggler: return "straggler";
@@ -302,6 +303,9 @@ struct Client::Attempt {
   // times in a row, are therefore reported as a refused handshake, not retried for ever.
   uint32_t silent_refusals = 0;
   static constexpr uint32_t kSilentRefusalsBeforeGivingUp = 3;
+  // Offers of patches from a version this device does not hold, in this run_round().
+  uint32_t unusable_offers = 0;
+  static constexpr uint32_t kUnusableOffersBeforeGivingUp = 2;
   bool fresh = false;  // this pass opened a new connection
   bool drop_injected = false;
   bool model_drop_injected = false;
@@ -611,9 +615,19 @@ Client::Attempt::Step Client::Attempt::download_model(const wire::TaskOffer& off
   const uint64_t base = offer.base_model_version;
   const bool seeded = base == 1 && held == 0 && offer.initial_model_seed != 0;
   if (base != 0 && base != held && !seeded) {
-    // The server answered another Hello (e.g. before a failed apply): ask again.
-    c.note(LogLevel::kInfo, "the offer patches version " + std::to_string(base) + ", this device holds " +
-                                std::to_string(held) + ": saying Hello again");
+    // The server answered another Hello (e.g. before a failed apply): ask again; the second time,
+    // for the whole model; a third such offer is the server's fault, not a race, and ends the
+    // round (no Hello loop against a server that never sends what this device can apply).
+    const std::string why =
+        "the offer patches version " + std::to_string(base) + ", this device holds " + std::to_string(held);
+    if (++unusable_offers > kUnusableOffersBeforeGivingUp) {
+      return fail(why + ", after " + std::to_string(kUnusableOffersBeforeGivingUp) +
+                      " such offers (the last Hello asked for the whole model)",
+                  Status::kProtocolError);
+    }
+    if (unusable_offers == kUnusableOffersBeforeGivingUp) c.needs_whole_model_ = true;
+    c.note(LogLevel::kInfo,
+           why + (c.needs_whole_model_ ? ": asking for the whole model" : ": saying Hello again"));
     return Step::kAgain;
   }
   if (c.download_version_ != offer.model_version || c.download_base_ != base ||
@@ -1032,7 +1046,10 @@ Client::Attempt::Step Client::Attempt::secure_steps(const wire::TaskOffer& offer
     c.note(LogLevel::kWarn, std::string("secure aggregation round ") + std::to_string(offer.round_id) + ": " +
                                 what + " failed (" + status_name(s) +
                                 "): this device drops out of the round");
-    if (sa.stage < Stage::kUnmask) result->outcome = RoundOutcome::kStraggler;
+    // Its masked vector is in (unmasking failed): whether the round counted it is the server's
+    // to say.
+    if (sa.stage == Stage::kUnmask) return ask_secure_outcome();
+    result->outcome = RoundOutcome::kStraggler;
     c.secure_round_over_ = offer.round_id;
     c.pending_.reset();
     c.connection_->close();
