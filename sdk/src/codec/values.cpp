@@ -431,8 +431,10 @@ size_t entropy_recode_bf16(uint8_t* region, size_t raw_bytes, uint64_t total, un
 
 namespace {
 
-// The `count` codes of `bits` bits packed LSB-first at `packed`, one a byte into codes.
+// The `count` codes of `bits` bits packed LSB-first at `packed`, one a byte into codes (builds for
+// size: the bit reader only).
 void unpack_codes_to_bytes(unsigned bits, const uint8_t* packed, uint64_t count, uint8_t* codes) {
+#if !defined(__OPTIMIZE_SIZE__)
   if (bits == 8) {
     memcpy(codes, packed, size_t(count));
     return;
@@ -444,6 +446,7 @@ void unpack_codes_to_bytes(unsigned bits, const uint8_t* packed, uint64_t count,
     });
     return;
   }
+#endif
   BitReader r(packed, size_t((count * bits + 7) / 8));
   for (uint64_t i = 0; i < count; ++i) codes[i] = uint8_t(r.get(bits));
 }
