@@ -3979,6 +3979,31 @@ TEST_SUITE("e2e.hostile_server") {
   }
 
   TEST_CASE(
+      "a server that stops in the middle of a frame: each attempt ends at io_timeout_ms, and the round "
+      "at max_attempts with kTimeout") {
+    ScriptedServer server([&](const wire::Message& m, size_t) {
+      ScriptedServer::Reply reply;
+      if (std::holds_alternative<wire::Hello>(m)) {
+        // A TaskOffer's header and 10 of its 400 bytes, then nothing (the connection stays open).
+        std::vector<uint8_t> partial = frame_header(wire::MessageType::kTaskOffer, 400);
+        partial.insert(partial.end(), 10, 0x00);
+        reply.frames.push_back(partial);
+      }
+      return reply;
+    });
+    ClientOptions o = scripted_device(server.port());
+    o.io_timeout_ms = 400;
+    o.max_attempts = 3;
+    const ScriptedRound r = run_scripted_round(o);
+    INFO(r.error);
+    CHECK(r.status == Status::kTimeout);
+    CHECK(server.count(wire::MessageType::kHello) == 3);  // one Hello per attempt
+    CHECK(server.connections() == 3);
+    CHECK(r.seconds >= 3 * 0.4 * 0.9);  // every attempt waited its whole timeout...
+    CHECK(r.seconds < 3 * 0.4 + 2.0);   // ...and no longer (backoff at most 100 ms a time)
+  }
+
+  TEST_CASE(
       "RetryLater again and again: the device waits as asked, then stops at max_wait_ms with kTimeout") {
     ScriptedServer server([&](const wire::Message& m, size_t) {
       ScriptedServer::Reply reply;
