@@ -3709,6 +3709,13 @@ std::vector<uint8_t> frame_of(const wire::Message& m) {
   return frame;
 }
 
+// A scripted server's answer of one well-formed message.
+ScriptedServer::Reply say(const wire::Message& m) {
+  ScriptedServer::Reply reply;
+  reply.frames.push_back(frame_of(m));
+  return reply;
+}
+
 // A well-formed offer of round 7, model v3 (10 parameters), the whole model (100 bytes) to download.
 wire::TaskOffer scripted_offer() {
   wire::TaskOffer offer;
@@ -3782,11 +3789,11 @@ wire::ModelChunk chunk_for(const wire::ModelRequest& request, const std::vector<
 bool answer_download(const wire::Message& m, const wire::TaskOffer& offer, const ScriptedModel& model,
                      ScriptedServer::Reply* reply) {
   if (std::holds_alternative<wire::Hello>(m)) {
-    reply->frames.push_back(frame_of(wire::Message{offer}));
+    *reply = say(wire::Message{offer});
     return true;
   }
   if (const auto* request = std::get_if<wire::ModelRequest>(&m)) {
-    reply->frames.push_back(frame_of(wire::Message{chunk_for(*request, model.stream)}));
+    *reply = say(wire::Message{chunk_for(*request, model.stream)});
     return true;
   }
   return false;
@@ -3847,18 +3854,13 @@ TEST_SUITE("e2e.hostile_server") {
     offer.base_model_version = 2;  // the device holds nothing
     // A device that loops (it never waits, so give_up_after_ms never ends it) is ended by the
     // server: from the 50th message on, it drains.
-    ScriptedServer server([&](const wire::Message& m, size_t index) {
-      ScriptedServer::Reply reply;
-      if (!std::holds_alternative<wire::Hello>(m)) return reply;
-      if (index < 50) {
-        reply.frames.push_back(frame_of(wire::Message{offer}));
-      } else {
-        wire::RetryLater drain;
-        drain.retry_after_ms = 1000;
-        drain.reason = wire::RetryReason::kDraining;
-        reply.frames.push_back(frame_of(wire::Message{drain}));
-      }
-      return reply;
+    ScriptedServer server([&](const wire::Message& m, size_t index) -> ScriptedServer::Reply {
+      if (!std::holds_alternative<wire::Hello>(m)) return {};
+      if (index < 50) return say(wire::Message{offer});
+      wire::RetryLater drain;
+      drain.retry_after_ms = 1000;
+      drain.reason = wire::RetryReason::kDraining;
+      return say(wire::Message{drain});
     });
     const ScriptedRound r = run_scripted_round(scripted_device(server.port()));
     INFO(r.error);
@@ -3878,19 +3880,16 @@ TEST_SUITE("e2e.hostile_server") {
 
   TEST_CASE("a model chunk that does not continue the download: kProtocolError, nothing uploaded") {
     const wire::TaskOffer offer = scripted_offer();
-    ScriptedServer server([&](const wire::Message& m, size_t) {
-      ScriptedServer::Reply reply;
-      if (std::holds_alternative<wire::Hello>(m)) reply.frames.push_back(frame_of(wire::Message{offer}));
+    const std::vector<uint8_t> stream(offer.model_bytes, 0x33);
+    ScriptedServer server([&](const wire::Message& m, size_t) -> ScriptedServer::Reply {
+      if (std::holds_alternative<wire::Hello>(m)) return say(wire::Message{offer});
       if (const auto* request = std::get_if<wire::ModelRequest>(&m)) {
-        wire::ModelChunk chunk;
-        chunk.round_id = request->round_id;
-        chunk.model_version = request->model_version;
-        chunk.offset = request->offset + 8;  // skips 8 bytes
-        chunk.total_bytes = offer.model_bytes;
-        chunk.data.assign(16, 0x33);
-        reply.frames.push_back(frame_of(wire::Message{chunk}));
+        wire::ModelChunk chunk = chunk_for(*request, stream);
+        chunk.offset += 8;  // skips 8 bytes
+        chunk.data.resize(16);
+        return say(wire::Message{chunk});
       }
-      return reply;
+      return {};
     });
     const ScriptedRound r = run_scripted_round(scripted_device(server.port()));
     INFO(r.error);
@@ -3904,20 +3903,13 @@ TEST_SUITE("e2e.hostile_server") {
       "a download that does not match the offer's SHA-256: kChecksumMismatch, nothing trained or "
       "uploaded, and the next round downloads from the start") {
     const wire::TaskOffer offer = scripted_offer();
-    ScriptedServer server([&](const wire::Message& m, size_t) {
-      ScriptedServer::Reply reply;
-      if (std::holds_alternative<wire::Hello>(m)) reply.frames.push_back(frame_of(wire::Message{offer}));
+    const std::vector<uint8_t> stream(offer.model_bytes, 0x44);  // not the offer's digest
+    ScriptedServer server([&](const wire::Message& m, size_t) -> ScriptedServer::Reply {
+      if (std::holds_alternative<wire::Hello>(m)) return say(wire::Message{offer});
       if (const auto* request = std::get_if<wire::ModelRequest>(&m)) {
-        wire::ModelChunk chunk;
-        chunk.round_id = request->round_id;
-        chunk.model_version = request->model_version;
-        chunk.offset = request->offset;
-        chunk.total_bytes = offer.model_bytes;
-        chunk.data.assign(
-            size_t(std::min<uint64_t>(request->max_length, offer.model_bytes - request->offset)), 0x44);
-        reply.frames.push_back(frame_of(wire::Message{chunk}));
+        return say(wire::Message{chunk_for(*request, stream)});
       }
-      return reply;
+      return {};
     });
     ClientOptions o = scripted_device(server.port());
     Client client(o);
@@ -3946,10 +3938,9 @@ TEST_SUITE("e2e.hostile_server") {
     offer.parameter_count = 50'000'000;
     offer.tensors = {TensorDesc{"w", {50'000'000}, TensorDtype::kF32}};
     offer.model_bytes = 100'000'000;
-    ScriptedServer server([&](const wire::Message& m, size_t) {
-      ScriptedServer::Reply reply;
-      if (std::holds_alternative<wire::Hello>(m)) reply.frames.push_back(frame_of(wire::Message{offer}));
-      return reply;
+    ScriptedServer server([&](const wire::Message& m, size_t) -> ScriptedServer::Reply {
+      if (std::holds_alternative<wire::Hello>(m)) return say(wire::Message{offer});
+      return {};
     });
     ClientOptions o = scripted_device(server.port());
     o.memory_budget_bytes = 16u << 20;
@@ -4005,16 +3996,13 @@ TEST_SUITE("e2e.hostile_server") {
 
   TEST_CASE(
       "RetryLater again and again: the device waits as asked, then stops at max_wait_ms with kTimeout") {
-    ScriptedServer server([&](const wire::Message& m, size_t) {
-      ScriptedServer::Reply reply;
-      if (std::holds_alternative<wire::Hello>(m)) {
-        wire::RetryLater retry;
-        retry.retry_after_ms = 100;
-        retry.retry_window_ms = 0;
-        retry.reason = wire::RetryReason::kNoRound;
-        reply.frames.push_back(frame_of(wire::Message{retry}));
-      }
-      return reply;
+    ScriptedServer server([&](const wire::Message& m, size_t) -> ScriptedServer::Reply {
+      if (!std::holds_alternative<wire::Hello>(m)) return {};
+      wire::RetryLater retry;
+      retry.retry_after_ms = 100;
+      retry.retry_window_ms = 0;
+      retry.reason = wire::RetryReason::kNoRound;
+      return say(wire::Message{retry});
     });
     ClientOptions o = scripted_device(server.port());
     o.max_wait_ms = 1000;
@@ -4034,21 +4022,20 @@ TEST_SUITE("e2e.hostile_server") {
     const ScriptedModel model = scripted_model();
     const wire::TaskOffer offer = scripted_offer(model);
     std::atomic<int> commits{0};
-    ScriptedServer server([&](const wire::Message& m, size_t) {
+    ScriptedServer server([&](const wire::Message& m, size_t) -> ScriptedServer::Reply {
       ScriptedServer::Reply reply;
       if (answer_download(m, offer, model, &reply)) return reply;
-      if (const auto* start = std::get_if<wire::UploadStart>(&m)) {
-        reply.frames.push_back(frame_of(wire::Message{fresh_upload_status(*start)}));
-      }
+      if (const auto* start = std::get_if<wire::UploadStart>(&m))
+        return say(wire::Message{fresh_upload_status(*start)});
       if (const auto* commit = std::get_if<wire::Commit>(&m)) {
         wire::Ack ack;
         ack.round_id = commit->round_id;
         ack.upload_id = commit->upload_id;
         if (commits++ == 0) ack.upload_id[0] ^= 0xFF;  // the first ack names another upload
         ack.disposition = wire::UpdateDisposition::kAccepted;
-        reply.frames.push_back(frame_of(wire::Message{ack}));
+        return say(wire::Message{ack});
       }
-      return reply;
+      return {};
     });
     Client client(scripted_device(server.port()));
     std::string error;
@@ -4083,15 +4070,15 @@ TEST_SUITE("e2e.hostile_server") {
   TEST_CASE("an upload status for another size: kProtocolError before any chunk or commit") {
     const ScriptedModel model = scripted_model();
     const wire::TaskOffer offer = scripted_offer(model);
-    ScriptedServer server([&](const wire::Message& m, size_t) {
+    ScriptedServer server([&](const wire::Message& m, size_t) -> ScriptedServer::Reply {
       ScriptedServer::Reply reply;
       if (answer_download(m, offer, model, &reply)) return reply;
       if (const auto* start = std::get_if<wire::UploadStart>(&m)) {
         wire::UploadStatus status = fresh_upload_status(*start);
         ++status.total_bytes;
-        reply.frames.push_back(frame_of(wire::Message{status}));
+        return say(wire::Message{status});
       }
-      return reply;
+      return {};
     });
     const ScriptedRound r = run_scripted_round(scripted_device(server.port()));
     INFO(r.error);
@@ -4104,12 +4091,12 @@ TEST_SUITE("e2e.hostile_server") {
 
   TEST_CASE("a reply the phase does not expect: kProtocolError naming it, nothing uploaded") {
     const wire::TaskOffer offer = scripted_offer();
-    ScriptedServer server([&](const wire::Message& m, size_t) {
-      ScriptedServer::Reply reply;
-      if (std::holds_alternative<wire::Hello>(m)) reply.frames.push_back(frame_of(wire::Message{offer}));
-      if (std::holds_alternative<wire::ModelRequest>(m))
-        reply.frames.push_back(frame_of(wire::Message{offer}));
-      return reply;
+    ScriptedServer server([&](const wire::Message& m, size_t) -> ScriptedServer::Reply {
+      // A TaskOffer to the Hello, and again to the ModelRequest.
+      if (std::holds_alternative<wire::Hello>(m) || std::holds_alternative<wire::ModelRequest>(m)) {
+        return say(wire::Message{offer});
+      }
+      return {};
     });
     const ScriptedRound r = run_scripted_round(scripted_device(server.port()));
     INFO(r.error);
