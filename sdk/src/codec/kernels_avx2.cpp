@@ -462,8 +462,9 @@ constexpr BytePositions kBytePositions = make_byte_positions();
 // Block Rice (index_coding.h), whole blocks of 16 gaps, a batch of blocks at a time, in three
 // passes: the parameter codes of the batch's blocks (part A, scalar); the positions of the ones
 // of part B, a byte at a time from a table (eight positions stored, the byte's count kept: no
-// branch per one); then per block and 8 gaps, the remainders by one gather, the quotients by a
-// lane shift of the ones' positions, gap + 1 and a prefix sum. The twin is
+// branch per one); then per block and 8 gaps, the remainders by a byte shuffle of 16 bytes (a
+// gather for parameters above 15 and at part A's end), the quotients by a lane shift of the ones'
+// positions, gap + 1 and a prefix sum. The twin is
 // BlockRiceWordReader::next_many's own loop (the kernels test compares them call by call); a block
 // outside the limits below is left to it.
 uint32_t block_rice_blocks_avx2(BlockRiceState* s, uint32_t* out, uint32_t count) {
@@ -490,6 +491,14 @@ uint32_t block_rice_blocks_avx2(BlockRiceState* s, uint32_t* out, uint32_t count
   const __m256i rotate_up = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
   const __m256i last_lane = _mm256_set1_epi32(7);
   const __m256i one = _mm256_set1_epi32(1);
+  // Remainders of at most kShuffleMaxR bits: a half's 8 end within 16 bytes of its first byte
+  // (at bit 7 + 8 r - 1 at most), so one 16-byte load and a byte shuffle read them instead of a
+  // gather (slow on some cores: AMD Zen 3). A lane's byte past the 16 wraps to garbage above its
+  // remainder's bits, which the mask clears.
+  constexpr unsigned kShuffleMaxR = 15;
+  const __m256i spread_byte0 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0,
+                                                0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+  const __m256i byte_steps = _mm256_set1_epi32(0x03020100);
   const uint32_t n_limit = uint32_t(at.n < kOneLimit ? at.n : kOneLimit);
   Block batch[kBatch];
   alignas(32) uint32_t ones[kOnes];
@@ -561,7 +570,7 @@ uint32_t block_rice_blocks_avx2(BlockRiceState* s, uint32_t* out, uint32_t count
       const __m128i shift = _mm_cvtsi32_si128(int(block_r));
       const __m256i mask = _mm256_set1_epi32(block_r == 0 ? 0 : int((1u << block_r) - 1));
       const __m256i step = _mm256_mullo_epi32(lane, _mm256_set1_epi32(int(block_r)));
-      const int* const a_at = reinterpret_cast<const int*>(a + size_t(blk.first_bit >> 3));
+      const size_t a_byte = size_t(blk.first_bit >> 3);
       const uint32_t* const end = ones + decoded * kGaps;
       __m256i previous_end = _mm256_set1_epi32(decoded == 0 ? -1 : int(end[-1]));
       __m256i sum_before = _mm256_setzero_si256();  // the gaps + 1 of the half before
@@ -573,9 +582,21 @@ uint32_t block_rice_blocks_avx2(BlockRiceState* s, uint32_t* out, uint32_t count
             _mm256_blend_epi32(_mm256_permutevar8x32_epi32(e, rotate_up), previous_end, 0x01);
         const __m256i quotient = _mm256_sub_epi32(_mm256_sub_epi32(e, before), one);
         too_far = _mm256_or_si256(too_far, _mm256_cmpgt_epi32(quotient, max_quotient));
-        const __m256i bit =
-            _mm256_add_epi32(step, _mm256_set1_epi32(int(unsigned(blk.first_bit & 7) + 8 * h * block_r)));
-        const __m256i loaded = _mm256_i32gather_epi32(a_at, _mm256_srli_epi32(bit, 3), 1);
+        // The 8 remainders' bits, from the first of this half's bytes.
+        const unsigned half_bit = unsigned(blk.first_bit & 7) + 8 * h * block_r;
+        const size_t half_byte = size_t(half_bit >> 3);
+        const __m256i bit = _mm256_add_epi32(step, _mm256_set1_epi32(int(half_bit & 7)));
+        __m256i loaded;  // per lane: the 4 bytes from its remainder's first
+        if (block_r <= kShuffleMaxR && a_byte + half_byte + 16 <= a_size) {
+          // Bytes bit / 8 .. + 3 of the 16 into each lane.
+          const __m256i bytes = _mm256_broadcastsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + a_byte + half_byte)));
+          const __m256i first = _mm256_shuffle_epi8(_mm256_srli_epi32(bit, 3), spread_byte0);
+          loaded = _mm256_shuffle_epi8(bytes, _mm256_add_epi8(first, byte_steps));
+        } else {
+          loaded = _mm256_i32gather_epi32(reinterpret_cast<const int*>(a + a_byte + half_byte),
+                                          _mm256_srli_epi32(bit, 3), 1);
+        }
         const __m256i low =
             _mm256_and_si256(_mm256_srlv_epi32(loaded, _mm256_and_si256(bit, _mm256_set1_epi32(7))), mask);
         __m256i x = _mm256_add_epi32(_mm256_or_si256(_mm256_sll_epi32(quotient, shift), low), one);
