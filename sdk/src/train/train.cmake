@@ -14,9 +14,9 @@ target_include_directories(edgefl_train PRIVATE ${PROJECT_SOURCE_DIR}/sdk/src)
 target_link_libraries(edgefl_train PUBLIC edgefl::core)
 edgefl_target_options(edgefl_train)
 edgefl_freestanding_options(edgefl_train)
-# Sanitized debug builds (the asan preset) still optimize the training loops: unoptimized and
-# instrumented, train::dot alone was 80% of the sanitized suite's longest test (cli.sim, 418 s of a
-# 1,005 s job). At -O2 every access is still checked; the rest of the build stays at -O0.
+# Sanitized debug builds (the asan preset) compile the training loops at -O2, still instrumented:
+# unoptimized, they dominate the sanitized suite's time (the simulator's tests train). The rest of
+# such a build stays unoptimized, with its assertions.
 if(EDGEFL_SANITIZE AND CMAKE_BUILD_TYPE STREQUAL "Debug")
   target_compile_options(edgefl_train PRIVATE -O2)
 endif()
