@@ -654,6 +654,33 @@ TEST_SUITE("codec.roundtrip") {
     }
   }
 
+  TEST_CASE(
+      "hq checks each block's range as it transforms it; NaN or Inf anywhere still wins over overflow") {
+    // Several blocks of every size and a tail: the block out of range may come before or after
+    // the non-finite one.
+    const size_t n = 3 * 1024 + 77;
+    for (const char* text : {"hq1", "hq4", "hq3:block=64", "hq4:block=1024"}) {
+      for (size_t big_at : {size_t{0}, size_t{700}, n - 1}) {
+        INFO("spec: ", std::string(text), "  out of range at: ", big_at);
+        std::vector<float> x = edgefl_test::gaussian_vector(n, 23);
+        x[big_at] = -1e30f;
+        edgefl_test::Encoding e = encode_vec(parse_or_fail(text), x, 1);
+        CHECK(e.status == Status::kValueOutOfRange);
+        CHECK(e.written == 0);
+        for (size_t bad_at : {size_t{1}, n / 2, n - 2}) {
+          for (float bad : {NAN, -INFINITY}) {
+            CAPTURE(bad_at);
+            std::vector<float> y = x;
+            y[bad_at] = bad;
+            e = encode_vec(parse_or_fail(text), y, 1);
+            CHECK(e.status == Status::kNonFiniteInput);
+            CHECK(e.written == 0);
+          }
+        }
+      }
+    }
+  }
+
   TEST_CASE("extreme finite values encode to finite decodable output or fail with kValueOutOfRange") {
     // Sums of squares, block ranges (max - min) and Hadamard sums overflow float long before the
     // values do: the encoder must not emit an encoding its own decoder rejects or decodes to inf.

@@ -883,8 +883,18 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
       return Status::kOk;
     }
 #endif
-    if (n > 0 && kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
-    if (n > 0) EDGEFL_RETURN_IF_ERROR(encode_dense(p, x, n, payload, ws.hadamard));
+    // Hadamard blocks check their own range just before their transform reads them again from
+    // cache (values.cpp): no separate pass over x. A non-finite value anywhere still takes
+    // precedence over a finite one out of range in an earlier block, as for every other coder.
+    const bool checks_own_blocks = p.kind == ValueCoderKind::kHadamard;
+    if (n > 0 && !checks_own_blocks && kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
+    if (n > 0) {
+      const Status status = encode_dense(p, x, n, payload, ws.hadamard);
+      if (status == Status::kValueOutOfRange && checks_own_blocks && kern.max_abs_bits(x, n) >= 0x7F800000u) {
+        return Status::kNonFiniteInput;
+      }
+      EDGEFL_RETURN_IF_ERROR(status);
+    }
   } else {
     select::Selection sel;
     float value_scale = 1.0f;
