@@ -15,6 +15,7 @@
 #include <new>
 #include <vector>
 
+#include "core/half.h"
 #include "core/rng.h"
 #include "edgefl/model.h"
 #include "edgefl/trainer.h"
@@ -595,6 +596,34 @@ TEST_SUITE("train") {
       for (size_t i = 0; i < n; ++i)
         a[i] = float(i % 7) - 3, b[i] = float(i % 5) - 2, ref += double(a[i]) * b[i];
       CHECK(edgefl::train::dot(a.data(), b.data(), n) == float(ref));
+    }
+  }
+
+  TEST_CASE("dot sums in eight lanes in a fixed order: the same bits on every target and build") {
+    uint64_t state = 17;
+    for (size_t n : {size_t{8}, size_t{9}, size_t{63}, size_t{784}, size_t{1001}}) {
+      std::vector<float> a(n), b(n);
+      for (size_t i = 0; i < n; ++i) {
+        a[i] = float(int64_t(edgefl::splitmix64_next(&state) % 2001) - 1000) * 1.37e-3f;
+        b[i] = float(int64_t(edgefl::splitmix64_next(&state) % 2001) - 1000) * 0.71e-3f;
+      }
+      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      size_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        for (size_t l = 0; l < 8; ++l) {
+          const volatile float product = a[i + l] * b[i + l];  // rounded before the sum: no FMA
+          lane[l] += product;
+        }
+      }
+      float tail = 0.0f;
+      for (; i < n; ++i) {
+        const volatile float product = a[i] * b[i];
+        tail += product;
+      }
+      const float want =
+          (((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]))) + tail;
+      CAPTURE(n);
+      CHECK(edgefl::float_bits(edgefl::train::dot(a.data(), b.data(), n)) == edgefl::float_bits(want));
     }
   }
 

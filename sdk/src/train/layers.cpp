@@ -66,11 +66,27 @@ inline uint32_t float_to_bits(float f) {
 }  // namespace
 
 float dot(const float* __restrict a, const float* __restrict b, size_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   size_t i = 0;
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__OPTIMIZE_SIZE__)
+  // Eight lanes in one vector of the compiler's (SSE or AVX, NEON, or scalar code where there is
+  // none): each lane sums its products in the order of the loop below, so the result is the same
+  // bits. Written as a vector so that it stays one under instrumentation (sanitized builds), which
+  // stops the compiler vectorizing the loop.
+  typedef float Lanes __attribute__((vector_size(8 * sizeof(float)), aligned(sizeof(float))));
+  Lanes sum = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (; i + 8 <= n; i += 8) {
+    Lanes x, y;
+    memcpy(&x, a + i, sizeof x);
+    memcpy(&y, b + i, sizeof y);
+    sum += x * y;
+  }
+  const float acc[8] = {sum[0], sum[1], sum[2], sum[3], sum[4], sum[5], sum[6], sum[7]};
+#else
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (; i + 8 <= n; i += 8) {
     for (size_t l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
   }
+#endif
   float tail = 0.0f;
   for (; i < n; ++i) tail += a[i] * b[i];
   return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + tail;
