@@ -20,6 +20,17 @@ function(edgefl_freestanding_options target)
     $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-fno-exceptions -fno-rtti -fno-threadsafe-statics -ffp-contract=off -fno-math-errno>)
 endfunction()
 
+# Sanitized debug builds (the asan preset) compile these targets at -O2, still instrumented: the
+# compute-bound code that would otherwise dominate the sanitized suite's time (training loops,
+# mbedTLS's bignum arithmetic). The rest of such a build stays unoptimized, with its assertions.
+function(edgefl_optimize_when_sanitized)
+  if(EDGEFL_SANITIZE AND CMAKE_BUILD_TYPE STREQUAL "Debug")
+    foreach(target IN LISTS ARGN)
+      target_compile_options(${target} PRIVATE -O2)
+    endforeach()
+  endif()
+endfunction()
+
 if(EDGEFL_SANITIZE)
   add_compile_options(-fsanitize=${EDGEFL_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${EDGEFL_SANITIZE})

@@ -151,14 +151,9 @@ if(NOT EDGEFL_MBEDTLS_PROVIDER)
   if(EDGEFL_SANITIZE MATCHES "undefined")
     target_compile_options(edgefl_mbedx509 PRIVATE -fno-sanitize=nonnull-attribute)
   endif()
-  # Sanitized debug builds (the asan preset) compile mbedTLS at -O2, still instrumented: at -O0 its
-  # bignum arithmetic (every handshake's ECDHE and ECDSA, secure aggregation's X25519) is what the
-  # sanitized suite's TLS tests spend their time in. Our own code stays unoptimized there.
-  if(EDGEFL_SANITIZE AND CMAKE_BUILD_TYPE STREQUAL "Debug")
-    foreach(_edgefl_lib mbedtls mbedx509 mbedcrypto)
-      target_compile_options(edgefl_${_edgefl_lib} PRIVATE -O2)
-    endforeach()
-  endif()
+  # Every handshake's ECDHE and ECDSA and secure aggregation's X25519: what the sanitized TLS
+  # tests would spend their time in, unoptimized.
+  edgefl_optimize_when_sanitized(edgefl_mbedtls edgefl_mbedx509 edgefl_mbedcrypto)
   set(EDGEFL_MBEDTLS_PROVIDER bundled)
   message(STATUS "edgefl: mbedTLS ${EDGEFL_MBEDTLS_VERSION_FOUND} built from ${_edgefl_src} with "
     "${EDGEFL_MBEDTLS_CONFIG_FILE}")

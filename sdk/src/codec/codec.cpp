@@ -884,8 +884,8 @@ Status encode(const CodecSpec& spec, Span<const float> update, uint64_t seed, Sp
     }
 #endif
     // Hadamard blocks check their own range just before their transform reads them again from
-    // cache (values.cpp): no separate pass over x. A non-finite value anywhere still takes
-    // precedence over a finite one out of range in an earlier block, as for every other coder.
+    // cache (values.cpp): no separate pass over x. When one fails, a non-finite value anywhere
+    // takes precedence over a finite one out of range, as for every other coder.
     const bool checks_own_blocks = p.kind == ValueCoderKind::kHadamard;
     if (n > 0 && !checks_own_blocks && kern.max_abs_bits(x, n) >= 0x7F800000u) return Status::kNonFiniteInput;
     if (n > 0) {

@@ -290,12 +290,10 @@ Status encode_group(const Params& p, const float* v, uint32_t count, uint32_t fi
     case ValueCoderKind::kScaledSign: return encode_sign_group(v, count, out);
     case ValueCoderKind::kHadamard: {
 #if EDGEFL_WITH_HADAMARD
-      // |v| <= 1e18 keeps the sum of squares finite (bits of |v| order the magnitudes; NaN's
-      // are above Inf's). The caller makes no other pass over v.
-      const uint32_t max_bits = k.max_abs_bits(v, count);
-      if (max_bits > float_bits(1e18f)) {
-        return max_bits >= 0x7F800000u ? Status::kNonFiniteInput : Status::kValueOutOfRange;
-      }
+      // |v| <= 1e18 keeps the sum of squares finite (bits of |v| order the magnitudes; NaN and
+      // Inf fail here too). encode() makes no other pass over a dense input: it tells a
+      // non-finite value from an overflow itself, on this error only.
+      if (k.max_abs_bits(v, count) > float_bits(1e18f)) return Status::kValueOutOfRange;
       encode_hadamard(p, v, count, first, out, scratch);
       return Status::kOk;
 #else

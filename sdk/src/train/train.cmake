@@ -14,9 +14,4 @@ target_include_directories(edgefl_train PRIVATE ${PROJECT_SOURCE_DIR}/sdk/src)
 target_link_libraries(edgefl_train PUBLIC edgefl::core)
 edgefl_target_options(edgefl_train)
 edgefl_freestanding_options(edgefl_train)
-# Sanitized debug builds (the asan preset) compile the training loops at -O2, still instrumented:
-# unoptimized, they dominate the sanitized suite's time (the simulator's tests train). The rest of
-# such a build stays unoptimized, with its assertions.
-if(EDGEFL_SANITIZE AND CMAKE_BUILD_TYPE STREQUAL "Debug")
-  target_compile_options(edgefl_train PRIVATE -O2)
-endif()
+edgefl_optimize_when_sanitized(edgefl_train)  # the simulator's tests train
