@@ -32,10 +32,12 @@ void* operator new(size_t size) {
   if (void* p = malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept {
+// Not inlined: GCC 12 would otherwise see operator new's result reach free() through the inlined
+// body and report a false -Wmismatched-new-delete (both replacements use malloc and free).
+[[gnu::noinline]] void operator delete(void* p) noexcept {
   free(p);
 }
-void operator delete(void* p, size_t) noexcept {
+[[gnu::noinline]] void operator delete(void* p, size_t) noexcept {
   free(p);
 }
 
