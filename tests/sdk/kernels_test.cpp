@@ -252,7 +252,61 @@ TEST_SUITE("kernels") {
                                   db);
             CHECK(ca == cb);
             CHECK(memcmp(da, db, sizeof da) == 0);
+            // Tables that do not mirror about zero (each level moved up by 0.01): the kernels'
+            // general path, where the tables above take the mirrored one.
+            float shifted_levels[16], shifted_thresholds[15];
+            for (unsigned j = 0; j < count_levels; ++j) shifted_levels[j] = lv[j] + 0.01f;
+            for (unsigned j = 0; j + 1 < count_levels; ++j) {
+              shifted_thresholds[j] = 0.5f * (shifted_levels[j] + shifted_levels[j + 1]);
+            }
+            simd->hadamard_quantize(a.data(), padded, 3.0f, shifted_thresholds, shifted_levels, bits,
+                                    ca.data(), da);
+            ref.hadamard_quantize(b.data(), padded, 3.0f, shifted_thresholds, shifted_levels, bits, cb.data(),
+                                  db);
+            CHECK(ca == cb);
+            CHECK(memcmp(da, db, sizeof da) == 0);
           }
+        }
+      }
+    }
+  }
+
+  TEST_CASE(
+      "hq quantizing agrees with the reference on the thresholds themselves, their neighbours and zeros") {
+    const edgefl::Kernels& ref = edgefl::kernels_ref();
+    // The Lloyd-Max tables the coder uses (values.cpp), mirrored about zero bit for bit.
+    const float levels4[16] = {-2.7326f, -2.0690f, -1.6180f, -1.2562f, -0.9424f, -0.6568f, -0.3881f, -0.1284f,
+                               0.1284f,  0.3881f,  0.6568f,  0.9424f,  1.2562f,  1.6180f,  2.0690f,  2.7326f};
+    for (const edgefl::Kernels* simd : simd_tables()) {
+      CAPTURE(std::string(simd->name));
+      for (unsigned bits = 1; bits <= 4; ++bits) {
+        CAPTURE(bits);
+        const unsigned count_levels = 1u << bits;
+        float lv[16], th[15];
+        for (unsigned j = 0; j < count_levels; ++j) lv[j] = levels4[8 - count_levels / 2 + j];
+        for (unsigned j = 0; j + 1 < count_levels; ++j) th[j] = 0.5f * (lv[j] + lv[j + 1]);
+        // Every threshold, its float neighbours on both sides, both zeros and the smallest
+        // subnormals, each with both signs: 8 lanes at a time, so the vector loops see them all.
+        std::vector<float> v;
+        for (unsigned j = 0; j + 1 < count_levels; ++j) {
+          for (float t : {th[j], std::nextafter(th[j], -1.0f), std::nextafter(th[j], 1.0f)}) {
+            v.push_back(t);
+            v.push_back(-t);
+          }
+        }
+        for (float t : {0.0f, -0.0f, std::nextafter(0.0f, 1.0f), std::nextafter(0.0f, -1.0f)}) v.push_back(t);
+        while (v.size() % 8 != 0) v.push_back(th[0]);
+        std::vector<uint8_t> ca(v.size(), 99), cb(v.size(), 98);
+        float da[4] = {0, 0, 0, 0}, db[4] = {0, 0, 0, 0};
+        // inv_rms 1: z is v itself, exactly on the thresholds.
+        simd->hadamard_quantize(v.data(), uint32_t(v.size()), 1.0f, th, lv, bits, ca.data(), da);
+        ref.hadamard_quantize(v.data(), uint32_t(v.size()), 1.0f, th, lv, bits, cb.data(), db);
+        CHECK(ca == cb);
+        CHECK(memcmp(da, db, sizeof da) == 0);
+        for (size_t i = 0; i < v.size(); ++i) {  // the codes' meaning: how many thresholds lie below
+          unsigned below = 0;
+          for (unsigned j = 0; j + 1 < count_levels; ++j) below += v[i] > th[j] ? 1u : 0u;
+          CHECK(unsigned(ca[i]) == below);
         }
       }
     }

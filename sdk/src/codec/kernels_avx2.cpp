@@ -352,40 +352,174 @@ void hadamard_signs_avx2(const float* x, uint32_t count, uint32_t padded, uint32
   hadamard_signs_ref(x + i, count - i, padded - i, key, first + i, out + i);
 }
 
+// h = 1, 2, 4 inside one vector of 8: the pairs' first and second elements brought into place by
+// shuffles, then a + b where the scalar loop writes v[j], a - b where it writes v[j + h].
+inline __m256 hadamard_in_vector(__m256 x) {
+  __m256 a = _mm256_moveldup_ps(x), b = _mm256_movehdup_ps(x);
+  x = _mm256_blend_ps(_mm256_add_ps(a, b), _mm256_sub_ps(a, b), 0xAA);
+  a = _mm256_permute_ps(x, 0x44);  // lanes 0 1 0 1 of each half
+  b = _mm256_permute_ps(x, 0xEE);  // lanes 2 3 2 3
+  x = _mm256_blend_ps(_mm256_add_ps(a, b), _mm256_sub_ps(a, b), 0xCC);
+  a = _mm256_permute2f128_ps(x, x, 0x00);
+  b = _mm256_permute2f128_ps(x, x, 0x11);
+  return _mm256_blend_ps(_mm256_add_ps(a, b), _mm256_sub_ps(a, b), 0xF0);
+}
+
+// One butterfly of the scalar loop on a vector pair: (a, b) becomes (a + b, a - b).
+inline void butterfly(__m256* a, __m256* b) {
+  const __m256 sum = _mm256_add_ps(*a, *b);
+  *b = _mm256_sub_ps(*a, *b);
+  *a = sum;
+}
+
+// Every stage's butterflies are the scalar loop's, on the same pairs, so the result is the same
+// bits; only the order in which independent pairs are visited differs. Blocks of 64 floats or
+// more: one pass over each 64 floats in eight registers (h = 1 .. 32), then two stages per pass
+// (h and 2h on four vectors h apart), the last stage's pass also scaling by 1/sqrt(n). Three
+// passes over a block of 256 where a stage per pass took seven.
 void hadamard_transform_avx2(float* v, uint32_t n) {
   if (n < 8) {
     hadamard_transform_ref(v, n);
     return;
   }
-  // h = 1, 2, 4 inside each vector of 8: the pairs' first and second elements brought into
-  // place by shuffles, then a + b where the scalar loop writes v[j], a - b where it writes v[j + h].
-  for (uint32_t i = 0; i < n; i += 8) {
-    __m256 x = _mm256_loadu_ps(v + i);
-    __m256 a = _mm256_moveldup_ps(x), b = _mm256_movehdup_ps(x);
-    x = _mm256_blend_ps(_mm256_add_ps(a, b), _mm256_sub_ps(a, b), 0xAA);
-    a = _mm256_permute_ps(x, 0x44);  // lanes 0 1 0 1 of each half
-    b = _mm256_permute_ps(x, 0xEE);  // lanes 2 3 2 3
-    x = _mm256_blend_ps(_mm256_add_ps(a, b), _mm256_sub_ps(a, b), 0xCC);
-    a = _mm256_permute2f128_ps(x, x, 0x00);
-    b = _mm256_permute2f128_ps(x, x, 0x11);
-    x = _mm256_blend_ps(_mm256_add_ps(a, b), _mm256_sub_ps(a, b), 0xF0);
-    _mm256_storeu_ps(v + i, x);
+  const __m256 norm = _mm256_set1_ps(float(1.0 / __builtin_sqrt(double(n))));
+  if (n < 64) {
+    for (uint32_t i = 0; i < n; i += 8) _mm256_storeu_ps(v + i, hadamard_in_vector(_mm256_loadu_ps(v + i)));
+    for (uint32_t h = 8; h < n; h <<= 1) {
+      for (uint32_t i = 0; i < n; i += 2 * h) {
+        for (uint32_t j = i; j < i + h; j += 8) {
+          const __m256 a = _mm256_loadu_ps(v + j), b = _mm256_loadu_ps(v + j + h);
+          _mm256_storeu_ps(v + j, _mm256_add_ps(a, b));
+          _mm256_storeu_ps(v + j + h, _mm256_sub_ps(a, b));
+        }
+      }
+    }
+    for (uint32_t i = 0; i < n; i += 8) _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_loadu_ps(v + i), norm));
+    return;
   }
-  for (uint32_t h = 8; h < n; h <<= 1) {
-    for (uint32_t i = 0; i < n; i += 2 * h) {
+  const bool only_pass = n == 64;
+  for (uint32_t i = 0; i < n; i += 64) {
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) r[k] = hadamard_in_vector(_mm256_loadu_ps(v + i + 8 * k));
+    for (int k = 0; k < 8; k += 2) butterfly(&r[k], &r[k + 1]);  // h = 8
+    butterfly(&r[0], &r[2]);                                     // h = 16
+    butterfly(&r[1], &r[3]);
+    butterfly(&r[4], &r[6]);
+    butterfly(&r[5], &r[7]);
+    for (int k = 0; k < 4; ++k) butterfly(&r[k], &r[k + 4]);  // h = 32
+    for (int k = 0; k < 8; ++k) {
+      _mm256_storeu_ps(v + i + 8 * k, only_pass ? _mm256_mul_ps(r[k], norm) : r[k]);
+    }
+  }
+  uint32_t h = 64;
+  for (; 4 * h <= n; h *= 4) {
+    const bool last = 4 * h == n;
+    for (uint32_t i = 0; i < n; i += 4 * h) {
       for (uint32_t j = i; j < i + h; j += 8) {
-        const __m256 a = _mm256_loadu_ps(v + j), b = _mm256_loadu_ps(v + j + h);
-        _mm256_storeu_ps(v + j, _mm256_add_ps(a, b));
-        _mm256_storeu_ps(v + j + h, _mm256_sub_ps(a, b));
+        __m256 a = _mm256_loadu_ps(v + j), b = _mm256_loadu_ps(v + j + h);
+        __m256 c = _mm256_loadu_ps(v + j + 2 * h), d = _mm256_loadu_ps(v + j + 3 * h);
+        butterfly(&a, &b);  // stage h
+        butterfly(&c, &d);
+        butterfly(&a, &c);  // stage 2h
+        butterfly(&b, &d);
+        if (last) {
+          a = _mm256_mul_ps(a, norm);
+          b = _mm256_mul_ps(b, norm);
+          c = _mm256_mul_ps(c, norm);
+          d = _mm256_mul_ps(d, norm);
+        }
+        _mm256_storeu_ps(v + j, a);
+        _mm256_storeu_ps(v + j + h, b);
+        _mm256_storeu_ps(v + j + 2 * h, c);
+        _mm256_storeu_ps(v + j + 3 * h, d);
       }
     }
   }
-  const __m256 norm = _mm256_set1_ps(float(1.0 / __builtin_sqrt(double(n))));
-  for (uint32_t i = 0; i < n; i += 8) _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_loadu_ps(v + i), norm));
+  if (h < n) {  // h == n / 2: one stage left, and the scaling
+    for (uint32_t j = 0; j < h; j += 8) {
+      __m256 a = _mm256_loadu_ps(v + j), b = _mm256_loadu_ps(v + j + h);
+      butterfly(&a, &b);
+      _mm256_storeu_ps(v + j, _mm256_mul_ps(a, norm));
+      _mm256_storeu_ps(v + j + h, _mm256_mul_ps(b, norm));
+    }
+  }
+}
+
+// Whether the 2^bits levels and 2^bits - 1 thresholds mirror about zero bit for bit (the
+// Lloyd-Max tables of values.cpp do): the middle threshold is +0, and each negative threshold and
+// level is the negation of its positive twin.
+bool mirrored(const float* thresholds, const float* levels, unsigned bits) {
+  const unsigned half = 1u << (bits - 1);
+  if (float_bits(thresholds[half - 1]) != 0) return false;
+  for (unsigned k = 1; k < half; ++k) {
+    const uint32_t upper = float_bits(thresholds[half - 1 + k]);
+    if (upper == 0 || upper >= 0x7F800000u || float_bits(thresholds[half - 1 - k]) != (upper ^ 0x80000000u)) {
+      return false;
+    }
+  }
+  for (unsigned k = 0; k < half; ++k) {
+    if (float_bits(levels[half - 1 - k]) != (float_bits(levels[half + k]) ^ 0x80000000u)) return false;
+  }
+  return true;
+}
+
+// hadamard_quantize with mirrored tables: half the compares. With z = v[i] * inv_rms and
+// m = #(positive thresholds below |z|) the code is half + m for z > 0. For z <= 0 (or NaN) the
+// thresholds above z are the negations of the positive ones at or below |z|, so the code is
+// half - 1 - #(t <= |z|); t <= |z| is bits(|z|) + 1 > bits(t) for the non-negative floats, whose
+// bits order as integers. The level is the positive level of m, negated for z <= 0. Same codes,
+// levels and products as the binary search.
+void hadamard_quantize_mirrored_avx2(const float* v, uint32_t n, float inv_rms, const float* thresholds,
+                                     const float* levels, unsigned bits, uint8_t* codes, float dot[4]) {
+  const unsigned half = 1u << (bits - 1);
+  int32_t upper_bits[7] = {};
+  for (unsigned k = 1; k < half; ++k) upper_bits[k - 1] = int32_t(float_bits(thresholds[half - 1 + k]));
+  float upper_levels[8] = {};
+  for (unsigned k = 0; k < half; ++k) upper_levels[k] = levels[half + k];
+  const __m256 magnitudes = _mm256_loadu_ps(upper_levels);
+  const __m256 scale = _mm256_set1_ps(inv_rms);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), one = _mm256_set1_epi32(1);
+  const __m256i above_middle = _mm256_set1_epi32(int(half)), below_middle = _mm256_set1_epi32(int(half) - 1);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m128 acc = _mm_loadu_ps(dot);
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(v + i);
+    const __m256 z = _mm256_mul_ps(x, scale);
+    const __m256 positive = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GT_OQ);
+    const __m256i positive_mask = _mm256_castps_si256(positive);
+    // |z|'s bits, plus one where z <= 0 (a compare "greater than" that counts "at or below").
+    const __m256i key = _mm256_add_epi32(_mm256_and_si256(_mm256_castps_si256(z), abs_mask),
+                                         _mm256_add_epi32(one, positive_mask));
+    __m256i m = _mm256_setzero_si256();
+    for (unsigned k = 0; k + 1 < half; ++k) {
+      m = _mm256_sub_epi32(m, _mm256_cmpgt_epi32(key, _mm256_set1_epi32(upper_bits[k])));
+    }
+    const __m256i code = _mm256_blendv_epi8(_mm256_sub_epi32(below_middle, m),
+                                            _mm256_add_epi32(above_middle, m), positive_mask);
+    const __m256 level =
+        _mm256_xor_ps(_mm256_permutevar8x32_ps(magnitudes, m), _mm256_andnot_ps(positive, sign));
+    const __m256 product = _mm256_mul_ps(x, level);
+    acc = _mm_add_ps(acc, _mm256_castps256_ps128(product));  // i .. i+3, then i+4 .. i+7
+    acc = _mm_add_ps(acc, _mm256_extractf128_ps(product, 1));
+    // The eight codes (< 16) narrowed to bytes in each 128-bit half, then stored as two words.
+    const __m256i words = _mm256_packus_epi32(code, code);
+    const __m256i narrow = _mm256_packus_epi16(words, words);
+    const uint32_t low_codes = uint32_t(_mm_cvtsi128_si32(_mm256_castsi256_si128(narrow)));
+    const uint32_t high_codes = uint32_t(_mm_cvtsi128_si32(_mm256_extracti128_si256(narrow, 1)));
+    memcpy(codes + i, &low_codes, 4);
+    memcpy(codes + i + 4, &high_codes, 4);
+  }
+  _mm_storeu_ps(dot, acc);
+  if (i < n) hadamard_quantize_ref(v + i, n - i, inv_rms, thresholds, levels, bits, codes + i, dot);
 }
 
 void hadamard_quantize_avx2(const float* v, uint32_t n, float inv_rms, const float* thresholds,
                             const float* levels, unsigned bits, uint8_t* codes, float dot[4]) {
+  if (mirrored(thresholds, levels, bits)) {
+    hadamard_quantize_mirrored_avx2(v, n, inv_rms, thresholds, levels, bits, codes, dot);
+    return;
+  }
   const unsigned level_count = 1u << bits;
   float level_table[16] = {};
   for (unsigned j = 0; j < level_count; ++j) level_table[j] = levels[j];
