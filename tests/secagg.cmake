@@ -2,7 +2,8 @@
 #
 #   ctest -R secagg.shamir     split/reconstruct, any t of n, fewer refused, wrong shares detected
 #   ctest -R secagg.graph      the parameter finder against FCP's table, the Harary graph
-#   ctest -R secagg.protocol   exact sums for n = 10 and 100 with 0/10/30% dropouts at each phase;
+#   ctest -R secagg.protocol   exact sums for n = 10 and 100 with 0/10/30% dropouts at each phase
+#                              (n = 10 only under qemu and the sanitizers), wrong shares corrected;
 #                              masked vectors uniform; every refusal with its specific status
 #   ctest -R secagg.dp         the exact discrete Gaussian sampler, code clipping, the accountant
 #
@@ -16,8 +17,13 @@ if(TARGET edgefl::secagg)
   # Under an emulator (the ARM Linux presets run under qemu-user) or the sanitizers (preset asan),
   # the rounds of 100 devices (about 6,000 X25519 operations each) take many minutes: the same
   # code paths run there at n = 10, and in the release build at both sizes.
+  # Under the emulator only, the round whose devices reveal wrong shares (its X25519 operations
+  # are 70% of the suite there) is left to the host as well: the correction it relies on,
+  # shamir_decode, is checked on the target by secagg.shamir.
   set(edgefl_secagg_exclude "")
-  if(CMAKE_CROSSCOMPILING OR EDGEFL_SANITIZE)
+  if(CMAKE_CROSSCOMPILING)
+    set(edgefl_secagg_exclude "--test-case-exclude=*n = 100*,*one round of 100*,*reveal wrong shares*")
+  elseif(EDGEFL_SANITIZE)
     set(edgefl_secagg_exclude "--test-case-exclude=*n = 100*,*one round of 100*")
   endif()
   foreach(suite shamir graph protocol dp)
