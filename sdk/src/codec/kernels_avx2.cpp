@@ -445,6 +445,23 @@ void hadamard_transform_avx2(float* v, uint32_t n) {
   }
 }
 
+// The end of a quantizer step of eight values: the products x * level added to acc's four lanes
+// (i .. i+3, then i+4 .. i+7, the order of dot[i % 4]), and the eight codes (< 16) stored as
+// bytes at out[0..8). Returns the new acc.
+inline __m128 store_codes_and_add_products(__m256 x, __m256 level, __m256i code, uint8_t* out, __m128 acc) {
+  const __m256 product = _mm256_mul_ps(x, level);
+  acc = _mm_add_ps(acc, _mm256_castps256_ps128(product));
+  acc = _mm_add_ps(acc, _mm256_extractf128_ps(product, 1));
+  // The codes narrowed to bytes in each 128-bit half, then stored as two words.
+  const __m256i words = _mm256_packus_epi32(code, code);
+  const __m256i narrow = _mm256_packus_epi16(words, words);
+  const uint32_t low_codes = uint32_t(_mm_cvtsi128_si32(_mm256_castsi256_si128(narrow)));
+  const uint32_t high_codes = uint32_t(_mm_cvtsi128_si32(_mm256_extracti128_si256(narrow, 1)));
+  memcpy(out, &low_codes, 4);
+  memcpy(out + 4, &high_codes, 4);
+  return acc;
+}
+
 // Whether the 2^bits levels and 2^bits - 1 thresholds mirror about zero bit for bit (the
 // Lloyd-Max tables of values.cpp do): the middle threshold is +0, and each negative threshold and
 // level is the negation of its positive twin.
@@ -499,16 +516,7 @@ void hadamard_quantize_mirrored_avx2(const float* v, uint32_t n, float inv_rms, 
                                             _mm256_add_epi32(above_middle, m), positive_mask);
     const __m256 level =
         _mm256_xor_ps(_mm256_permutevar8x32_ps(magnitudes, m), _mm256_andnot_ps(positive, sign));
-    const __m256 product = _mm256_mul_ps(x, level);
-    acc = _mm_add_ps(acc, _mm256_castps256_ps128(product));  // i .. i+3, then i+4 .. i+7
-    acc = _mm_add_ps(acc, _mm256_extractf128_ps(product, 1));
-    // The eight codes (< 16) narrowed to bytes in each 128-bit half, then stored as two words.
-    const __m256i words = _mm256_packus_epi32(code, code);
-    const __m256i narrow = _mm256_packus_epi16(words, words);
-    const uint32_t low_codes = uint32_t(_mm_cvtsi128_si32(_mm256_castsi256_si128(narrow)));
-    const uint32_t high_codes = uint32_t(_mm_cvtsi128_si32(_mm256_extracti128_si256(narrow, 1)));
-    memcpy(codes + i, &low_codes, 4);
-    memcpy(codes + i + 4, &high_codes, 4);
+    acc = store_codes_and_add_products(x, level, code, codes + i, acc);
   }
   _mm_storeu_ps(dot, acc);
   if (i < n) hadamard_quantize_ref(v + i, n - i, inv_rms, thresholds, levels, bits, codes + i, dot);
@@ -542,16 +550,7 @@ void hadamard_quantize_avx2(const float* v, uint32_t n, float inv_rms, const flo
       const __m256i upper = _mm256_cmpgt_epi32(code, _mm256_set1_epi32(7));
       level = _mm256_blendv_ps(level, high, _mm256_castsi256_ps(upper));
     }
-    const __m256 product = _mm256_mul_ps(x, level);
-    acc = _mm_add_ps(acc, _mm256_castps256_ps128(product));  // i .. i+3, then i+4 .. i+7
-    acc = _mm_add_ps(acc, _mm256_extractf128_ps(product, 1));
-    // The eight codes (< 16) narrowed to bytes in each 128-bit half, then stored as two words.
-    const __m256i words = _mm256_packus_epi32(code, code);
-    const __m256i narrow = _mm256_packus_epi16(words, words);
-    const uint32_t low_codes = uint32_t(_mm_cvtsi128_si32(_mm256_castsi256_si128(narrow)));
-    const uint32_t high_codes = uint32_t(_mm_cvtsi128_si32(_mm256_extracti128_si256(narrow, 1)));
-    memcpy(codes + i, &low_codes, 4);
-    memcpy(codes + i + 4, &high_codes, 4);
+    acc = store_codes_and_add_products(x, level, code, codes + i, acc);
   }
   _mm_storeu_ps(dot, acc);
   if (i < n) hadamard_quantize_ref(v + i, n - i, inv_rms, thresholds, levels, bits, codes + i, dot);
