@@ -308,6 +308,26 @@ TEST_SUITE("kernels") {
           for (unsigned j = 0; j + 1 < count_levels; ++j) below += v[i] > th[j] ? 1u : 0u;
           CHECK(unsigned(ca[i]) == below);
         }
+        // NaN (never the coder's input, which is checked finite, but the kernels' contract): code
+        // 0, as no threshold lies below it, whatever its sign and payload, the largest included.
+        std::vector<float> nans;
+        for (uint32_t bits_of_nan : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0x7FFFFFFFu, 0xFFFFFFFFu}) {
+          float nan;
+          memcpy(&nan, &bits_of_nan, 4);
+          nans.push_back(nan);
+        }
+        while (nans.size() % 8 != 0) nans.push_back(th[0]);
+        for (int copy = 0; copy < 2; ++copy) nans.insert(nans.end(), nans.begin(), nans.begin() + 8);
+        std::vector<uint8_t> nan_codes(nans.size(), 99), nan_codes_ref(nans.size(), 98);
+        float dot_simd[4] = {0, 0, 0, 0}, dot_ref[4] = {0, 0, 0, 0};
+        simd->hadamard_quantize(nans.data(), uint32_t(nans.size()), 1.0f, th, lv, bits, nan_codes.data(),
+                                dot_simd);
+        ref.hadamard_quantize(nans.data(), uint32_t(nans.size()), 1.0f, th, lv, bits, nan_codes_ref.data(),
+                              dot_ref);
+        CHECK(nan_codes == nan_codes_ref);
+        for (size_t i = 0; i < nans.size(); ++i) {
+          if (std::isnan(nans[i])) CHECK(nan_codes[i] == 0);
+        }
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/half.h"
 #include "edgefl/config.h"
 
 namespace edgefl {
@@ -112,6 +113,27 @@ void hadamard_signs_ref(const float* x, uint32_t count, uint32_t padded, uint32_
 void hadamard_transform_ref(float* v, uint32_t n);
 void hadamard_quantize_ref(const float* v, uint32_t n, float inv_rms, const float* thresholds,
                            const float* levels, unsigned bits, uint8_t* codes, float dot[4]);
+
+#if EDGEFL_WITH_HADAMARD
+// Whether hadamard_quantize's 2^bits levels and 2^bits - 1 thresholds mirror about zero bit for
+// bit (the Lloyd-Max tables of values.cpp do): the middle threshold is +0, and each negative
+// threshold and level is the negation of its positive twin. The ISA tables then compare |z| with
+// the positive thresholds only.
+inline bool hadamard_tables_mirrored(const float* thresholds, const float* levels, unsigned bits) {
+  const unsigned half = 1u << (bits - 1);
+  if (float_bits(thresholds[half - 1]) != 0) return false;
+  for (unsigned k = 1; k < half; ++k) {
+    const uint32_t upper = float_bits(thresholds[half - 1 + k]);
+    if (upper == 0 || upper >= 0x7F800000u || float_bits(thresholds[half - 1 - k]) != (upper ^ 0x80000000u)) {
+      return false;
+    }
+  }
+  for (unsigned k = 0; k < half; ++k) {
+    if (float_bits(levels[half - 1 - k]) != (float_bits(levels[half + k]) ^ 0x80000000u)) return false;
+  }
+  return true;
+}
+#endif
 
 const Kernels& kernels_ref();
 // The AVX2 table, or nullptr when it was not built or the CPU lacks AVX2 + F16C.

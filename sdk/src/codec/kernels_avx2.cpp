@@ -462,24 +462,6 @@ inline __m128 store_codes_and_add_products(__m256 x, __m256 level, __m256i code,
   return acc;
 }
 
-// Whether the 2^bits levels and 2^bits - 1 thresholds mirror about zero bit for bit (the
-// Lloyd-Max tables of values.cpp do): the middle threshold is +0, and each negative threshold and
-// level is the negation of its positive twin.
-bool mirrored(const float* thresholds, const float* levels, unsigned bits) {
-  const unsigned half = 1u << (bits - 1);
-  if (float_bits(thresholds[half - 1]) != 0) return false;
-  for (unsigned k = 1; k < half; ++k) {
-    const uint32_t upper = float_bits(thresholds[half - 1 + k]);
-    if (upper == 0 || upper >= 0x7F800000u || float_bits(thresholds[half - 1 - k]) != (upper ^ 0x80000000u)) {
-      return false;
-    }
-  }
-  for (unsigned k = 0; k < half; ++k) {
-    if (float_bits(levels[half - 1 - k]) != (float_bits(levels[half + k]) ^ 0x80000000u)) return false;
-  }
-  return true;
-}
-
 // hadamard_quantize with mirrored tables: half the compares. With z = v[i] * inv_rms and
 // m = #(positive thresholds below |z|) the code is half + m for z > 0. For z <= 0 (or NaN) the
 // thresholds above z are the negations of the positive ones at or below |z|, so the code is
@@ -496,6 +478,7 @@ void hadamard_quantize_mirrored_avx2(const float* v, uint32_t n, float inv_rms, 
   const __m256 magnitudes = _mm256_loadu_ps(upper_levels);
   const __m256 scale = _mm256_set1_ps(inv_rms);
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), one = _mm256_set1_epi32(1);
+  const __m256i nan_bits = _mm256_set1_epi32(0x7F800001);
   const __m256i above_middle = _mm256_set1_epi32(int(half)), below_middle = _mm256_set1_epi32(int(half) - 1);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m128 acc = _mm_loadu_ps(dot);
@@ -506,8 +489,10 @@ void hadamard_quantize_mirrored_avx2(const float* v, uint32_t n, float inv_rms, 
     const __m256 positive = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GT_OQ);
     const __m256i positive_mask = _mm256_castps_si256(positive);
     // |z|'s bits, plus one where z <= 0 (a compare "greater than" that counts "at or below").
-    const __m256i key = _mm256_add_epi32(_mm256_and_si256(_mm256_castps_si256(z), abs_mask),
-                                         _mm256_add_epi32(one, positive_mask));
+    // Every NaN's bits are first made those of one NaN above Inf, so that no key reaches 2^31
+    // (the compares are signed) and a NaN takes code 0, as in the binary search.
+    const __m256i magnitude = _mm256_min_epu32(_mm256_and_si256(_mm256_castps_si256(z), abs_mask), nan_bits);
+    const __m256i key = _mm256_add_epi32(magnitude, _mm256_add_epi32(one, positive_mask));
     __m256i m = _mm256_setzero_si256();
     for (unsigned k = 0; k + 1 < half; ++k) {
       m = _mm256_sub_epi32(m, _mm256_cmpgt_epi32(key, _mm256_set1_epi32(upper_bits[k])));
@@ -524,7 +509,7 @@ void hadamard_quantize_mirrored_avx2(const float* v, uint32_t n, float inv_rms, 
 
 void hadamard_quantize_avx2(const float* v, uint32_t n, float inv_rms, const float* thresholds,
                             const float* levels, unsigned bits, uint8_t* codes, float dot[4]) {
-  if (mirrored(thresholds, levels, bits)) {
+  if (hadamard_tables_mirrored(thresholds, levels, bits)) {
     hadamard_quantize_mirrored_avx2(v, n, inv_rms, thresholds, levels, bits, codes, dot);
     return;
   }
