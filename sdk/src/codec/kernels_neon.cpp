@@ -278,6 +278,222 @@ void quantize_shared_neon(const float* x, uint32_t n, float inv, int32_t limit, 
                                   out + i * bits / 8);
 }
 
+#if EDGEFL_WITH_HADAMARD
+// hq kernels (AArch64): the same float operations, on the same pairs, in the same order as the
+// scalar twins (kernels_ref.cpp), so the bytes match; the shape of kernels_avx2.cpp's, four lanes
+// wide. The signs are the reference's loop: the compiler vectorises it (4 instructions per
+// coordinate, where intrinsics took 5).
+// One butterfly of the scalar loop on a vector pair: (a, b) becomes (a + b, a - b).
+inline void butterfly(float32x4_t* a, float32x4_t* b) {
+  const float32x4_t sum = vaddq_f32(*a, *b);
+  *b = vsubq_f32(*a, *b);
+  *a = sum;
+}
+
+// The stage h = 4 * kSpan on sixteen vectors of four floats: each pair kSpan vectors apart.
+// Unrolled whole, so that the vectors stay in registers.
+template <int kSpan>
+inline void butterflies_across_vectors(float32x4_t r[16]) {
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; ++k) {
+    if ((k & kSpan) == 0) butterfly(&r[k], &r[k + kSpan]);
+  }
+}
+
+// h = 1 and h = 2 on the eight floats of *x then *y: each stage gathers the pairs' first and
+// second elements (uzp: x0 x2 y0 y2 / x1 x3 y1 y3; then the 64-bit halves), adds and subtracts,
+// and puts a + b where the scalar loop writes v[j], a - b where it writes v[j + h].
+inline void hadamard_in_vectors(float32x4_t* x, float32x4_t* y) {
+  float32x4_t first = vuzp1q_f32(*x, *y), second = vuzp2q_f32(*x, *y);
+  float32x4_t sum = vaddq_f32(first, second), difference = vsubq_f32(first, second);
+  *x = vzip1q_f32(sum, difference);
+  *y = vzip2q_f32(sum, difference);
+  const float64x2_t x64 = vreinterpretq_f64_f32(*x), y64 = vreinterpretq_f64_f32(*y);
+  first = vreinterpretq_f32_f64(vtrn1q_f64(x64, y64));   // x0 x1 y0 y1
+  second = vreinterpretq_f32_f64(vtrn2q_f64(x64, y64));  // x2 x3 y2 y3
+  sum = vaddq_f32(first, second);
+  difference = vsubq_f32(first, second);
+  const float64x2_t sum64 = vreinterpretq_f64_f32(sum), difference64 = vreinterpretq_f64_f32(difference);
+  *x = vreinterpretq_f32_f64(vtrn1q_f64(sum64, difference64));
+  *y = vreinterpretq_f32_f64(vtrn2q_f64(sum64, difference64));
+}
+
+// Blocks of 64 floats or more: one pass over each 64 floats in sixteen registers (h = 1 .. 32),
+// then two stages per pass (h and 2h on four vectors h apart), the last stage's pass also scaling
+// by 1/sqrt(n); blocks of 16 and 32 stage by stage. Only the order in which independent pairs are
+// visited differs from the scalar loop.
+void hadamard_transform_neon(float* v, uint32_t n) {
+  if (n < 16) {
+    hadamard_transform_ref(v, n);
+    return;
+  }
+  const float32x4_t norm = vdupq_n_f32(float(1.0 / __builtin_sqrt(double(n))));
+  if (n < 64) {
+    for (uint32_t i = 0; i < n; i += 8) {
+      float32x4_t x = vld1q_f32(v + i), y = vld1q_f32(v + i + 4);
+      hadamard_in_vectors(&x, &y);
+      vst1q_f32(v + i, x);
+      vst1q_f32(v + i + 4, y);
+    }
+    for (uint32_t h = 4; h < n; h <<= 1) {
+      for (uint32_t i = 0; i < n; i += 2 * h) {
+        for (uint32_t j = i; j < i + h; j += 4) {
+          float32x4_t a = vld1q_f32(v + j), b = vld1q_f32(v + j + h);
+          butterfly(&a, &b);
+          vst1q_f32(v + j, a);
+          vst1q_f32(v + j + h, b);
+        }
+      }
+    }
+    for (uint32_t i = 0; i < n; i += 4) vst1q_f32(v + i, vmulq_f32(vld1q_f32(v + i), norm));
+    return;
+  }
+  const bool only_pass = n == 64;
+  for (uint32_t i = 0; i < n; i += 64) {
+    float32x4_t r[16];
+#pragma GCC unroll 8
+    for (int k = 0; k < 16; k += 2) {
+      r[k] = vld1q_f32(v + i + 4 * k);
+      r[k + 1] = vld1q_f32(v + i + 4 * k + 4);
+      hadamard_in_vectors(&r[k], &r[k + 1]);
+    }
+    butterflies_across_vectors<1>(r);  // h = 4
+    butterflies_across_vectors<2>(r);  // h = 8
+    butterflies_across_vectors<4>(r);  // h = 16
+    butterflies_across_vectors<8>(r);  // h = 32
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; ++k) vst1q_f32(v + i + 4 * k, only_pass ? vmulq_f32(r[k], norm) : r[k]);
+  }
+  uint32_t h = 64;
+  for (; 4 * h <= n; h *= 4) {
+    const bool last = 4 * h == n;
+    for (uint32_t i = 0; i < n; i += 4 * h) {
+      for (uint32_t j = i; j < i + h; j += 4) {
+        float32x4_t a = vld1q_f32(v + j), b = vld1q_f32(v + j + h);
+        float32x4_t c = vld1q_f32(v + j + 2 * h), d = vld1q_f32(v + j + 3 * h);
+        butterfly(&a, &b);  // stage h
+        butterfly(&c, &d);
+        butterfly(&a, &c);  // stage 2h
+        butterfly(&b, &d);
+        if (last) {
+          a = vmulq_f32(a, norm);
+          b = vmulq_f32(b, norm);
+          c = vmulq_f32(c, norm);
+          d = vmulq_f32(d, norm);
+        }
+        vst1q_f32(v + j, a);
+        vst1q_f32(v + j + h, b);
+        vst1q_f32(v + j + 2 * h, c);
+        vst1q_f32(v + j + 3 * h, d);
+      }
+    }
+  }
+  if (h < n) {  // h == n / 2: one stage left, and the scaling
+    for (uint32_t j = 0; j < h; j += 4) {
+      float32x4_t a = vld1q_f32(v + j), b = vld1q_f32(v + j + h);
+      butterfly(&a, &b);
+      vst1q_f32(v + j, vmulq_f32(a, norm));
+      vst1q_f32(v + j + h, vmulq_f32(b, norm));
+    }
+  }
+}
+
+// table[code[i]] for four codes (each < the table's floats), by a byte lookup: code * 4 + 0..3
+// in each lane's four bytes.
+inline uint8x16_t level_byte_indices(uint32x4_t code) {
+  return vreinterpretq_u8_u32(vmlaq_u32(vdupq_n_u32(0x03020100u), code, vdupq_n_u32(0x04040404u)));
+}
+
+// The end of a quantizer step of eight values (x0, x1): the products x * level added to acc in
+// the order of dot[i % 4], and the eight codes (< 16) stored as bytes at out[0..8).
+inline float32x4_t store_codes_and_add_products(const float32x4_t x[2], const float32x4_t level[2],
+                                                const uint32x4_t code[2], uint8_t* out, float32x4_t acc) {
+  acc = vaddq_f32(acc, vmulq_f32(x[0], level[0]));
+  acc = vaddq_f32(acc, vmulq_f32(x[1], level[1]));
+  vst1_u8(out, vmovn_u16(vcombine_u16(vmovn_u32(code[0]), vmovn_u32(code[1]))));
+  return acc;
+}
+
+// hadamard_quantize with mirrored tables (hadamard_tables_mirrored): kernels_avx2.cpp's
+// hadamard_quantize_mirrored_avx2 says why the codes, levels and products are the binary
+// search's. The compares are unsigned, so |z|'s bits + 1 of the largest NaN still count above.
+// One instance per code width, so that the compares unroll with their thresholds in registers.
+template <unsigned kBits>
+void hadamard_quantize_mirrored_neon(const float* v, uint32_t n, float inv_rms, const float* thresholds,
+                                     const float* levels, uint8_t* codes, float dot[4]) {
+  constexpr unsigned bits = kBits, half = 1u << (kBits - 1);
+  uint32x4_t upper_bits[half > 1 ? half - 1 : 1];
+  for (unsigned k = 1; k < half; ++k) upper_bits[k - 1] = vdupq_n_u32(float_bits(thresholds[half - 1 + k]));
+  float upper_levels[8] = {};
+  for (unsigned k = 0; k < half; ++k) upper_levels[k] = levels[half + k];
+  uint8x16x2_t magnitudes;
+  magnitudes.val[0] = vreinterpretq_u8_f32(vld1q_f32(upper_levels));
+  magnitudes.val[1] = vreinterpretq_u8_f32(vld1q_f32(upper_levels + 4));
+  const float32x4_t scale = vdupq_n_f32(inv_rms);
+  const uint32x4_t abs_mask = vdupq_n_u32(0x7FFFFFFFu), one = vdupq_n_u32(1), sign = vdupq_n_u32(0x80000000u);
+  const uint32x4_t above_middle = vdupq_n_u32(half), below_middle = vdupq_n_u32(half - 1);
+  float32x4_t acc = vld1q_f32(dot);
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    float32x4_t x[2], level[2];
+    uint32x4_t code[2];
+    for (int j = 0; j < 2; ++j) {
+      x[j] = vld1q_f32(v + i + 4 * j);
+      const float32x4_t z = vmulq_f32(x[j], scale);
+      const uint32x4_t positive = vcgtq_f32(z, vdupq_n_f32(0.0f));
+      // |z|'s bits, plus one where z <= 0 (a compare "greater than" that counts "at or below").
+      const uint32x4_t key =
+          vaddq_u32(vandq_u32(vreinterpretq_u32_f32(z), abs_mask), vbicq_u32(one, positive));
+      uint32x4_t m = vdupq_n_u32(0);
+      for (unsigned k = 0; k + 1 < half; ++k) m = vsubq_u32(m, vcgtq_u32(key, upper_bits[k]));
+      code[j] = vbslq_u32(positive, vaddq_u32(above_middle, m), vsubq_u32(below_middle, m));
+      const uint32x4_t magnitude = vreinterpretq_u32_u8(vqtbl2q_u8(magnitudes, level_byte_indices(m)));
+      level[j] = vreinterpretq_f32_u32(veorq_u32(magnitude, vbicq_u32(sign, positive)));
+    }
+    acc = store_codes_and_add_products(x, level, code, codes + i, acc);
+  }
+  vst1q_f32(dot, acc);
+  if (i < n) hadamard_quantize_ref(v + i, n - i, inv_rms, thresholds, levels, bits, codes + i, dot);
+}
+
+void hadamard_quantize_neon(const float* v, uint32_t n, float inv_rms, const float* thresholds,
+                            const float* levels, unsigned bits, uint8_t* codes, float dot[4]) {
+  if (hadamard_tables_mirrored(thresholds, levels, bits)) {
+    switch (bits) {
+      case 1: hadamard_quantize_mirrored_neon<1>(v, n, inv_rms, thresholds, levels, codes, dot); return;
+      case 2: hadamard_quantize_mirrored_neon<2>(v, n, inv_rms, thresholds, levels, codes, dot); return;
+      case 3: hadamard_quantize_mirrored_neon<3>(v, n, inv_rms, thresholds, levels, codes, dot); return;
+      default: hadamard_quantize_mirrored_neon<4>(v, n, inv_rms, thresholds, levels, codes, dot); return;
+    }
+  }
+  const unsigned level_count = 1u << bits;
+  float level_table[16] = {};
+  for (unsigned j = 0; j < level_count; ++j) level_table[j] = levels[j];
+  uint8x16x4_t table;
+  for (int q = 0; q < 4; ++q) table.val[q] = vreinterpretq_u8_f32(vld1q_f32(level_table + 4 * q));
+  const float32x4_t scale = vdupq_n_f32(inv_rms);
+  float32x4_t acc = vld1q_f32(dot);
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    float32x4_t x[2], level[2];
+    uint32x4_t code[2];
+    for (int j = 0; j < 2; ++j) {
+      x[j] = vld1q_f32(v + i + 4 * j);
+      const float32x4_t z = vmulq_f32(x[j], scale);
+      // The binary search's result with ascending thresholds: how many lie below z.
+      code[j] = vdupq_n_u32(0);
+      for (unsigned t = 0; t + 1 < level_count; ++t) {
+        code[j] = vsubq_u32(code[j], vcgtq_f32(z, vdupq_n_f32(thresholds[t])));
+      }
+      level[j] = vreinterpretq_f32_u8(vqtbl4q_u8(table, level_byte_indices(code[j])));
+    }
+    acc = store_codes_and_add_products(x, level, code, codes + i, acc);
+  }
+  vst1q_f32(dot, acc);
+  if (i < n) hadamard_quantize_ref(v + i, n - i, inv_rms, thresholds, levels, bits, codes + i, dot);
+}
+#endif  // EDGEFL_WITH_HADAMARD
+
 #else  // ARMv7: the float kernels are the scalar reference's (see the top of this file).
 
 bool to_fp16_neon(const float* x, size_t n, uint8_t* out) {
@@ -313,7 +529,13 @@ constexpr Kernels kNeon = {
     quantize_uniform_neon,
     quantize_shared_neon,
     count_abs_at_least_neon,
+#if defined(__aarch64__) && EDGEFL_WITH_HADAMARD
+    hadamard_signs_ref,
+    hadamard_transform_neon,
+    hadamard_quantize_neon,
+#else
     EDGEFL_HADAMARD_REF_KERNELS,
+#endif
     nullptr,
     nullptr,
 };
