@@ -404,14 +404,27 @@ inline uint8x16_t level_byte_indices(uint32x4_t code) {
   return vreinterpretq_u8_u32(vmlaq_u32(vdupq_n_u32(0x03020100u), code, vdupq_n_u32(0x04040404u)));
 }
 
-// The end of a quantizer step of eight values (x0, x1): the products x * level added to acc in
-// the order of dot[i % 4], and the eight codes (< 16) stored as bytes at out[0..8).
-inline float32x4_t store_codes_and_add_products(const float32x4_t x[2], const float32x4_t level[2],
-                                                const uint32x4_t code[2], uint8_t* out, float32x4_t acc) {
-  acc = vaddq_f32(acc, vmulq_f32(x[0], level[0]));
-  acc = vaddq_f32(acc, vmulq_f32(x[1], level[1]));
-  vst1_u8(out, vmovn_u16(vcombine_u16(vmovn_u32(code[0]), vmovn_u32(code[1]))));
-  return acc;
+// hadamard_quantize eight values at a time: code_and_level(x, &code, &level) gives four values'
+// codes and levels; the products x * level go to dot in the order of dot[i % 4], the codes (< 16)
+// to codes[i] as bytes. The last n % 8 values take the reference loop.
+template <typename CodeAndLevel>
+inline void quantize_by_eights(const float* v, uint32_t n, float inv_rms, const float* thresholds,
+                               const float* levels, unsigned bits, uint8_t* codes, float dot[4],
+                               CodeAndLevel&& code_and_level) {
+  float32x4_t acc = vld1q_f32(dot);
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const float32x4_t x0 = vld1q_f32(v + i), x1 = vld1q_f32(v + i + 4);
+    uint32x4_t code0, code1;
+    float32x4_t level0, level1;
+    code_and_level(x0, &code0, &level0);
+    code_and_level(x1, &code1, &level1);
+    acc = vaddq_f32(acc, vmulq_f32(x0, level0));
+    acc = vaddq_f32(acc, vmulq_f32(x1, level1));
+    vst1_u8(codes + i, vmovn_u16(vcombine_u16(vmovn_u32(code0), vmovn_u32(code1))));
+  }
+  vst1q_f32(dot, acc);
+  if (i < n) hadamard_quantize_ref(v + i, n - i, inv_rms, thresholds, levels, bits, codes + i, dot);
 }
 
 // hadamard_quantize with mirrored tables (hadamard_tables_mirrored): kernels_avx2.cpp's
@@ -421,7 +434,7 @@ inline float32x4_t store_codes_and_add_products(const float32x4_t x[2], const fl
 template <unsigned kBits>
 void hadamard_quantize_mirrored_neon(const float* v, uint32_t n, float inv_rms, const float* thresholds,
                                      const float* levels, uint8_t* codes, float dot[4]) {
-  constexpr unsigned bits = kBits, half = 1u << (kBits - 1);
+  constexpr unsigned half = 1u << (kBits - 1);
   uint32x4_t upper_bits[half > 1 ? half - 1 : 1];
   for (unsigned k = 1; k < half; ++k) upper_bits[k - 1] = vdupq_n_u32(float_bits(thresholds[half - 1 + k]));
   float upper_levels[8] = {};
@@ -432,28 +445,22 @@ void hadamard_quantize_mirrored_neon(const float* v, uint32_t n, float inv_rms, 
   const float32x4_t scale = vdupq_n_f32(inv_rms);
   const uint32x4_t abs_mask = vdupq_n_u32(0x7FFFFFFFu), one = vdupq_n_u32(1), sign = vdupq_n_u32(0x80000000u);
   const uint32x4_t above_middle = vdupq_n_u32(half), below_middle = vdupq_n_u32(half - 1);
-  float32x4_t acc = vld1q_f32(dot);
-  uint32_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    float32x4_t x[2], level[2];
-    uint32x4_t code[2];
-    for (int j = 0; j < 2; ++j) {
-      x[j] = vld1q_f32(v + i + 4 * j);
-      const float32x4_t z = vmulq_f32(x[j], scale);
-      const uint32x4_t positive = vcgtq_f32(z, vdupq_n_f32(0.0f));
-      // |z|'s bits, plus one where z <= 0 (a compare "greater than" that counts "at or below").
-      const uint32x4_t key =
-          vaddq_u32(vandq_u32(vreinterpretq_u32_f32(z), abs_mask), vbicq_u32(one, positive));
-      uint32x4_t m = vdupq_n_u32(0);
-      for (unsigned k = 0; k + 1 < half; ++k) m = vsubq_u32(m, vcgtq_u32(key, upper_bits[k]));
-      code[j] = vbslq_u32(positive, vaddq_u32(above_middle, m), vsubq_u32(below_middle, m));
-      const uint32x4_t magnitude = vreinterpretq_u32_u8(vqtbl2q_u8(magnitudes, level_byte_indices(m)));
-      level[j] = vreinterpretq_f32_u32(veorq_u32(magnitude, vbicq_u32(sign, positive)));
-    }
-    acc = store_codes_and_add_products(x, level, code, codes + i, acc);
-  }
-  vst1q_f32(dot, acc);
-  if (i < n) hadamard_quantize_ref(v + i, n - i, inv_rms, thresholds, levels, bits, codes + i, dot);
+  quantize_by_eights(v, n, inv_rms, thresholds, levels, kBits, codes, dot,
+                     [&](float32x4_t x, uint32x4_t* code, float32x4_t* level) {
+                       const float32x4_t z = vmulq_f32(x, scale);
+                       const uint32x4_t positive = vcgtq_f32(z, vdupq_n_f32(0.0f));
+                       // |z|'s bits, plus one where z <= 0 (a compare "greater than" that counts
+                       // "at or below").
+                       const uint32x4_t key =
+                           vaddq_u32(vandq_u32(vreinterpretq_u32_f32(z), abs_mask), vbicq_u32(one, positive));
+                       uint32x4_t m = vdupq_n_u32(0);
+                       for (unsigned k = 0; k + 1 < half; ++k)
+                         m = vsubq_u32(m, vcgtq_u32(key, upper_bits[k]));
+                       *code = vbslq_u32(positive, vaddq_u32(above_middle, m), vsubq_u32(below_middle, m));
+                       const uint32x4_t magnitude =
+                           vreinterpretq_u32_u8(vqtbl2q_u8(magnitudes, level_byte_indices(m)));
+                       *level = vreinterpretq_f32_u32(veorq_u32(magnitude, vbicq_u32(sign, positive)));
+                     });
 }
 
 void hadamard_quantize_neon(const float* v, uint32_t n, float inv_rms, const float* thresholds,
@@ -472,25 +479,17 @@ void hadamard_quantize_neon(const float* v, uint32_t n, float inv_rms, const flo
   uint8x16x4_t table;
   for (int q = 0; q < 4; ++q) table.val[q] = vreinterpretq_u8_f32(vld1q_f32(level_table + 4 * q));
   const float32x4_t scale = vdupq_n_f32(inv_rms);
-  float32x4_t acc = vld1q_f32(dot);
-  uint32_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    float32x4_t x[2], level[2];
-    uint32x4_t code[2];
-    for (int j = 0; j < 2; ++j) {
-      x[j] = vld1q_f32(v + i + 4 * j);
-      const float32x4_t z = vmulq_f32(x[j], scale);
-      // The binary search's result with ascending thresholds: how many lie below z.
-      code[j] = vdupq_n_u32(0);
-      for (unsigned t = 0; t + 1 < level_count; ++t) {
-        code[j] = vsubq_u32(code[j], vcgtq_f32(z, vdupq_n_f32(thresholds[t])));
-      }
-      level[j] = vreinterpretq_f32_u8(vqtbl4q_u8(table, level_byte_indices(code[j])));
-    }
-    acc = store_codes_and_add_products(x, level, code, codes + i, acc);
-  }
-  vst1q_f32(dot, acc);
-  if (i < n) hadamard_quantize_ref(v + i, n - i, inv_rms, thresholds, levels, bits, codes + i, dot);
+  quantize_by_eights(v, n, inv_rms, thresholds, levels, bits, codes, dot,
+                     [&](float32x4_t x, uint32x4_t* code, float32x4_t* level) {
+                       const float32x4_t z = vmulq_f32(x, scale);
+                       // The binary search's result with ascending thresholds: how many lie below z.
+                       uint32x4_t count = vdupq_n_u32(0);
+                       for (unsigned t = 0; t + 1 < level_count; ++t) {
+                         count = vsubq_u32(count, vcgtq_f32(z, vdupq_n_f32(thresholds[t])));
+                       }
+                       *code = count;
+                       *level = vreinterpretq_f32_u8(vqtbl4q_u8(table, level_byte_indices(count)));
+                     });
 }
 #endif  // EDGEFL_WITH_HADAMARD
 
