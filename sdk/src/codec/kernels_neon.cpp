@@ -283,6 +283,7 @@ void quantize_shared_neon(const float* x, uint32_t n, float inv, int32_t limit, 
 // scalar twins (kernels_ref.cpp), so the bytes match; the shape of kernels_avx2.cpp's, four lanes
 // wide. The signs are the reference's loop: the compiler vectorises it (4 instructions per
 // coordinate, where intrinsics took 5).
+
 // One butterfly of the scalar loop on a vector pair: (a, b) becomes (a + b, a - b).
 inline void butterfly(float32x4_t* a, float32x4_t* b) {
   const float32x4_t sum = vaddq_f32(*a, *b);
