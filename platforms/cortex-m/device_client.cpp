@@ -990,13 +990,15 @@ int try_upload(const Offer& offer, Update& update, const uint8_t* upload_id, boo
   status = receive(&reply);
   if (status != kExitOk) return status;
   if (reply.type == MessageType::kError) {
-    // Asked about an ended round, a round of that id under another nonce (the server's state was
-    // started again) never held the update either.
     const edgefl::wire::ErrorCode code = reply.error.code;
-    const bool not_held = code == edgefl::wire::ErrorCode::kUnknownRound ||
-                          (ask_the_ledger && code == edgefl::wire::ErrorCode::kNonceMismatch);
-    return not_held ? round_ended(round_id, "the server neither takes nor holds the update")
-                    : fail(kExitProtocol, "the server refused UploadStart");
+    if (code == edgefl::wire::ErrorCode::kUnknownRound)
+      return round_ended(round_id, "the server neither takes nor holds the update");
+    // Asked about an ended round: a round of that id under another nonce (the server's state was
+    // started again) never held the update either.
+    if (ask_the_ledger && code == edgefl::wire::ErrorCode::kNonceMismatch)
+      return round_ended(round_id,
+                         "the server's round of that id has another nonce and never held the update");
+    return fail(kExitProtocol, "the server refused UploadStart");
   }
   if (reply.type != MessageType::kUploadStatus)
     return fail(kExitProtocol, "a reply to UploadStart not a status");

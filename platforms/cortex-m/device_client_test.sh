@@ -17,7 +17,11 @@
 #      (flaky_link.py): the Ack of round 1, the ModelChunk of round 2 on the next session, and the
 #      server's Certificate in the handshake after it. Each is a bad MAC on the device: it
 #      reconnects (a damaged handshake costs one or two failed attempts), asks the server's ledger about its
-#      committed update (acked Duplicate), downloads again, and completes both rounds.
+#      committed update (acked Duplicate), downloads again, and completes both rounds;
+#   7. the server's state started again while the device waits for its Ack: the relay damages the
+#      Ack of round 1 and sends the reconnect to a second server with a fresh state (its round 1
+#      has another nonce). The device asks that server's ledger about its committed update, hears
+#      NonceMismatch (never held there: not counted), and completes the new server's two rounds.
 #
 #   device_client_test.sh QEMU_SYSTEM_ARM DEVICE_ELF DROPS_ELF AWAY_ELF EDGEFL_SERVER EDGEFL_CLI WORK_DIR
 set -euo pipefail
@@ -37,10 +41,10 @@ server_log=$work/no-server.log
 pki=$work/pki
 model=mlp:784-8-10  # 6,370 parameters: the round fits 200 KiB (device_client.cpp's plan)
 
-server_pid="" link_pid=""
+server_pid="" link_pid="" first_server_pid=""
 cleanup() {
   local pid
-  for pid in $server_pid $link_pid; do
+  for pid in $server_pid $link_pid $first_server_pid; do
     if kill -0 "$pid" 2>/dev/null; then
       kill "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
@@ -258,4 +262,38 @@ wait "$link_pid" 2>/dev/null || true
 [[ $(grep -c "event=update_accepted" "$server_log") -eq 2 ]] || fail "not exactly 2 updates accepted"
 [[ $(grep -c "event=update_duplicate" "$server_log") -eq 1 ]] || fail "not exactly 1 duplicate"
 [[ $(grep -c "event=round_committed" "$server_log") -eq 2 ]] || fail "the flaky server did not commit two rounds"
+
+# 7. The server's state started again during the lost Ack: the update is asked about, not counted.
+start_server before-wipe --codec sparq:0.1 --rounds 2 --cohort 1 --retry-after 100 --retry-window 200
+first_server_pid=$server_pid first_server_log=$server_log first_port=$port
+start_server after-wipe --codec sparq:0.1 --rounds 2 --cohort 1 --retry-after 100 --retry-window 200 --drain 500
+python3 "$here/flaky_link.py" --listen-port-file "$work/wipe-link.port" --server "$first_port" \
+  --switch "2:$port" --log "$work/wipe-link.log" --flip 1:10 &
+link_pid=$!
+await_port_file "$work/wipe-link.port" "$link_pid" "flaky_link.py"
+server_port=$port
+read -r port <"$work/wipe-link.port"
+status=$(REDIAL=1 device "$work/device.bin" "$work/wiped.out")
+port=$server_port
+cat "$work/wiped.out"
+[[ $status -eq 0 ]] || fail "the device whose server started again exited with status $status"
+grep -q "^conn 2 open to port $server_port" "$work/wipe-link.log" || fail "the reconnect did not reach the second server"
+grep -q "event=update_accepted round=1 device=device-0001" "$first_server_log" ||
+  fail "the first server did not accept the update whose Ack was damaged"
+grep -q "^device: the server answered Error 6: the round nonce does not match round 1" "$work/wiped.out" ||
+  fail "the second server did not answer NonceMismatch to the UploadStart of the first server's round 1"
+# The damaged Ack was never read; the update ended uncounted, and only then was round 1 acked,
+# by the second server.
+awk '/^device: round 1 ended without this device.s update \(the server.s round of that id has another nonce and never held the update\): not counted/ { ended = NR }
+     /^device: ack: round 1, accepted/ { if (!acked) acked = NR }
+     END { exit !(ended && acked > ended) }' "$work/wiped.out" ||
+  fail "the device did not drop its round 1 update as never held, then join the new round 1"
+grep -q "^device: 2 of 2 rounds completed, 1 reconnects, 1 rounds ended without this device" "$work/wiped.out" ||
+  fail "not 2 rounds completed after the one that ended with the first server"
+expect_server_exit
+kill "$link_pid" "$first_server_pid" 2>/dev/null || true
+wait "$link_pid" "$first_server_pid" 2>/dev/null || true
+[[ $(grep -c "event=update_accepted" "$server_log") -eq 2 ]] || fail "the second server did not accept 2 updates"
+grep -q "event=update_duplicate" "$server_log" && fail "the second server counted the first server's update"
+[[ $(grep -c "event=round_committed" "$server_log") -eq 2 ]] || fail "the second server did not commit two rounds"
 echo "device_client_test: ok"

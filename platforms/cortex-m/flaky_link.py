@@ -2,13 +2,16 @@
 """A TCP relay between the device (QEMU's serial bridge) and edgefl-server that damages the
 server's TLS records on their way to the device, as a bad radio link would.
 
-    flaky_link.py --listen-port-file FILE --server PORT --flip CONN:RECORD [--flip ...] [--log FILE]
+    flaky_link.py --listen-port-file FILE --server PORT [--flip CONN:RECORD ...] [--switch CONN:PORT]
+                  [--log FILE]
 
 Listens on 127.0.0.1 (an ephemeral port, written to FILE), and relays each connection to
 127.0.0.1:PORT. --flip CONN:RECORD flips one bit of the last byte of the RECORD-th TLS record the
 server sends on connection CONN (both counted from 1): the device's TLS layer must refuse the
-record (a bad MAC) and the device must recover. --log writes one line per relayed record. Runs
-until killed.
+record (a bad MAC) and the device must recover. --switch CONN:PORT relays connection CONN and
+every later one to 127.0.0.1:PORT instead (another server at the same address, as a device sees
+a server whose state was started again). --log writes one line per relayed record. Runs until
+killed.
 """
 import argparse
 import os
@@ -16,9 +19,9 @@ import socket
 import threading
 
 
-def parse_flip(text):
-    conn, record = text.split(":")
-    return int(conn), int(record)
+def parse_pair(text):  # CONN:RECORD for --flip, CONN:PORT for --switch
+    conn, number = text.split(":")
+    return int(conn), int(number)
 
 
 class RecordDamager:
@@ -102,7 +105,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--listen-port-file", required=True)
     parser.add_argument("--server", type=int, required=True, help="the server's port on 127.0.0.1")
-    parser.add_argument("--flip", type=parse_flip, action="append", default=[])
+    parser.add_argument("--flip", type=parse_pair, action="append", default=[])
+    parser.add_argument("--switch", type=parse_pair, help="CONN:PORT: from connection CONN on, that server")
     parser.add_argument("--log")
     args = parser.parse_args()
     lock = threading.Lock()
@@ -125,8 +129,11 @@ def main():
         device, _ = listener.accept()
         device.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn_no += 1
-        log(f"conn {conn_no} open")
-        threading.Thread(target=relay, args=(device, args.server, conn_no, args.flip, log), daemon=True).start()
+        server_port = args.server
+        if args.switch and conn_no >= args.switch[0]:
+            server_port = args.switch[1]
+        log(f"conn {conn_no} open to port {server_port}")
+        threading.Thread(target=relay, args=(device, server_port, conn_no, args.flip, log), daemon=True).start()
 
 
 if __name__ == "__main__":
