@@ -20,9 +20,10 @@ function(edgefl_freestanding_options target)
     $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-fno-exceptions -fno-rtti -fno-threadsafe-statics -ffp-contract=off -fno-math-errno>)
 endfunction()
 
-# Sanitized debug builds (the asan preset) compile these targets at -O2, still instrumented: the
-# compute-bound code that would otherwise dominate the sanitized suite's time (training loops,
-# mbedTLS's bignum arithmetic). The rest of such a build stays unoptimized, with its assertions.
+# Sanitized debug builds (the asan preset) compile these targets at -O2, still instrumented and
+# with their assertions (no NDEBUG): the compute-bound code that would otherwise dominate the
+# sanitized suite's time (training loops, mbedTLS's bignum arithmetic, partitioning). The rest of
+# such a build, the tests above all, stays unoptimized.
 function(edgefl_optimize_when_sanitized)
   if(EDGEFL_SANITIZE AND CMAKE_BUILD_TYPE STREQUAL "Debug")
     foreach(target IN LISTS ARGN)
