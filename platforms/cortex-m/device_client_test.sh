@@ -108,6 +108,21 @@ device() {
     -device "loader,file=$1,addr=$partition_address,force-raw=on" -kernel "${3:-$elf}" >"$2" 2>&1 || status=$?
   echo "$status"
 }
+# relay_device NAME RELAY-ARGS...: the provisioned device through flaky_link.py (RELAY-ARGS after
+# --server $port), redialing; its output in $work/NAME.out (printed), the relay's log in
+# $work/NAME-link.log; sets status and link_pid.
+relay_device() {
+  local name=$1 server_port=$port
+  shift
+  python3 "$here/flaky_link.py" --listen-port-file "$work/$name-link.port" --server "$server_port" \
+    --log "$work/$name-link.log" "$@" &
+  link_pid=$!
+  await_port_file "$work/$name-link.port" "$link_pid" "flaky_link.py"
+  read -r port <"$work/$name-link.port"
+  status=$(REDIAL=1 device "$work/device.bin" "$work/$name.out")
+  port=$server_port
+  cat "$work/$name.out"
+}
 
 # 1. A provisioned device: mutual TLS 1.3, then two rounds.
 credentials "$pki/ca.crt" "$pki/devices/device-0001.crt" "$pki/devices/device-0001.key" "$work/device.bin"
@@ -224,15 +239,7 @@ grep -q "event=round_abandoned round=$abandoned " "$server_log" ||
 
 # 6. A link that damages the server's records (bad MACs at three places): recovered, counted once.
 start_server flaky --codec sparq:0.1 --rounds 2 --cohort 1 --retry-after 100 --retry-window 200 --drain 500
-python3 "$here/flaky_link.py" --listen-port-file "$work/flaky-link.port" --server "$port" --log "$work/flaky-link.log" \
-  --flip 1:10 --flip 2:12 --flip 3:5 &
-link_pid=$!
-await_port_file "$work/flaky-link.port" "$link_pid" "flaky_link.py"
-server_port=$port
-read -r port <"$work/flaky-link.port"
-status=$(REDIAL=1 device "$work/device.bin" "$work/flaky.out")
-port=$server_port
-cat "$work/flaky.out"
+relay_device flaky --flip 1:10 --flip 2:12 --flip 3:5
 [[ $status -eq 0 ]] || fail "the device behind a damaging link exited with status $status"
 [[ $(grep -c "FLIPPED" "$work/flaky-link.log") -eq 3 ]] || fail "the relay did not damage three records"
 [[ $(grep -c "^device: FAIL: reading a frame header: mbedTLS error -0x00007180" "$work/flaky.out") -eq 2 ]] ||
@@ -264,20 +271,14 @@ wait "$link_pid" 2>/dev/null || true
 [[ $(grep -c "event=round_committed" "$server_log") -eq 2 ]] || fail "the flaky server did not commit two rounds"
 
 # 7. The server's state started again during the lost Ack: the update is asked about, not counted.
-start_server before-wipe --codec sparq:0.1 --rounds 2 --cohort 1 --retry-after 100 --retry-window 200
-first_server_pid=$server_pid first_server_log=$server_log first_port=$port
 start_server after-wipe --codec sparq:0.1 --rounds 2 --cohort 1 --retry-after 100 --retry-window 200 --drain 500
-python3 "$here/flaky_link.py" --listen-port-file "$work/wipe-link.port" --server "$first_port" \
-  --switch "2:$port" --log "$work/wipe-link.log" --flip 1:10 &
-link_pid=$!
-await_port_file "$work/wipe-link.port" "$link_pid" "flaky_link.py"
-server_port=$port
-read -r port <"$work/wipe-link.port"
-status=$(REDIAL=1 device "$work/device.bin" "$work/wiped.out")
-port=$server_port
-cat "$work/wiped.out"
+second_server_pid=$server_pid second_server_log=$server_log second_port=$port
+start_server before-wipe --codec sparq:0.1 --rounds 2 --cohort 1 --retry-after 100 --retry-window 200
+first_server_pid=$server_pid first_server_log=$server_log
+server_pid=$second_server_pid server_log=$second_server_log  # the one expected to finish
+relay_device wiped --flip 1:10 --switch "2:$second_port"
 [[ $status -eq 0 ]] || fail "the device whose server started again exited with status $status"
-grep -q "^conn 2 open to port $server_port" "$work/wipe-link.log" || fail "the reconnect did not reach the second server"
+grep -q "^conn 2 open to port $second_port" "$work/wiped-link.log" || fail "the reconnect did not reach the second server"
 grep -q "event=update_accepted round=1 device=device-0001" "$first_server_log" ||
   fail "the first server did not accept the update whose Ack was damaged"
 grep -q "^device: the server answered Error 6: the round nonce does not match round 1" "$work/wiped.out" ||
