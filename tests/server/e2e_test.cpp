@@ -3600,20 +3600,29 @@ TEST_SUITE("e2e.secure") {
 
 namespace {
 
-// A loopback listener in this process that speaks plaintext frames (devices run with
-// insecure_plaintext_for_tests) and answers each device message with what `answer` returns:
-// whole frames as bytes (so that they may be malformed), then optionally a close. One connection
-// at a time, as a device holds one.
+// A loopback listener in this process that answers each device message with what `answer`
+// returns: whole frames as bytes (so that they may be malformed), then optionally a close. It
+// speaks plaintext frames (devices run with insecure_plaintext_for_tests), or with `tls` (server
+// credentials) mutual TLS as edgefl-server does, where a reply may also break the TLS layer. One
+// connection at a time, as a device holds one.
 class ScriptedServer {
  public:
   struct Reply {
     std::vector<std::vector<uint8_t>> frames;
     bool close = false;
+    // TLS only: close_notify after the frames, the connection left open.
+    bool close_notify = false;
+    // TLS only, when not 0: of the ciphertext of this reply, only the first bytes are sent (a
+    // record cut short); the server then answers nothing more on this connection.
+    size_t cut_ciphertext_at = 0;
+    // Sent on the socket as they are, after the frames (under TLS: not a record of the session).
+    std::vector<uint8_t> raw;
   };
   // from_device: the device's message; index: how many device messages came before it.
   using Answer = std::function<Reply(const wire::Message& from_device, size_t index)>;
 
-  explicit ScriptedServer(Answer answer) : answer_(std::move(answer)) {
+  explicit ScriptedServer(Answer answer, const tls::TlsCredentials* tls = nullptr)
+      : answer_(std::move(answer)), tls_(tls) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     REQUIRE(listen_fd_ >= 0);
     sockaddr_in address{};
@@ -3646,8 +3655,52 @@ class ScriptedServer {
     return n;
   }
   uint32_t connections() const { return connections_.load(); }
+  // TLS: connections whose handshake completed.
+  uint32_t handshakes() const { return handshakes_.load(); }
 
  private:
+  static bool send_all(int fd, const uint8_t* data, size_t size) {
+    return size == 0 || ::send(fd, data, size, MSG_NOSIGNAL) == ssize_t(size);
+  }
+  // Sends the session's pending ciphertext (at most `limit` bytes of it; the rest is dropped).
+  static bool flush(tls::TlsSession* session, int fd, size_t limit = SIZE_MAX) {
+    const Span<const uint8_t> out = session->outgoing();
+    const size_t size = std::min(out.size(), limit);
+    const bool sent = send_all(fd, out.data(), size);
+    session->consume_outgoing(out.size());
+    return sent;
+  }
+  // Reads what arrived on fd (waiting up to 20 ms): into *in as it came, or through the session.
+  // 1: read something (or nothing yet), 0: the device closed or the session failed.
+  int receive(int fd, tls::TlsSession* session, std::vector<uint8_t>* in) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) return 1;
+    uint8_t buffer[16384];
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) return 0;  // the device closed
+    if (session == nullptr) {
+      in->insert(in->end(), buffer, buffer + n);
+      return 1;
+    }
+    session->feed({buffer, size_t(n)});
+    if (!session->handshake_done()) {
+      const int r = session->handshake();
+      if (!flush(session, fd)) return 0;
+      if (r == 0) ++handshakes_;
+      if (r != 0 && r != tls::TlsSession::kWantRead) return 0;
+      if (r != 0) return 1;
+    }
+    for (;;) {
+      const int r = session->read({buffer, sizeof buffer});
+      if (!flush(session, fd)) return 0;
+      if (r > 0) {
+        in->insert(in->end(), buffer, buffer + r);
+        continue;
+      }
+      return r == tls::TlsSession::kWantRead ? 1 : 0;
+    }
+  }
+
   void run() {
     while (!stop_) {
       pollfd p{listen_fd_, POLLIN, 0};
@@ -3660,7 +3713,17 @@ class ScriptedServer {
     }
   }
   void serve(int fd) {
+    std::unique_ptr<tls::TlsSession> session;
+    if (tls_ != nullptr) {
+      session = std::make_unique<tls::TlsSession>();
+      std::string error;
+      if (session->init(tls_->config(), nullptr, &error) != Status::kOk) return;
+      const int r = session->handshake();  // the server waits for the ClientHello
+      if (!flush(session.get(), fd) || (r != 0 && r != tls::TlsSession::kWantRead)) return;
+    }
     std::vector<uint8_t> in;
+    std::vector<uint8_t> discarded;  // what the device sends after a record was cut short
+    bool answering = true;           // false once a reply cut a record short
     while (!stop_) {
       wire::FrameHeader h;
       if (in.size() >= wire::kFrameHeaderBytes &&
@@ -3677,23 +3740,33 @@ class ScriptedServer {
           index = received_.size();
           received_.push_back(m);
         }
+        if (!answering) continue;
         const Reply reply = answer_(m, index);
         for (const std::vector<uint8_t>& frame : reply.frames) {
-          if (::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) != ssize_t(frame.size())) return;
+          if (session == nullptr) {
+            if (!send_all(fd, frame.data(), frame.size())) return;
+          } else if (session->write({frame.data(), frame.size()}) != int(frame.size())) {
+            return;
+          }
         }
+        if (session != nullptr) {
+          if (reply.close_notify) session->close_notify();
+          if (!flush(session.get(), fd, reply.cut_ciphertext_at != 0 ? reply.cut_ciphertext_at : SIZE_MAX))
+            return;
+          answering = reply.cut_ciphertext_at == 0;
+        }
+        if (!send_all(fd, reply.raw.data(), reply.raw.size())) return;
         if (reply.close) return;
         continue;
       }
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 20) <= 0) continue;
-      uint8_t buffer[16384];
-      const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
-      if (n <= 0) return;  // the device closed
-      in.insert(in.end(), buffer, buffer + n);
+      if (receive(fd, answering ? session.get() : nullptr, answering ? &in : &discarded) == 0) return;
+      discarded.clear();
     }
   }
 
   Answer answer_;
+  const tls::TlsCredentials* tls_;
+  std::atomic<uint32_t> handshakes_{0};
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
@@ -3809,6 +3882,28 @@ wire::UploadStatus fresh_upload_status(const wire::UploadStart& start) {
   return status;
 }
 
+// What a scripted server says as edgefl-server would through a whole round: answer_download(), a
+// fresh upload status to UploadStart, and an ack accepting the Commit (`edit_ack`, when given,
+// changes it first), into *reply; false for other messages.
+bool answer_round(const wire::Message& m, const wire::TaskOffer& offer, const ScriptedModel& model,
+                  ScriptedServer::Reply* reply, const std::function<void(wire::Ack*)>& edit_ack = nullptr) {
+  if (answer_download(m, offer, model, reply)) return true;
+  if (const auto* start = std::get_if<wire::UploadStart>(&m)) {
+    *reply = say(wire::Message{fresh_upload_status(*start)});
+    return true;
+  }
+  if (const auto* commit = std::get_if<wire::Commit>(&m)) {
+    wire::Ack ack;
+    ack.round_id = commit->round_id;
+    ack.upload_id = commit->upload_id;
+    ack.disposition = wire::UpdateDisposition::kAccepted;
+    if (edit_ack) edit_ack(&ack);
+    *reply = say(wire::Message{ack});
+    return true;
+  }
+  return false;
+}
+
 // A plaintext device of the scripted server, with short waits.
 ClientOptions scripted_device(uint16_t port) {
   ClientOptions o;
@@ -3824,6 +3919,44 @@ ClientOptions scripted_device(uint16_t port) {
   o.give_up_after_ms = 60000;
   o.seed = 5;
   return o;
+}
+
+// The scripted server's mutual TLS: a development PKI, the server's credentials from it, and a
+// device that holds one of its certificates.
+struct ScriptedTls {
+  TempDir tmp;
+  Pki pki = make_pki(tmp / "pki", 1);
+  std::unique_ptr<tls::TlsCredentials> server = load_server();
+
+  ClientOptions device(uint16_t port) const {
+    ClientOptions o = scripted_device(port);
+    o.insecure_plaintext_for_tests = false;
+    o.ca_file = pki.ca();
+    o.cert_file = pki.cert("device-0001");
+    o.key_file = pki.key("device-0001");
+    return o;
+  }
+
+ private:
+  std::unique_ptr<tls::TlsCredentials> load_server() const {
+    std::string error;
+    REQUIRE_MESSAGE(tls::tls_global_init(&error) == Status::kOk, error);
+    tls::TlsFiles files;
+    files.ca_file = pki.ca();
+    files.cert_file = pki.server_cert();
+    files.key_file = pki.server_key();
+    std::unique_ptr<tls::TlsCredentials> out;
+    REQUIRE_MESSAGE(tls::TlsCredentials::load(tls::TlsRole::kServer, files, &out, &error) == Status::kOk,
+                    error);
+    return out;
+  }
+};
+
+// An application-data record that is not the session's (48 bytes the device cannot authenticate).
+std::vector<uint8_t> forged_record() {
+  std::vector<uint8_t> record = {0x17, 0x03, 0x03, 0x00, 0x30};
+  record.resize(record.size() + 0x30, 0xA5);
+  return record;
 }
 
 struct ScriptedRound {
@@ -3953,20 +4086,27 @@ TEST_SUITE("e2e.hostile_server") {
 
   TEST_CASE(
       "a frame header announcing more than its type's cap: kFrameTooLarge without reading the payload "
-      "or waiting for it") {
-    ScriptedServer server([&](const wire::Message& m, size_t) {
-      ScriptedServer::Reply reply;
-      if (std::holds_alternative<wire::Hello>(m)) {
-        std::vector<uint8_t> header = frame_header(wire::MessageType::kTaskOffer, 1u << 30);
-        reply.frames.push_back(header);  // and no payload
-      }
-      return reply;
-    });
-    const ScriptedRound r = run_scripted_round(scripted_device(server.port()));
-    INFO(r.error);
-    CHECK(r.status == Status::kFrameTooLarge);
-    CHECK(r.seconds < 1.5);  // io_timeout_ms is 2000: it did not wait for the payload
-    CHECK(server.count(wire::MessageType::kHello) == 1);
+      "or waiting for it, in plaintext and over TLS") {
+    for (const bool over_tls : {false, true}) {
+      CAPTURE(over_tls);
+      const std::unique_ptr<ScriptedTls> tls = over_tls ? std::make_unique<ScriptedTls>() : nullptr;
+      ScriptedServer server(
+          [&](const wire::Message& m, size_t) {
+            ScriptedServer::Reply reply;
+            if (std::holds_alternative<wire::Hello>(m)) {
+              std::vector<uint8_t> header = frame_header(wire::MessageType::kTaskOffer, 1u << 30);
+              reply.frames.push_back(header);  // and no payload
+            }
+            return reply;
+          },
+          tls ? tls->server.get() : nullptr);
+      const ScriptedRound r =
+          run_scripted_round(tls ? tls->device(server.port()) : scripted_device(server.port()));
+      INFO(r.error);
+      CHECK(r.status == Status::kFrameTooLarge);
+      CHECK(r.seconds < 1.5);  // io_timeout_ms is 2000: it did not wait for the payload
+      CHECK(server.count(wire::MessageType::kHello) == 1);
+    }
   }
 
   TEST_CASE(
@@ -4024,18 +4164,10 @@ TEST_SUITE("e2e.hostile_server") {
     std::atomic<int> commits{0};
     ScriptedServer server([&](const wire::Message& m, size_t) -> ScriptedServer::Reply {
       ScriptedServer::Reply reply;
-      if (answer_download(m, offer, model, &reply)) return reply;
-      if (const auto* start = std::get_if<wire::UploadStart>(&m))
-        return say(wire::Message{fresh_upload_status(*start)});
-      if (const auto* commit = std::get_if<wire::Commit>(&m)) {
-        wire::Ack ack;
-        ack.round_id = commit->round_id;
-        ack.upload_id = commit->upload_id;
-        if (commits++ == 0) ack.upload_id[0] ^= 0xFF;  // the first ack names another upload
-        ack.disposition = wire::UpdateDisposition::kAccepted;
-        return say(wire::Message{ack});
-      }
-      return {};
+      answer_round(m, offer, model, &reply, [&](wire::Ack* ack) {
+        if (commits++ == 0) ack->upload_id[0] ^= 0xFF;  // the first ack names another upload
+      });
+      return reply;
     });
     Client client(scripted_device(server.port()));
     std::string error;
@@ -4103,5 +4235,130 @@ TEST_SUITE("e2e.hostile_server") {
     CHECK(r.status == Status::kProtocolError);
     CHECK(r.error.find("unexpected task_offer") != std::string::npos);
     CHECK(server.count(wire::MessageType::kUploadStart) == 0);
+  }
+
+  // The same server over mutual TLS, where the device reads through its TLS layer: frames split
+  // or cut inside records, and records that are not the session's.
+
+  TEST_CASE("over mutual TLS: a whole round with the scripted server, the update accepted") {
+    const ScriptedTls tls;
+    const ScriptedModel model = scripted_model();
+    const wire::TaskOffer offer = scripted_offer(model);
+    ScriptedServer server(
+        [&](const wire::Message& m, size_t) -> ScriptedServer::Reply {
+          ScriptedServer::Reply reply;
+          answer_round(m, offer, model, &reply);
+          return reply;
+        },
+        tls.server.get());
+    const ScriptedRound r = run_scripted_round(tls.device(server.port()));
+    INFO(r.error);
+    CHECK(r.status == Status::kOk);
+    CHECK(r.result.outcome == RoundOutcome::kAccepted);
+    // Two connections, both over TLS: the download, then the upload (the device releases its
+    // connection while it trains).
+    CHECK(server.connections() == 2);
+    CHECK(server.handshakes() == 2);
+    CHECK(server.count(wire::MessageType::kCommit) == 1);
+  }
+
+  TEST_CASE(
+      "over TLS, a record cut short (the connection left open): each attempt ends at io_timeout_ms, "
+      "the round at max_attempts with kTimeout, nothing downloaded") {
+    const ScriptedTls tls;
+    ScriptedServer server(
+        [&](const wire::Message& m, size_t) {
+          ScriptedServer::Reply reply;
+          if (std::holds_alternative<wire::Hello>(m)) {
+            reply.frames.push_back(frame_of(wire::Message{scripted_offer()}));
+            reply.cut_ciphertext_at = 20;  // a record header and 15 bytes of its body
+          }
+          return reply;
+        },
+        tls.server.get());
+    ClientOptions o = tls.device(server.port());
+    o.io_timeout_ms = 400;
+    o.max_attempts = 3;
+    const ScriptedRound r = run_scripted_round(o);
+    INFO(r.error);
+    CHECK(r.status == Status::kTimeout);
+    CHECK(server.handshakes() == 3);
+    CHECK(server.count(wire::MessageType::kHello) == 3);  // one Hello per attempt
+    CHECK(server.count(wire::MessageType::kModelRequest) == 0);
+    CHECK(r.seconds >= 3 * 0.4 * 0.9);
+    CHECK(r.seconds < 3 * 0.4 + 3.0);  // handshakes and backoff (at most 100 ms a time)
+  }
+
+  TEST_CASE(
+      "over TLS, a forged record in answer to Hello on every fresh connection: read as a refused "
+      "certificate (a TLS 1.3 refusal's alert fails the same MAC check), kTlsHandshakeFailed after three") {
+    const ScriptedTls tls;
+    ScriptedServer server(
+        [&](const wire::Message& m, size_t) {
+          ScriptedServer::Reply reply;
+          if (std::holds_alternative<wire::Hello>(m)) reply.raw = forged_record();
+          return reply;
+        },
+        tls.server.get());
+    ClientOptions o = tls.device(server.port());
+    o.max_attempts = 5;  // the refusal rule ends it before max_attempts
+    const ScriptedRound r = run_scripted_round(o);
+    INFO(r.error);
+    CHECK(r.status == Status::kTlsHandshakeFailed);
+    CHECK(r.error.find("refuses this device's certificate") != std::string::npos);
+    CHECK(r.error.find("MAC") != std::string::npos);  // the last error, as it was
+    CHECK(server.handshakes() == 3);
+    CHECK(server.count(wire::MessageType::kModelRequest) == 0);
+  }
+
+  TEST_CASE(
+      "over TLS, a forged record in the middle of the download: kTlsError (TLS read failed) at "
+      "max_attempts, never taken for a refusal, nothing uploaded") {
+    const ScriptedTls tls;
+    const ScriptedModel model = scripted_model();
+    const wire::TaskOffer offer = scripted_offer(model);
+    ScriptedServer server(
+        [&](const wire::Message& m, size_t) {
+          ScriptedServer::Reply reply;
+          if (std::holds_alternative<wire::Hello>(m)) return say(wire::Message{offer});
+          if (std::holds_alternative<wire::ModelRequest>(m)) reply.raw = forged_record();
+          return reply;
+        },
+        tls.server.get());
+    ClientOptions o = tls.device(server.port());
+    o.max_attempts = 3;
+    const ScriptedRound r = run_scripted_round(o);
+    INFO(r.error);
+    CHECK(r.status == Status::kTlsError);
+    CHECK(r.error.find("TLS read failed") != std::string::npos);
+    CHECK(r.error.find("refuses") == std::string::npos);
+    CHECK(server.handshakes() == 3);  // every attempt reconnected
+    CHECK(server.count(wire::MessageType::kModelRequest) == 3);
+    CHECK(server.count(wire::MessageType::kUploadStart) == 0);
+    CHECK(r.seconds < 3.0);  // no timeout waited
+  }
+
+  TEST_CASE(
+      "over TLS, close_notify in the middle of a frame: kConnectionFailed (the server closed the "
+      "connection), nothing downloaded") {
+    const ScriptedTls tls;
+    ScriptedServer server(
+        [&](const wire::Message& m, size_t) {
+          ScriptedServer::Reply reply;
+          if (std::holds_alternative<wire::Hello>(m)) {
+            std::vector<uint8_t> partial = frame_header(wire::MessageType::kTaskOffer, 400);
+            partial.insert(partial.end(), 10, 0x00);
+            reply.frames.push_back(partial);
+            reply.close_notify = true;
+          }
+          return reply;
+        },
+        tls.server.get());
+    const ScriptedRound r = run_scripted_round(tls.device(server.port()));
+    INFO(r.error);
+    CHECK(r.status == Status::kConnectionFailed);
+    CHECK(r.error.find("the server closed the connection") != std::string::npos);
+    CHECK(r.seconds < 1.5);  // not a timeout
+    CHECK(server.count(wire::MessageType::kModelRequest) == 0);
   }
 }
