@@ -3600,7 +3600,59 @@ TEST_SUITE("e2e.secure") {
 
 namespace {
 
-// A loopback listener in this process that answers each device message with what `answer`
+// A loopback TCP listener and its accept thread: each connection goes to `serve` (one at a time,
+// as a device holds one), then is closed; destruction stops and joins the thread. Owners declare
+// it last, so that it stops before anything `serve` uses is destroyed.
+class LoopbackListener {
+ public:
+  explicit LoopbackListener(std::function<void(int fd)> serve) : serve_(std::move(serve)) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(listen_fd_ >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+    REQUIRE(::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+    REQUIRE(::listen(listen_fd_, 4) == 0);
+    socklen_t size = sizeof address;
+    REQUIRE(::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &size) == 0);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~LoopbackListener() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  LoopbackListener(const LoopbackListener&) = delete;
+  LoopbackListener& operator=(const LoopbackListener&) = delete;
+
+  uint16_t port() const { return port_; }
+  uint32_t connections() const { return connections_.load(); }
+  // True once destruction began: `serve` returns soon after.
+  bool stopping() const { return stop_.load(); }
+
+ private:
+  void run() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      ++connections_;
+      serve_(fd);
+      ::close(fd);
+    }
+  }
+
+  std::function<void(int fd)> serve_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint32_t> connections_{0};
+  std::thread thread_;
+};
+
+// A loopback server in this process that answers each device message with what `answer`
 // returns: whole frames as bytes (so that they may be malformed), then optionally a close. It
 // speaks plaintext frames (devices run with insecure_plaintext_for_tests), or with `tls` (server
 // credentials) mutual TLS as edgefl-server does, where a reply may also break the TLS layer. One
@@ -3622,28 +3674,11 @@ class ScriptedServer {
   using Answer = std::function<Reply(const wire::Message& from_device, size_t index)>;
 
   explicit ScriptedServer(Answer answer, const tls::TlsCredentials* tls = nullptr)
-      : answer_(std::move(answer)), tls_(tls) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(listen_fd_ >= 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-    REQUIRE(::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
-    REQUIRE(::listen(listen_fd_, 4) == 0);
-    socklen_t size = sizeof address;
-    REQUIRE(::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &size) == 0);
-    port_ = ntohs(address.sin_port);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~ScriptedServer() {
-    stop_ = true;
-    thread_.join();
-    ::close(listen_fd_);
-  }
+      : answer_(std::move(answer)), tls_(tls), listener_([this](int fd) { serve(fd); }) {}
   ScriptedServer(const ScriptedServer&) = delete;
   ScriptedServer& operator=(const ScriptedServer&) = delete;
 
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return listener_.port(); }
   // Every message the device sent, in order (whole frames that decoded).
   std::vector<wire::Message> received() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -3654,7 +3689,7 @@ class ScriptedServer {
     for (const wire::Message& m : received()) n += wire::message_type(m) == type;
     return n;
   }
-  uint32_t connections() const { return connections_.load(); }
+  uint32_t connections() const { return listener_.connections(); }
   // TLS: connections whose handshake completed.
   uint32_t handshakes() const { return handshakes_.load(); }
 
@@ -3701,17 +3736,6 @@ class ScriptedServer {
     }
   }
 
-  void run() {
-    while (!stop_) {
-      pollfd p{listen_fd_, POLLIN, 0};
-      if (::poll(&p, 1, 20) <= 0) continue;
-      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      ++connections_;
-      serve(fd);
-      ::close(fd);
-    }
-  }
   void serve(int fd) {
     std::unique_ptr<tls::TlsSession> session;
     if (tls_ != nullptr) {
@@ -3724,7 +3748,7 @@ class ScriptedServer {
     std::vector<uint8_t> in;
     std::vector<uint8_t> discarded;  // what the device sends after a record was cut short
     bool answering = true;           // false once a reply cut a record short
-    while (!stop_) {
+    while (!listener_.stopping()) {
       wire::FrameHeader h;
       if (in.size() >= wire::kFrameHeaderBytes &&
           wire::read_frame_header({in.data(), in.size()}, &h) == Status::kOk &&
@@ -3767,13 +3791,35 @@ class ScriptedServer {
   Answer answer_;
   const tls::TlsCredentials* tls_;
   std::atomic<uint32_t> handshakes_{0};
-  int listen_fd_ = -1;
-  uint16_t port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::atomic<uint32_t> connections_{0};
   std::mutex mutex_;
   std::vector<wire::Message> received_;
-  std::thread thread_;
+  LoopbackListener listener_;  // last: it stops before the members serve() uses go
+};
+
+// A loopback server that is no TLS server: on each connection it sends `greeting` (maybe nothing),
+// then reads and drops what comes until the device closes.
+class RawServer {
+ public:
+  explicit RawServer(std::string greeting)
+      : greeting_(std::move(greeting)), listener_([this](int fd) { serve(fd); }) {}
+
+  uint16_t port() const { return listener_.port(); }
+  uint32_t connections() const { return listener_.connections(); }
+
+ private:
+  void serve(int fd) {
+    bool open = greeting_.empty() ||
+                ::send(fd, greeting_.data(), greeting_.size(), MSG_NOSIGNAL) == ssize_t(greeting_.size());
+    while (open && !listener_.stopping()) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      char buffer[4096];
+      open = ::recv(fd, buffer, sizeof buffer, 0) > 0;
+    }
+  }
+
+  std::string greeting_;
+  LoopbackListener listener_;  // last: it stops before greeting_ goes
 };
 
 std::vector<uint8_t> frame_of(const wire::Message& m) {
@@ -4336,6 +4382,41 @@ TEST_SUITE("e2e.hostile_server") {
     CHECK(server.count(wire::MessageType::kModelRequest) == 3);
     CHECK(server.count(wire::MessageType::kUploadStart) == 0);
     CHECK(r.seconds < 3.0);  // no timeout waited
+  }
+
+  TEST_CASE(
+      "a server that accepts the connection but never answers the ClientHello: each handshake ends at "
+      "connect_timeout_ms, the round at max_attempts with kConnectionFailed naming the timeout") {
+    const ScriptedTls tls;
+    RawServer server("");
+    ClientOptions o = tls.device(server.port());
+    o.connect_timeout_ms = 300;
+    o.max_attempts = 3;
+    const ScriptedRound r = run_scripted_round(o);
+    INFO(r.error);
+    CHECK(r.status == Status::kConnectionFailed);
+    CHECK(r.error.find("gave up after 3 connection attempts") != std::string::npos);
+    CHECK(r.error.find("TLS handshake") != std::string::npos);
+    CHECK(r.error.find("timed out") != std::string::npos);
+    CHECK(server.connections() == 3);
+    CHECK(r.seconds >= 3 * 0.3 * 0.9);
+    CHECK(r.seconds < 3 * 0.3 + 2.0);
+  }
+
+  TEST_CASE(
+      "a port that answers in plaintext (an HTTP server, not edgefl-server): kTlsHandshakeFailed at once, "
+      "not retried") {
+    const ScriptedTls tls;
+    RawServer server("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    ClientOptions o = tls.device(server.port());
+    o.max_attempts = 5;
+    const ScriptedRound r = run_scripted_round(o);
+    INFO(r.error);
+    CHECK(r.status == Status::kTlsHandshakeFailed);
+    CHECK(r.error.find("TLS handshake with 127.0.0.1:" + std::to_string(server.port()) + " failed") !=
+          std::string::npos);
+    CHECK(server.connections() == 1);
+    CHECK(r.seconds < 1.5);
   }
 
   TEST_CASE(
