@@ -3669,6 +3669,9 @@ class ScriptedServer {
     size_t cut_ciphertext_at = 0;
     // Sent on the socket as they are, after the frames (under TLS: not a record of the session).
     std::vector<uint8_t> raw;
+    // When not 0: the bytes of this reply (ciphertext under TLS) go out one at a time, this many
+    // milliseconds apart, until the device closes the connection.
+    uint32_t trickle_ms = 0;
   };
   // from_device: the device's message; index: how many device messages came before it.
   using Answer = std::function<Reply(const wire::Message& from_device, size_t index)>;
@@ -3694,14 +3697,20 @@ class ScriptedServer {
   uint32_t handshakes() const { return handshakes_.load(); }
 
  private:
-  static bool send_all(int fd, const uint8_t* data, size_t size) {
-    return size == 0 || ::send(fd, data, size, MSG_NOSIGNAL) == ssize_t(size);
+  // Sends data[0..size): at once, or one byte every `trickle_ms` while the device listens.
+  bool send_all(int fd, const uint8_t* data, size_t size, uint32_t trickle_ms = 0) const {
+    if (trickle_ms == 0) return size == 0 || ::send(fd, data, size, MSG_NOSIGNAL) == ssize_t(size);
+    for (size_t i = 0; i < size && !listener_.stopping(); ++i) {
+      if (::send(fd, data + i, 1, MSG_NOSIGNAL) != 1) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(trickle_ms));
+    }
+    return true;
   }
   // Sends the session's pending ciphertext (at most `limit` bytes of it; the rest is dropped).
-  static bool flush(tls::TlsSession* session, int fd, size_t limit = SIZE_MAX) {
+  bool flush(tls::TlsSession* session, int fd, size_t limit = SIZE_MAX, uint32_t trickle_ms = 0) const {
     const Span<const uint8_t> out = session->outgoing();
     const size_t size = std::min(out.size(), limit);
-    const bool sent = send_all(fd, out.data(), size);
+    const bool sent = send_all(fd, out.data(), size, trickle_ms);
     session->consume_outgoing(out.size());
     return sent;
   }
@@ -3768,14 +3777,15 @@ class ScriptedServer {
         const Reply reply = answer_(m, index);
         for (const std::vector<uint8_t>& frame : reply.frames) {
           if (session == nullptr) {
-            if (!send_all(fd, frame.data(), frame.size())) return;
+            if (!send_all(fd, frame.data(), frame.size(), reply.trickle_ms)) return;
           } else if (session->write({frame.data(), frame.size()}) != int(frame.size())) {
             return;
           }
         }
         if (session != nullptr) {
           if (reply.close_notify) session->close_notify();
-          if (!flush(session.get(), fd, reply.cut_ciphertext_at != 0 ? reply.cut_ciphertext_at : SIZE_MAX))
+          if (!flush(session.get(), fd, reply.cut_ciphertext_at != 0 ? reply.cut_ciphertext_at : SIZE_MAX,
+                     reply.trickle_ms))
             return;
           answering = reply.cut_ciphertext_at == 0;
         }
@@ -4178,6 +4188,35 @@ TEST_SUITE("e2e.hostile_server") {
     CHECK(server.connections() == 3);
     CHECK(r.seconds >= 3 * 0.4 * 0.9);  // every attempt waited its whole timeout...
     CHECK(r.seconds < 3 * 0.4 + 2.0);   // ...and no longer (backoff at most 100 ms a time)
+  }
+
+  TEST_CASE(
+      "a server that trickles its answer a byte at a time: each attempt ends at io_timeout_ms although "
+      "bytes keep coming (a deadline for the whole message), in plaintext and over TLS") {
+    for (const bool over_tls : {false, true}) {
+      CAPTURE(over_tls);
+      const std::unique_ptr<ScriptedTls> tls = over_tls ? std::make_unique<ScriptedTls>() : nullptr;
+      ScriptedServer server(
+          [&](const wire::Message& m, size_t) {
+            ScriptedServer::Reply reply;
+            if (std::holds_alternative<wire::Hello>(m)) {
+              reply.frames.push_back(frame_of(wire::Message{scripted_offer()}));
+              reply.trickle_ms = 20;  // about 10 s for the whole offer
+            }
+            return reply;
+          },
+          tls ? tls->server.get() : nullptr);
+      ClientOptions o = tls ? tls->device(server.port()) : scripted_device(server.port());
+      o.io_timeout_ms = 400;
+      o.max_attempts = 2;
+      const ScriptedRound r = run_scripted_round(o);
+      INFO(r.error);
+      CHECK(r.status == Status::kTimeout);
+      CHECK(server.count(wire::MessageType::kHello) == 2);  // one Hello per attempt
+      CHECK(server.count(wire::MessageType::kModelRequest) == 0);
+      CHECK(r.seconds >= 2 * 0.4 * 0.9);
+      CHECK(r.seconds < 2 * 0.4 + 2.0);
+    }
   }
 
   TEST_CASE(
