@@ -70,6 +70,10 @@ std::string Metrics::render() const {
   c("edgefl_connections_abandoned_total",
     "Connections their device closed while they waited in the backlog (dropped without a handshake).",
     connections_abandoned);
+  c("edgefl_connections_timed_out_total",
+    "Connections closed by the idle timeout after the handshake: no message, or one not received whole "
+    "in time.",
+    connections_timed_out);
   c("edgefl_tls_handshake_failures_total", "Failed TLS handshakes (untrusted, expired, no certificate).",
     handshakes_failed);
   add(&out, "edgefl_tls_handshake_seconds_total", "counter", "Time spent in completed TLS handshakes.",

@@ -21,6 +21,7 @@ struct Metrics {
   std::atomic<uint64_t> handshakes_ok{0};
   std::atomic<uint64_t> handshakes_failed{0};
   std::atomic<uint64_t> connections_abandoned{0};  // closed by the device before it was accepted
+  std::atomic<uint64_t> connections_timed_out{0};  // closed by the idle timeout after the handshake
   std::atomic<uint64_t> devices_unauthorized{0};   // valid chain, but revoked or bad device id
   std::atomic<uint64_t> frames_rejected{0};        // malformed, oversize, unexpected
   std::atomic<uint64_t> handshake_us_total{0};     // server CPU+wait time in handshakes, microseconds

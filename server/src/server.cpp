@@ -240,6 +240,7 @@ void log_stopped(const Metrics& metrics) {
       .kv("handshakes", handshakes)
       .kv("connections_peak", metrics.connections_open_peak.load())
       .kv("connections_abandoned", metrics.connections_abandoned.load())
+      .kv("connections_timed_out", metrics.connections_timed_out.load())
       .kv("server_busy", metrics.server_busy.load())
       .kv("handshake_ms_mean",
           handshakes ? double(metrics.handshake_us_total.load()) / 1e3 / double(handshakes) : 0.0)

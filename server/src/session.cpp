@@ -110,8 +110,14 @@ class Session {
     bool said_hello = false;
     for (;;) {
       dog_->arm(ctx_->options->idle_timeout_ms);
+      const uint64_t received_before = received_bytes_;
+      const bool started = plain_pos_ < plain_.size();  // the next message's first bytes are here
+      auto in_message = [&] { return started || received_bytes_ != received_before; };
       uint8_t head[wire::kFrameHeaderBytes];
-      if (!co_await read_exact(head, sizeof head)) co_return;
+      if (!co_await read_exact(head, sizeof head)) {
+        note_timeout(in_message());
+        co_return;
+      }
       wire::FrameHeader header;
       Status s = wire::read_frame_header({head, sizeof head}, &header);
       // Refusal messages are built in named variables, never as temporaries inside a co_await
@@ -146,7 +152,10 @@ class Session {
         const size_t have = payload_.size();
         const size_t step = std::min<size_t>(header.payload_length - have, kReadChunkBytes);
         payload_.resize(have + step);
-        if (!co_await read_exact(payload_.data() + have, step)) co_return;
+        if (!co_await read_exact(payload_.data() + have, step)) {
+          note_timeout(true);
+          co_return;
+        }
       }
       wire::Message message;
       wire::DecodeDetail detail;
@@ -303,12 +312,26 @@ class Session {
     }
   }
 
+  // After a read of a message failed: when the idle timeout closed the connection (a device
+  // that went quiet, or one that sends a message more slowly than --idle-timeout allows for the
+  // whole of it), a log line and a count; a device that went away is not news.
+  void note_timeout(bool in_message) {
+    if (!dog_->fired) return;
+    ctx_->metrics->connections_timed_out.fetch_add(1);
+    log_info("connection_timed_out")
+        .kv("peer", peer_)
+        .kv("device", device_)
+        .kv("idle_timeout_ms", ctx_->options->idle_timeout_ms)
+        .kv("waiting_for", in_message ? "the rest of a message" : "a message");
+  }
+
   awaitable<bool> fill() {
     uint8_t buffer[kReadChunkBytes];
     std::error_code ec;
     const size_t n =
         co_await socket_.async_read_some(asio::buffer(buffer), asio::redirect_error(asio::use_awaitable, ec));
     if (ec || n == 0) co_return false;
+    received_bytes_ += n;
     if (ctx_->options->insecure_plaintext_for_tests) {
       plain_.insert(plain_.end(), buffer, buffer + n);
     } else {
@@ -392,6 +415,7 @@ class Session {
   tls::TlsSession tls_;
   std::vector<uint8_t> plain_;
   size_t plain_pos_ = 0;
+  uint64_t received_bytes_ = 0;  // from the socket (ciphertext under TLS), since the accept
   std::vector<uint8_t> payload_;
 };
 

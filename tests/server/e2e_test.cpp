@@ -2514,6 +2514,57 @@ TEST_SUITE("e2e.faults") {
     CHECK(failed == 1);  // the stalled one's timeout only
   }
 
+  TEST_CASE(
+      "the idle timeout closes a device that goes quiet and one that sends a message too slowly (a "
+      "deadline for the whole message), logs and counts both, and other devices' rounds go on") {
+    TempDir tmp;
+    const Pki pki = make_pki(tmp / "pki", 3);
+    ServerProcess server(tmp);
+    START_SERVER(server, server_args(pki, tmp / "state", "fp32", {"--cohort", "1", "--idle-timeout", "1"}));
+    INFO("server log:\n" << server.all_logs());
+    const auto quiet_device = device_credentials(pki, "device-0001");
+    const auto slow_device = device_credentials(pki, "device-0002");
+    std::string error;
+    RawLink quiet, slow;
+    REQUIRE(quiet.connect(server.port()));
+    REQUIRE_MESSAGE(quiet.handshake(quiet_device->config(), &error) == 0, error);
+    REQUIRE(slow.connect(server.port()));
+    REQUIRE_MESSAGE(slow.handshake(slow_device->config(), &error) == 0, error);
+    // The slow device sends a Hello a byte every 100 ms (a record each): the whole frame would
+    // take well over 5 s, and the server hears a byte at least every 100 ms all along.
+    std::vector<uint8_t> frame;
+    REQUIRE(wire::encode(wire::Message{make_hello()}, &frame) == Status::kOk);
+    REQUIRE(frame.size() > 50);
+    const auto start = Clock::now();
+    double refused_after_s = -1;
+    std::thread trickle([&] {
+      for (const uint8_t byte : frame) {
+        if (!slow.write({byte})) {
+          refused_after_s = std::chrono::duration<double>(Clock::now() - start).count();
+          return;
+        }
+        sleep_ms(100);
+      }
+    });
+    CHECK(quiet.wait_closed(5000));  // said nothing after its handshake: closed at the 1 s timeout
+    trickle.join();
+    CAPTURE(refused_after_s);
+    CHECK(refused_after_s > 0.9);  // the server closed it before the frame was whole...
+    CHECK(refused_after_s < 3.0);  // ...at the timeout for the whole message, not per byte
+    // A device that behaves completes the round meanwhile.
+    const auto good = device_credentials(pki, "device-0003");
+    contribute(server.port(), *good, "device-0003", 1, 3);
+    REQUIRE(server.wait_for_log({"event=round_committed", "round=1 "}));
+    CHECK(lines_with(server.log(), {"event=connection_timed_out", "device=device-0001",
+                                    "idle_timeout_ms=1000", "waiting_for=\"a message\""})
+              .size() == 1);
+    CHECK(lines_with(server.log(), {"event=connection_timed_out", "device=device-0002",
+                                    "waiting_for=\"the rest of a message\""})
+              .size() == 1);
+    const std::string metrics = http_get(server.metrics_port(), "/metrics");
+    CHECK_MESSAGE(metrics.find("edgefl_connections_timed_out_total 2\n") != std::string::npos, metrics);
+  }
+
   TEST_CASE("a device gets at most N connections at once; more are answered RateLimited") {
     TempDir tmp;
     const Pki pki = make_pki(tmp / "pki", 1);
