@@ -2546,15 +2546,15 @@ TEST_SUITE("e2e.faults") {
         sleep_ms(100);
       }
     });
+    // Meanwhile, a device that behaves completes the round.
+    const auto good = device_credentials(pki, "device-0003");
+    contribute(server.port(), *good, "device-0003", 1, 3);
+    REQUIRE(server.wait_for_log({"event=round_committed", "round=1 "}));
     CHECK(quiet.wait_closed(5000));  // said nothing after its handshake: closed at the 1 s timeout
     trickle.join();
     CAPTURE(refused_after_s);
     CHECK(refused_after_s > 0.9);  // the server closed it before the frame was whole...
     CHECK(refused_after_s < 3.0);  // ...at the timeout for the whole message, not per byte
-    // A device that behaves completes the round meanwhile.
-    const auto good = device_credentials(pki, "device-0003");
-    contribute(server.port(), *good, "device-0003", 1, 3);
-    REQUIRE(server.wait_for_log({"event=round_committed", "round=1 "}));
     CHECK(lines_with(server.log(), {"event=connection_timed_out", "device=device-0001",
                                     "idle_timeout_ms=1000", "waiting_for=\"a message\""})
               .size() == 1);
