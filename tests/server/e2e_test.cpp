@@ -3720,8 +3720,8 @@ class ScriptedServer {
     size_t cut_ciphertext_at = 0;
     // Sent on the socket as they are, after the frames (under TLS: not a record of the session).
     std::vector<uint8_t> raw;
-    // When not 0: the bytes of this reply (ciphertext under TLS) go out one at a time, this many
-    // milliseconds apart, until the device closes the connection.
+    // When not 0: the frames of this reply (their ciphertext under TLS) go out a byte at a time,
+    // this many milliseconds apart, until the device closes the connection.
     uint32_t trickle_ms = 0;
   };
   // from_device: the device's message; index: how many device messages came before it.
