@@ -4059,6 +4059,25 @@ struct ScriptedTls {
   }
 };
 
+// A scripted server's answer: `reply` to every Hello, nothing to other messages.
+ScriptedServer::Answer answer_hello(ScriptedServer::Reply reply) {
+  return [reply](const wire::Message& m, size_t) {
+    return std::holds_alternative<wire::Hello>(m) ? reply : ScriptedServer::Reply{};
+  };
+}
+
+// A TaskOffer's header and 10 of its 400 bytes: a frame the device waits to see the rest of.
+std::vector<uint8_t> partial_offer_frame() {
+  std::vector<uint8_t> partial = frame_header(wire::MessageType::kTaskOffer, 400);
+  partial.insert(partial.end(), 10, 0x00);
+  return partial;
+}
+
+// The scripted device of a plaintext server (tls null) or of one over `tls`.
+ClientOptions scripted_device(uint16_t port, const ScriptedTls* tls) {
+  return tls != nullptr ? tls->device(port) : scripted_device(port);
+}
+
 // An application-data record that is not the session's (48 bytes the device cannot authenticate).
 std::vector<uint8_t> forged_record() {
   std::vector<uint8_t> record = {0x17, 0x03, 0x03, 0x00, 0x30};
@@ -4197,18 +4216,10 @@ TEST_SUITE("e2e.hostile_server") {
     for (const bool over_tls : {false, true}) {
       CAPTURE(over_tls);
       const std::unique_ptr<ScriptedTls> tls = over_tls ? std::make_unique<ScriptedTls>() : nullptr;
-      ScriptedServer server(
-          [&](const wire::Message& m, size_t) {
-            ScriptedServer::Reply reply;
-            if (std::holds_alternative<wire::Hello>(m)) {
-              std::vector<uint8_t> header = frame_header(wire::MessageType::kTaskOffer, 1u << 30);
-              reply.frames.push_back(header);  // and no payload
-            }
-            return reply;
-          },
-          tls ? tls->server.get() : nullptr);
-      const ScriptedRound r =
-          run_scripted_round(tls ? tls->device(server.port()) : scripted_device(server.port()));
+      ScriptedServer::Reply header_only;
+      header_only.frames.push_back(frame_header(wire::MessageType::kTaskOffer, 1u << 30));  // no payload
+      ScriptedServer server(answer_hello(header_only), tls ? tls->server.get() : nullptr);
+      const ScriptedRound r = run_scripted_round(scripted_device(server.port(), tls.get()));
       INFO(r.error);
       CHECK(r.status == Status::kFrameTooLarge);
       CHECK(r.seconds < 1.5);  // io_timeout_ms is 2000: it did not wait for the payload
@@ -4219,16 +4230,9 @@ TEST_SUITE("e2e.hostile_server") {
   TEST_CASE(
       "a server that stops in the middle of a frame: each attempt ends at io_timeout_ms, and the round "
       "at max_attempts with kTimeout") {
-    ScriptedServer server([&](const wire::Message& m, size_t) {
-      ScriptedServer::Reply reply;
-      if (std::holds_alternative<wire::Hello>(m)) {
-        // A TaskOffer's header and 10 of its 400 bytes, then nothing (the connection stays open).
-        std::vector<uint8_t> partial = frame_header(wire::MessageType::kTaskOffer, 400);
-        partial.insert(partial.end(), 10, 0x00);
-        reply.frames.push_back(partial);
-      }
-      return reply;
-    });
+    ScriptedServer::Reply partial;
+    partial.frames.push_back(partial_offer_frame());  // then nothing (the connection stays open)
+    ScriptedServer server(answer_hello(partial));
     ClientOptions o = scripted_device(server.port());
     o.io_timeout_ms = 400;
     o.max_attempts = 3;
@@ -4247,17 +4251,11 @@ TEST_SUITE("e2e.hostile_server") {
     for (const bool over_tls : {false, true}) {
       CAPTURE(over_tls);
       const std::unique_ptr<ScriptedTls> tls = over_tls ? std::make_unique<ScriptedTls>() : nullptr;
-      ScriptedServer server(
-          [&](const wire::Message& m, size_t) {
-            ScriptedServer::Reply reply;
-            if (std::holds_alternative<wire::Hello>(m)) {
-              reply.frames.push_back(frame_of(wire::Message{scripted_offer()}));
-              reply.trickle_ms = 20;  // about 10 s for the whole offer
-            }
-            return reply;
-          },
-          tls ? tls->server.get() : nullptr);
-      ClientOptions o = tls ? tls->device(server.port()) : scripted_device(server.port());
+      ScriptedServer::Reply trickled;
+      trickled.frames.push_back(frame_of(wire::Message{scripted_offer()}));
+      trickled.trickle_ms = 20;  // about 10 s for the whole offer
+      ScriptedServer server(answer_hello(trickled), tls ? tls->server.get() : nullptr);
+      ClientOptions o = scripted_device(server.port(), tls.get());
       o.io_timeout_ms = 400;
       o.max_attempts = 2;
       const ScriptedRound r = run_scripted_round(o);
@@ -4402,16 +4400,10 @@ TEST_SUITE("e2e.hostile_server") {
       "over TLS, a record cut short (the connection left open): each attempt ends at io_timeout_ms, "
       "the round at max_attempts with kTimeout, nothing downloaded") {
     const ScriptedTls tls;
-    ScriptedServer server(
-        [&](const wire::Message& m, size_t) {
-          ScriptedServer::Reply reply;
-          if (std::holds_alternative<wire::Hello>(m)) {
-            reply.frames.push_back(frame_of(wire::Message{scripted_offer()}));
-            reply.cut_ciphertext_at = 20;  // a record header and 15 bytes of its body
-          }
-          return reply;
-        },
-        tls.server.get());
+    ScriptedServer::Reply cut;
+    cut.frames.push_back(frame_of(wire::Message{scripted_offer()}));
+    cut.cut_ciphertext_at = 20;  // a record header and 15 bytes of its body
+    ScriptedServer server(answer_hello(cut), tls.server.get());
     ClientOptions o = tls.device(server.port());
     o.io_timeout_ms = 400;
     o.max_attempts = 3;
@@ -4429,13 +4421,9 @@ TEST_SUITE("e2e.hostile_server") {
       "over TLS, a forged record in answer to Hello on every fresh connection: read as a refused "
       "certificate (a TLS 1.3 refusal's alert fails the same MAC check), kTlsHandshakeFailed after three") {
     const ScriptedTls tls;
-    ScriptedServer server(
-        [&](const wire::Message& m, size_t) {
-          ScriptedServer::Reply reply;
-          if (std::holds_alternative<wire::Hello>(m)) reply.raw = forged_record();
-          return reply;
-        },
-        tls.server.get());
+    ScriptedServer::Reply forged;
+    forged.raw = forged_record();
+    ScriptedServer server(answer_hello(forged), tls.server.get());
     ClientOptions o = tls.device(server.port());
     o.max_attempts = 5;  // the refusal rule ends it before max_attempts
     const ScriptedRound r = run_scripted_round(o);
@@ -4513,18 +4501,10 @@ TEST_SUITE("e2e.hostile_server") {
       "over TLS, close_notify in the middle of a frame: kConnectionFailed (the server closed the "
       "connection), nothing downloaded") {
     const ScriptedTls tls;
-    ScriptedServer server(
-        [&](const wire::Message& m, size_t) {
-          ScriptedServer::Reply reply;
-          if (std::holds_alternative<wire::Hello>(m)) {
-            std::vector<uint8_t> partial = frame_header(wire::MessageType::kTaskOffer, 400);
-            partial.insert(partial.end(), 10, 0x00);
-            reply.frames.push_back(partial);
-            reply.close_notify = true;
-          }
-          return reply;
-        },
-        tls.server.get());
+    ScriptedServer::Reply closing;
+    closing.frames.push_back(partial_offer_frame());
+    closing.close_notify = true;
+    ScriptedServer server(answer_hello(closing), tls.server.get());
     const ScriptedRound r = run_scripted_round(tls.device(server.port()));
     INFO(r.error);
     CHECK(r.status == Status::kConnectionFailed);
