@@ -629,6 +629,32 @@ TEST_SUITE("train") {
     }
   }
 
+  TEST_CASE("the dense forward gives bias + dot() bit for bit: outputs in fours and the rest, every tail") {
+    // dense_forward computes four outputs per pass over a row; each must be dot()'s own sum, so
+    // that training gives the same bits whatever the layer's width.
+    uint64_t state = 5;
+    for (size_t in : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{13}, size_t{784}}) {
+      for (size_t out : {size_t{1}, size_t{3}, size_t{4}, size_t{6}, size_t{10}, size_t{32}}) {
+        const size_t batch = 3;
+        std::vector<float> x(batch * in), w(out * in), b(out), y(batch * out);
+        for (float& v : x) v = float(int64_t(edgefl::splitmix64_next(&state) % 2001) - 1000) * 1.37e-3f;
+        for (float& v : w) v = float(int64_t(edgefl::splitmix64_next(&state) % 2001) - 1000) * 0.71e-3f;
+        for (float& v : b) v = float(int64_t(edgefl::splitmix64_next(&state) % 2001) - 1000) * 0.3e-3f;
+        edgefl::train::dense_forward(x.data(), batch, in, out, w.data(), b.data(), y.data());
+        size_t differ = 0;
+        for (size_t r = 0; r < batch; ++r) {
+          for (size_t o = 0; o < out; ++o) {
+            const float want = b[o] + edgefl::train::dot(&x[r * in], &w[o * in], in);
+            differ += edgefl::float_bits(y[r * out + o]) != edgefl::float_bits(want);
+          }
+        }
+        CAPTURE(in);
+        CAPTURE(out);
+        CHECK(differ == 0);
+      }
+    }
+  }
+
   TEST_CASE("dense layer: forward matches double, gradients match finite differences") {
     const size_t batch = 3, in = 13, out = 6;
     const std::vector<float> x = random_floats(batch * in, 1), w = random_floats(out * in, 2),

@@ -7,7 +7,9 @@
 // ReLU) has a gradient, so it scatters those through the im2row layout with two contiguous AXPYs
 // each, about 8x fewer operations than the dense conv3x3_backward, which stays as its reference.
 // Reductions over long rows use dot(), whose 8 partial sums let the compiler vectorize without
-// reassociating (the order is in the source, so results do not depend on the vector width).
+// reassociating (the order is in the source, so results do not depend on the vector width). The
+// dense forward takes four outputs per pass over an input row (dot4: dot()'s sums, four
+// independent chains, the row loaded once), about 3x faster than a dot() per output.
 #include "train/layers.h"
 
 #include <string.h>
@@ -63,16 +65,27 @@ inline uint32_t float_to_bits(float f) {
   return u;
 }
 
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__OPTIMIZE_SIZE__)
+// Eight lanes in one vector of the compiler's (SSE or AVX, NEON, or scalar code where there is
+// none). Written as a vector so that it stays one under instrumentation (sanitized builds), which
+// stops the compiler vectorizing the loop.
+typedef float Lanes __attribute__((vector_size(8 * sizeof(float)), aligned(sizeof(float))));
+
+// dot()'s last steps: the eight lanes (lanes 0-3 in `lo`, 4-7 in `hi`) combined pairwise, then the
+// products from `first` to n.
+inline float finish_dot(F32x4 lo, F32x4 hi, const float* a, const float* b, size_t first, size_t n) {
+  float tail = 0.0f;
+  for (size_t j = first; j < n; ++j) tail += a[j] * b[j];
+  return (((lo[0] + hi[0]) + (lo[1] + hi[1])) + ((lo[2] + hi[2]) + (lo[3] + hi[3]))) + tail;
+}
+#endif
+
 }  // namespace
 
 float dot(const float* __restrict a, const float* __restrict b, size_t n) {
   size_t i = 0;
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__OPTIMIZE_SIZE__)
-  // Eight lanes in one vector of the compiler's (SSE or AVX, NEON, or scalar code where there is
-  // none): each lane sums its products in the order of the loop below, so the result is the same
-  // bits. Written as a vector so that it stays one under instrumentation (sanitized builds), which
-  // stops the compiler vectorizing the loop.
-  typedef float Lanes __attribute__((vector_size(8 * sizeof(float)), aligned(sizeof(float))));
+  // Each lane sums its products in the order of the loop below, so the result is the same bits.
   Lanes sum = {0, 0, 0, 0, 0, 0, 0, 0};
   for (; i + 8 <= n; i += 8) {
     Lanes x, y;
@@ -80,24 +93,71 @@ float dot(const float* __restrict a, const float* __restrict b, size_t n) {
     memcpy(&y, b + i, sizeof y);
     sum += x * y;
   }
-  const float acc[8] = {sum[0], sum[1], sum[2], sum[3], sum[4], sum[5], sum[6], sum[7]};
+  const F32x4 lo = {sum[0], sum[1], sum[2], sum[3]}, hi = {sum[4], sum[5], sum[6], sum[7]};
+  return finish_dot(lo, hi, a, b, i, n);
 #else
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (; i + 8 <= n; i += 8) {
     for (size_t l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
   }
-#endif
   float tail = 0.0f;
   for (; i < n; ++i) tail += a[i] * b[i];
   return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + tail;
+#endif
 }
+
+namespace {
+
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__OPTIMIZE_SIZE__)
+// out[r] = dot(x, w + r * in, in) for r = 0..3, each with dot()'s lanes and order, so each result
+// is dot()'s bits; x is loaded once for the four rows, and the four sums are independent chains
+// (one chain of vector adds bounds dot() by the add's latency).
+void dot4(const float* __restrict x, const float* __restrict w, size_t in, float* out) {
+  // Each eight-lane sum is kept as two four-lane halves (lanes 0-3 and 4-7): the same sums, in
+  // registers of the baseline ISAs (SSE2, NEON), where eight-lane vectors went through the stack.
+  const F32x4 zero = splat(0.0f);
+  F32x4 lo0 = zero, hi0 = zero, lo1 = zero, hi1 = zero, lo2 = zero, hi2 = zero, lo3 = zero, hi3 = zero;
+  const float* w0 = w;
+  const float* w1 = w + in;
+  const float* w2 = w + 2 * in;
+  const float* w3 = w + 3 * in;
+  size_t i = 0;
+  for (; i + 8 <= in; i += 8) {
+    const F32x4 xl = load4(x + i), xh = load4(x + i + 4);
+    lo0 += xl * load4(w0 + i);
+    hi0 += xh * load4(w0 + i + 4);
+    lo1 += xl * load4(w1 + i);
+    hi1 += xh * load4(w1 + i + 4);
+    lo2 += xl * load4(w2 + i);
+    hi2 += xh * load4(w2 + i + 4);
+    lo3 += xl * load4(w3 + i);
+    hi3 += xh * load4(w3 + i + 4);
+  }
+  out[0] = finish_dot(lo0, hi0, x, w0, i, in);
+  out[1] = finish_dot(lo1, hi1, x, w1, i, in);
+  out[2] = finish_dot(lo2, hi2, x, w2, i, in);
+  out[3] = finish_dot(lo3, hi3, x, w3, i, in);
+}
+#else
+void dot4(const float* x, const float* w, size_t in, float* out) {
+  for (size_t r = 0; r < 4; ++r) out[r] = dot(x, w + r * in, in);
+}
+#endif
+
+}  // namespace
 
 void dense_forward(const float* x, size_t batch, size_t in, size_t out, const float* w, const float* bias,
                    float* y) {
   for (size_t b = 0; b < batch; ++b) {
     const float* xb = x + b * in;
     float* yb = y + b * out;
-    for (size_t o = 0; o < out; ++o) yb[o] = bias[o] + dot(xb, w + o * in, in);
+    size_t o = 0;
+    for (; o + 4 <= out; o += 4) {
+      float d[4];
+      dot4(xb, w + o * in, in, d);
+      for (size_t r = 0; r < 4; ++r) yb[o + r] = bias[o + r] + d[r];
+    }
+    for (; o < out; ++o) yb[o] = bias[o] + dot(xb, w + o * in, in);
   }
 }
 
