@@ -128,7 +128,12 @@ class Session {
                                      : s == Status::kProtocolVersionMismatch
                                          ? wire::ErrorCode::kVersionMismatch
                                          : wire::ErrorCode::kBadMessage;
-        const std::string why = std::string("bad frame header: ") + status_name(s);
+        // A device of another protocol version hears which version this server speaks.
+        const std::string why = s == Status::kProtocolVersionMismatch
+                                    ? "protocol version " + std::to_string(head[2]) +
+                                          " is not spoken here: this server speaks version " +
+                                          std::to_string(wire::kProtocolVersion)
+                                    : std::string("bad frame header: ") + status_name(s);
         co_await refuse(code, why);
         co_return;
       }

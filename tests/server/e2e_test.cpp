@@ -1243,6 +1243,31 @@ TEST_SUITE("e2e.rejections") {
       }
       good_round("a malformed frame");
 
+      {  // A device of another protocol version (the frame header's version byte): kVersionMismatch,
+         // naming the version this server speaks, and the server closes. (The frame header and the
+         // Error message keep their layout in every version, so such a device can read the answer.)
+        RawLink raw;
+        REQUIRE(raw.connect(port));
+        std::string error;
+        REQUIRE_MESSAGE(raw.handshake(second->config(), &error) == 0, error);
+        std::vector<uint8_t> frame = hello_frame();
+        const uint32_t newer = wire::kProtocolVersion + 1;
+        frame[2] = static_cast<uint8_t>(newer);
+        REQUIRE(raw.write(frame));
+        wire::Message reply;
+        REQUIRE(raw.receive(&reply) == Status::kOk);
+        const auto* e = std::get_if<wire::Error>(&reply);
+        REQUIRE_MESSAGE(e != nullptr, describe(reply));
+        CHECK(e->code == wire::ErrorCode::kVersionMismatch);
+        CHECK(e->message == "protocol version " + std::to_string(newer) +
+                                " is not spoken here: this server speaks version " +
+                                std::to_string(wire::kProtocolVersion));
+        CHECK(raw.wait_closed(5000));
+        CHECK(server.wait_for_log({"event=connection_refused", "device=device-0002", "code=3",
+                                   "protocol version " + std::to_string(newer) + " is not spoken here"}));
+      }
+      good_round("a frame of another protocol version");
+
       {  // A header announcing more than the type's cap: kTooLarge at once, the payload never read.
         RawLink raw;
         REQUIRE(raw.connect(port));
@@ -4194,6 +4219,38 @@ TEST_SUITE("e2e.hostile_server") {
       if (const auto* request = std::get_if<wire::ModelRequest>(&m)) offsets.push_back(request->offset);
     }
     CHECK(offsets == std::vector<uint64_t>{0, 64, 0, 64});
+  }
+
+  TEST_CASE(
+      "a server that refuses the device's protocol version: kProtocolVersionMismatch with the server's "
+      "words, not retried") {
+    wire::Error refusal;
+    refusal.code = wire::ErrorCode::kVersionMismatch;
+    refusal.message = "protocol version 1 is not spoken here: this server speaks version 2";
+    ScriptedServer server(answer_hello(say(wire::Message{refusal})));
+    const ScriptedRound r = run_scripted_round(scripted_device(server.port()));
+    INFO(r.error);
+    CHECK(r.status == Status::kProtocolVersionMismatch);
+    CHECK(r.error == "server: " + refusal.message);
+    CHECK(server.count(wire::MessageType::kHello) == 1);  // max_attempts is 3: an update is needed
+  }
+
+  TEST_CASE(
+      "a server that answers in another protocol version: kProtocolVersionMismatch at once, not "
+      "retried, in plaintext and over TLS") {
+    for (const bool over_tls : {false, true}) {
+      CAPTURE(over_tls);
+      const std::unique_ptr<ScriptedTls> tls = over_tls ? std::make_unique<ScriptedTls>() : nullptr;
+      ScriptedServer::Reply newer = say(wire::Message{scripted_offer()});
+      newer.frames[0][2] = static_cast<uint8_t>(wire::kProtocolVersion + 1);
+      ScriptedServer server(answer_hello(newer), tls ? tls->server.get() : nullptr);
+      const ScriptedRound r = run_scripted_round(scripted_device(server.port(), tls.get()));
+      INFO(r.error);
+      CHECK(r.status == Status::kProtocolVersionMismatch);
+      CHECK(r.error == "bad frame header from the server: protocol_version_mismatch");
+      CHECK(server.count(wire::MessageType::kHello) == 1);
+      CHECK(server.count(wire::MessageType::kModelRequest) == 0);
+    }
   }
 
   TEST_CASE("an offer above the device's memory budget: kMemoryBudgetExceeded before any download") {

@@ -39,7 +39,8 @@ enum class Status : int32_t {
   // Wire protocol (frames and messages from the network: edgefl/wire.h).
   kFrameTooLarge = 60,            // a frame header declares more payload than its message type allows
   kUnknownMessageType = 61,       // a frame header names a message type this build does not know
-  kProtocolVersionMismatch = 62,  // a frame (or a Hello) of another protocol version
+  kProtocolVersionMismatch = 62,  // a frame (or a Hello) of another protocol version, or the
+                                  // server refused this device's version (Error kVersionMismatch)
   kMalformedMessage = 63,         // the payload fails FlatBuffers verification, or is too short to be one
   kInvalidMessage = 64,           // a verified message breaks a field rule (range, length, text, finiteness)
   kMessageTypeMismatch = 65,      // the payload holds another message type than its frame header says

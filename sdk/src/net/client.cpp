@@ -361,6 +361,8 @@ struct Client::Attempt {
     }
     *error = "server: " + e->message;
     if (e->code == wire::ErrorCode::kUnauthorized) return done(Status::kUnauthorized);
+    // A server of another protocol version: this device needs an update (or the server one).
+    if (e->code == wire::ErrorCode::kVersionMismatch) return done(Status::kProtocolVersionMismatch);
     // The server found our messages malformed, too large or out of order: a client/server
     // mismatch, not a condition that passes.
     return done(is_transient_refusal(e->code) ? Status::kServerError : Status::kProtocolError);
