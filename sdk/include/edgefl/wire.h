@@ -66,7 +66,9 @@ namespace wire {
 // --- Frames ---------------------------------------------------------------------------------
 
 // The protocol version in every frame header. A frame of another version is refused with
-// Status::kProtocolVersionMismatch.
+// Status::kProtocolVersionMismatch (edgefl-server answers it with Error kVersionMismatch, naming
+// the version it speaks). The frame header's layout and the Error message stay the same in every
+// version, so that a peer of any version can read that refusal.
 constexpr uint32_t kProtocolVersion = 1;
 
 // Frame header: magic 'E' 'F', version (1 byte), message type (1 byte), payload length (uint32
@@ -180,7 +182,8 @@ constexpr uint32_t kMaxLocalEpochs = 1000;
 constexpr float kMaxHyperParameter = 1000.0f;  // learning rate, weight decay, prox_mu
 constexpr uint16_t kMaxCpuCores = 1024;
 
-// Hello.capability_flags bits; other bits must be 0.
+// Hello.capability_flags bits. encode() and validate() refuse other bits (a build sends only what
+// it knows); decode() drops them, so that a newer device that advertises more still gets in.
 constexpr uint32_t kCapabilityCharging = 1u << 0;
 constexpr uint32_t kCapabilityUnmetered = 1u << 1;
 constexpr uint32_t kCapabilityIdle = 1u << 2;
@@ -202,11 +205,12 @@ constexpr uint32_t kMaxSecAggWords = 1u << 26;
 constexpr uint64_t kMaxSecAggNoiseVariance = uint64_t{1} << 20;
 
 // Hello.supported_* masks: bit i stands for the id i of edgefl::SparsifierKind, ValueCoderKind
-// and IndexCoding (edgefl/codec.h); bits without a kind must be 0.
+// and IndexCoding (edgefl/codec.h). Bits without a kind are refused by encode() and validate()
+// and dropped by decode(), as capability_flags' are (supported_value_coders must keep one).
 constexpr uint32_t kKnownSparsifierBits = 0x1Fu;   // ids 0..4
 constexpr uint32_t kKnownValueCoderBits = 0x1FEu;  // ids 1..8
-// Block Rice (index coding 3, encoding format version 2) has no bit here: servers validate these
-// masks strictly, and one from before it would refuse every Hello that named it.
+// Block Rice (index coding 3, encoding format version 2) has no bit here: servers before the rule
+// above refuse unknown bits, so a device that named it would be refused by every one of them.
 constexpr uint32_t kKnownIndexCodingBits = 0x07u;  // ids 0..2
 
 // --- Messages ---------------------------------------------------------------------------------
@@ -312,11 +316,11 @@ struct SecAggRevealedShare {
 struct Hello {
   uint32_t protocol_version = kProtocolVersion;  // must be kProtocolVersion
   std::string sdk_version;                       // 1..32 printable ASCII characters (space allowed)
-  uint32_t supported_sparsifiers = 0;            // within kKnownSparsifierBits
-  uint32_t supported_value_coders = 0;           // within kKnownValueCoderBits, not 0
-  uint32_t supported_index_codings = 0;          // within kKnownIndexCodingBits
+  uint32_t supported_sparsifiers = 0;            // within kKnownSparsifierBits (decode: masked)
+  uint32_t supported_value_coders = 0;           // within kKnownValueCoderBits, not 0 (decode: masked)
+  uint32_t supported_index_codings = 0;          // within kKnownIndexCodingBits (decode: masked)
   uint64_t memory_budget_bytes = 0;              // 1 .. kMaxMemoryBudgetBytes
-  uint32_t capability_flags = 0;                 // within kKnownCapabilityFlags
+  uint32_t capability_flags = 0;                 // within kKnownCapabilityFlags (decode: masked)
   uint16_t cpu_cores = 0;                        // 0 = unknown, else <= kMaxCpuCores
   uint32_t uplink_kbps = 0;                      // 0 = unknown
   uint32_t downlink_kbps = 0;                    // 0 = unknown

@@ -61,11 +61,13 @@ Status check_crc(const flatbuffers::Vector<uint8_t>* data, uint32_t crc, DecodeD
 Status convert(const fb::Hello& t, Hello* m, DecodeDetail*) {
   m->protocol_version = t.protocol_version();
   m->sdk_version = to_string(t.sdk_version());
-  m->supported_sparsifiers = t.supported_sparsifiers();
-  m->supported_value_coders = t.supported_value_coders();
-  m->supported_index_codings = t.supported_index_codings();
+  // What the device says it can do: bits this build does not know are dropped, not refused, so
+  // that a newer device advertising more (a codec or a capability added later) still gets in.
+  m->supported_sparsifiers = t.supported_sparsifiers() & kKnownSparsifierBits;
+  m->supported_value_coders = t.supported_value_coders() & kKnownValueCoderBits;
+  m->supported_index_codings = t.supported_index_codings() & kKnownIndexCodingBits;
   m->memory_budget_bytes = t.memory_budget_bytes();
-  m->capability_flags = t.capability_flags();
+  m->capability_flags = t.capability_flags() & kKnownCapabilityFlags;
   m->cpu_cores = t.cpu_cores();
   m->uplink_kbps = t.uplink_kbps();
   m->downlink_kbps = t.downlink_kbps();
