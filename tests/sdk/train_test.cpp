@@ -644,7 +644,7 @@ TEST_SUITE("train") {
         size_t differ = 0;
         for (size_t r = 0; r < batch; ++r) {
           for (size_t o = 0; o < out; ++o) {
-            const float want = b[o] + edgefl::train::dot(&x[r * in], &w[o * in], in);
+            const float want = b[o] + edgefl::train::dot(x.data() + r * in, w.data() + o * in, in);
             differ += edgefl::float_bits(y[r * out + o]) != edgefl::float_bits(want);
           }
         }
