@@ -4233,6 +4233,13 @@ TEST_SUITE("e2e.hostile_server") {
     CHECK(r.status == Status::kProtocolVersionMismatch);
     CHECK(r.error == "server: " + refusal.message);
     CHECK(server.count(wire::MessageType::kHello) == 1);  // max_attempts is 3: an update is needed
+    // participate() ends on it too, instead of backing off and trying again.
+    Client client(scripted_device(server.port()));
+    std::string error;
+    REQUIRE(client.init(&error) == Status::kOk);
+    FixedTrainer trainer(1, 1);
+    CHECK(client.participate(trainer, 1, nullptr, &error) == Status::kProtocolVersionMismatch);
+    CHECK(server.count(wire::MessageType::kHello) == 2);
   }
 
   TEST_CASE(

@@ -235,7 +235,8 @@ class Client {
   // answer the server gives, including kServerDraining. Fails: kUnauthorized (the server refused
   // this device), kTlsHandshakeFailed (e.g. an untrusted or expired certificate: not retried),
   // kMemoryBudgetExceeded (with the plan in *error), kConnectionFailed / kTimeout after
-  // max_attempts, kServerError, kProtocolError, kCancelled; the trainer's and codec's statuses.
+  // max_attempts, kServerError, kProtocolError, kProtocolVersionMismatch (the server speaks another
+  // protocol version: not retried), kCancelled; the trainer's and codec's statuses.
   [[nodiscard]] Status run_round(LocalTrainer& trainer, RoundResult* result, std::string* error);
 
   // Rounds until `rounds` were accepted (0 = no limit), or the server drains and
@@ -246,7 +247,8 @@ class Client {
   // (rounds, give_up_after_ms: the last transient status; cancel(): kCancelled) or on a
   // configuration error, with its status: kUnauthorized, kTlsHandshakeFailed (a certificate the
   // server refuses), kMemoryBudgetExceeded, kInvalidArgument, kProtocolError (the server speaks
-  // something this client does not), and the trainer's or codec's own failures.
+  // something this client does not), kProtocolVersionMismatch (another protocol version), and the
+  // trainer's or codec's own failures.
   using Progress = std::function<void(const RoundResult&)>;
   [[nodiscard]] Status participate(LocalTrainer& trainer, uint32_t rounds, const Progress& progress,
                                    std::string* error);
