@@ -13,6 +13,13 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || ((seconds < 1)); then
   echo "usage: tests/fuzz/run.sh [SECONDS]" >&2
   exit 2
 fi
+
+# The targets run EDGEFL_FUZZ_JOBS at a time (default: one per core), each for SECONDS.
+jobs="${EDGEFL_FUZZ_JOBS:-$(nproc)}"
+if ! [[ "$jobs" =~ ^[0-9]+$ ]] || ((jobs < 1)); then
+  echo "tests/fuzz/run.sh: EDGEFL_FUZZ_JOBS must be a whole number of at least 1, not '$jobs'" >&2
+  exit 2
+fi
 build=build/fuzz
 
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -33,8 +40,6 @@ fuzz_one() {
   echo "$status" >"$build/$name.status"
 }
 
-# The targets run EDGEFL_FUZZ_JOBS at a time (default: one per core), each for SECONDS.
-jobs="${EDGEFL_FUZZ_JOBS:-$(nproc)}"
 names=()
 running=0
 while IFS='|' read -r name binary seeds; do
