@@ -78,43 +78,13 @@ inline float finish_dot(F32x4 lo, F32x4 hi, const float* a, const float* b, size
   for (size_t j = first; j < n; ++j) tail += a[j] * b[j];
   return (((lo[0] + hi[0]) + (lo[1] + hi[1])) + ((lo[2] + hi[2]) + (lo[3] + hi[3]))) + tail;
 }
-#endif
 
-}  // namespace
-
-float dot(const float* __restrict a, const float* __restrict b, size_t n) {
-  size_t i = 0;
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(__OPTIMIZE_SIZE__)
-  // Each lane sums its products in the order of the loop below, so the result is the same bits.
-  Lanes sum = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (; i + 8 <= n; i += 8) {
-    Lanes x, y;
-    memcpy(&x, a + i, sizeof x);
-    memcpy(&y, b + i, sizeof y);
-    sum += x * y;
-  }
-  const F32x4 lo = {sum[0], sum[1], sum[2], sum[3]}, hi = {sum[4], sum[5], sum[6], sum[7]};
-  return finish_dot(lo, hi, a, b, i, n);
-#else
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (; i + 8 <= n; i += 8) {
-    for (size_t l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  }
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + tail;
-#endif
-}
-
-namespace {
-
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(__OPTIMIZE_SIZE__)
 // out[r] = dot(x, w + r * in, in) for r = 0..3, each with dot()'s lanes and order, so each result
 // is dot()'s bits; x is loaded once for the four rows, and the four sums are independent chains
 // (one chain of vector adds bounds dot() by the add's latency).
 void dot4(const float* __restrict x, const float* __restrict w, size_t in, float* out) {
-  // Each eight-lane sum is kept as two four-lane halves (lanes 0-3 and 4-7): the same sums, in
-  // registers of the baseline ISAs (SSE2, NEON), where eight-lane vectors went through the stack.
+  // Each eight-lane sum is kept as two four-lane halves (lanes 0-3 and 4-7): the same sums, held
+  // in registers of the baseline ISAs (SSE2, NEON).
   const F32x4 zero = splat(0.0f);
   F32x4 lo0 = zero, hi0 = zero, lo1 = zero, hi1 = zero, lo2 = zero, hi2 = zero, lo3 = zero, hi3 = zero;
   const float* w0 = w;
@@ -145,6 +115,30 @@ void dot4(const float* x, const float* w, size_t in, float* out) {
 #endif
 
 }  // namespace
+
+float dot(const float* __restrict a, const float* __restrict b, size_t n) {
+  size_t i = 0;
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__OPTIMIZE_SIZE__)
+  // Each lane sums its products in the order of the loop below, so the result is the same bits.
+  Lanes sum = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (; i + 8 <= n; i += 8) {
+    Lanes x, y;
+    memcpy(&x, a + i, sizeof x);
+    memcpy(&y, b + i, sizeof y);
+    sum += x * y;
+  }
+  const F32x4 lo = {sum[0], sum[1], sum[2], sum[3]}, hi = {sum[4], sum[5], sum[6], sum[7]};
+  return finish_dot(lo, hi, a, b, i, n);
+#else
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (; i + 8 <= n; i += 8) {
+    for (size_t l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  }
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + tail;
+#endif
+}
 
 void dense_forward(const float* x, size_t batch, size_t in, size_t out, const float* w, const float* bias,
                    float* y) {
